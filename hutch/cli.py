@@ -1,0 +1,296 @@
+"""The `hutch` command: run the server, and manage sandboxes from a terminal.
+
+Client commands read HUTCH_API_KEY and HUTCH_BASE_URL, or, on the server's own machine, the
+client.env that `hutch serve` writes into its data dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from hutch.sdk import Sandbox, SandboxError, SandboxInfo
+from hutch.server.config import DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, DEFAULT_PORT
+
+CLIENT_ENV = "client.env"
+
+
+# --- server side ----------------------------------------------------------------------------------
+
+def cmd_build_base(args: argparse.Namespace) -> int:
+    from hutch.node import base_image
+
+    base_image.build(args.cache_dir, progress=lambda line: print(line, flush=True))
+    return 0
+
+
+def _admin_key(store: Any, data_dir: Path) -> str:
+    """The default team's key: made on first start, kept (0600) in the data dir to print again."""
+    env_file = data_dir / CLIENT_ENV
+    if env_file.exists():
+        for line in env_file.read_text().splitlines():
+            if line.startswith("HUTCH_API_KEY="):
+                key = line.split("=", 1)[1]
+                if store.team_for_api_key(key):
+                    return key
+    team_id = store.team_by_name("default") or store.create_team("default")
+    key: str = store.create_api_key(team_id)
+    return key
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from hutch.node import base_image
+    from hutch.server.app import create_app
+    from hutch.server.config import ServerConfig
+    from hutch.store import Store
+
+    config = ServerConfig(data_dir=args.data_dir, cache_dir=args.cache_dir, host=args.host, port=args.port)
+    config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not base_image.is_built(config.cache_dir):
+        base_image.build(config.cache_dir, progress=lambda line: print(line, flush=True))
+    key = _admin_key(Store(config.db_url), config.data_dir)
+    env_file = config.data_dir / CLIENT_ENV
+    fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"HUTCH_BASE_URL={config.base_url}\nHUTCH_API_KEY={key}\n")
+    print(f"hutch is serving on {config.base_url}\n"
+          f"  export HUTCH_BASE_URL={config.base_url}\n  export HUTCH_API_KEY={key}\n"
+          f"  (also in {env_file})", flush=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per channel request is noise
+    uvicorn.run(create_app(config), host=config.host, port=config.port, log_level="warning",
+                access_log=False, timeout_graceful_shutdown=5)
+    return 0
+
+
+def cmd_team_create(args: argparse.Namespace) -> int:
+    from hutch.server.config import ServerConfig
+    from hutch.store import Store
+
+    store = Store(ServerConfig(data_dir=args.data_dir).db_url)
+    if store.team_by_name(args.name):
+        print(f"a team named {args.name!r} exists already", file=sys.stderr)
+        return 1
+    key = store.create_api_key(store.create_team(args.name))
+    print(json.dumps({"team": args.name, "api_key": key}) if args.json else key)
+    return 0
+
+
+# --- client side ----------------------------------------------------------------------------------
+
+def _client_env(data_dir: Path) -> None:
+    """Fill HUTCH_API_KEY and HUTCH_BASE_URL from the local server's client.env when unset."""
+    env_file = data_dir / CLIENT_ENV
+    if os.environ.get("HUTCH_API_KEY") or not env_file.exists():
+        return
+    try:
+        lines = env_file.read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        key, _, value = line.partition("=")
+        if key in ("HUTCH_API_KEY", "HUTCH_BASE_URL"):
+            os.environ.setdefault(key, value)
+
+
+def _pairs(items: Sequence[str] | None, what: str) -> dict[str, str]:
+    result = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"hutch: {what} must be KEY=VALUE, not {item!r}")
+        result[key] = value
+    return result
+
+
+def _info_json(info: SandboxInfo) -> dict[str, Any]:
+    return json.loads(json.dumps(asdict(info), default=str))
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(fmt.format(*r).rstrip() for r in [header, *rows])
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    sb = Sandbox.create(args.name, from_template=args.template, timeout_seconds=args.timeout,
+                        metadata=_pairs(args.metadata, "--metadata") or None, env_vars=_pairs(args.env, "--env") or None)
+    info = sb.get_info()
+    sb.close()
+    print(json.dumps(_info_json(info)) if args.json else info.id)
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    boxes = Sandbox.list(metadata=_pairs(args.metadata, "--metadata") or None, status=args.status)
+    if args.json:
+        print(json.dumps([_info_json(b) for b in boxes]))
+        return 0
+    rows = [[b.id, b.name, b.status, b.template, b.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+             ",".join(f"{k}={v}" for k, v in b.metadata.items())] for b in boxes]
+    print(_table(rows, ["ID", "NAME", "STATUS", "TEMPLATE", "CREATED", "METADATA"]))
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    sb = Sandbox.connect(args.id)
+    info = sb.get_info()
+    sb.close()
+    data = _info_json(info)
+    if args.json:
+        print(json.dumps(data))
+    else:
+        print("\n".join(f"{k:<20} {v}" for k, v in data.items()))
+    return 0
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    command = args.command
+    if not command:
+        raise SystemExit("hutch: exec needs a command after --")
+    import shlex
+
+    line = command[0] if len(command) == 1 else shlex.join(command)
+    sb = Sandbox.connect(args.id)
+    try:
+        result = sb.commands.run(
+            line, cwd=args.cwd, env=_pairs(args.env, "--env") or None, timeout_seconds=args.timeout, user=args.user,
+            on_stdout=None if args.json else lambda d: (sys.stdout.write(d), sys.stdout.flush()),
+            on_stderr=None if args.json else lambda d: (sys.stderr.write(d), sys.stderr.flush()))
+    finally:
+        sb.close()
+    if args.json:
+        print(json.dumps(asdict(result)))
+    return result.exit_code if 0 <= result.exit_code < 256 else 1
+
+
+def cmd_cp(args: argparse.Namespace) -> int:
+    def split(spec: str) -> tuple[str | None, str]:
+        box, sep, path = spec.partition(":")
+        return (box, path) if sep and path.startswith("/") else (None, spec)
+
+    (src_box, src), (dst_box, dst) = split(args.src), split(args.dst)
+    if (src_box is None) == (dst_box is None):
+        raise SystemExit("hutch: cp copies between this machine and a sandbox: one side must be ID:/path")
+    if src_box:
+        sb = Sandbox.connect(src_box)
+        try:
+            data = sb.files.read(src)
+        finally:
+            sb.close()
+        if dst == "-":
+            sys.stdout.buffer.write(data)
+        else:
+            Path(dst).write_bytes(data)
+    else:
+        assert dst_box is not None
+        data = sys.stdin.buffer.read() if src == "-" else Path(src).read_bytes()
+        sb = Sandbox.connect(dst_box)
+        try:
+            sb.files.write(dst, data)
+        finally:
+            sb.close()
+    return 0
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    for sandbox_id in args.ids:
+        Sandbox.kill_by_id(sandbox_id)
+        if not args.json:
+            print(f"killed {sandbox_id}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hutch", description="Self-hosted gVisor sandboxes for AI agents.")
+    p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="server state (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("serve", help="run the server")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=DEFAULT_PORT)
+    s.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
+    s.set_defaults(fn=cmd_serve)
+
+    s = sub.add_parser("build-base", help="build the base template (Debian) if it is not built")
+    s.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
+    s.set_defaults(fn=cmd_build_base)
+
+    s = sub.add_parser("team-create", help="make a team and print its API key (on the server machine)")
+    s.add_argument("name")
+    s.set_defaults(fn=cmd_team_create)
+
+    s = sub.add_parser("create", help="create a sandbox and print its id")
+    s.add_argument("--name", default="cli")
+    s.add_argument("--template")
+    s.add_argument("--timeout", type=int, help="seconds of activity before it pauses")
+    s.add_argument("--metadata", "-m", action="append", metavar="KEY=VALUE")
+    s.add_argument("--env", "-e", action="append", metavar="KEY=VALUE")
+    s.set_defaults(fn=cmd_create)
+
+    s = sub.add_parser("ls", help="list sandboxes")
+    s.add_argument("--status")
+    s.add_argument("--metadata", "-m", action="append", metavar="KEY=VALUE")
+    s.set_defaults(fn=cmd_ls)
+
+    s = sub.add_parser("info", help="show a sandbox")
+    s.add_argument("id")
+    s.set_defaults(fn=cmd_info)
+
+    s = sub.add_parser("exec", help="run a command in a sandbox: hutch exec ID -- CMD ...")
+    s.add_argument("id")
+    s.add_argument("--cwd")
+    s.add_argument("--env", "-e", action="append", metavar="KEY=VALUE")
+    s.add_argument("--timeout", type=float)
+    s.add_argument("--user", choices=["user", "root"])
+    s.add_argument("command", nargs="*", help="everything after --")
+    s.set_defaults(fn=cmd_exec)
+
+    s = sub.add_parser("cp", help="copy a file: hutch cp LOCAL ID:/path, or hutch cp ID:/path LOCAL ('-' is stdio)")
+    s.add_argument("src")
+    s.add_argument("dst")
+    s.set_defaults(fn=cmd_cp)
+
+    s = sub.add_parser("kill", help="delete sandboxes")
+    s.add_argument("ids", nargs="+")
+    s.set_defaults(fn=cmd_kill)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # everything after the first `--` is the command, whatever options it holds
+    rest = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser().parse_args(argv[: len(argv) - len(rest) - 1] if "--" in argv else argv)
+    if args.cmd == "exec" and rest:
+        args.command = rest
+    if args.cmd not in ("serve", "build-base", "team-create"):
+        _client_env(args.data_dir)
+    try:
+        code: int = args.fn(args)
+        return code
+    except SandboxError as e:
+        if args.json:
+            print(json.dumps({"error": {"code": e.code, "message": e.message, "status_code": e.status_code}}),
+                  file=sys.stderr)
+        else:
+            print(f"hutch: {e.message} ({e.code})", file=sys.stderr)
+        return 124 if e.code == "command_timeout" else 1  # 124, as timeout(1) does
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

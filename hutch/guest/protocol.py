@@ -1,0 +1,56 @@
+"""The channel protocol between the node and the guest agent: paths and names both sides share.
+
+The channel is HTTP/1.1 over the per-box Unix socket. This module is standard-library only and is
+imported by the agent inside the box as well as by the node on the host.
+"""
+
+VERSION = 1
+
+# Where the host's directories appear inside every box.
+GUEST_ROOT = "/.hutch"
+CHANNEL_DIR = f"{GUEST_ROOT}/chan"  # host tmpfs, holds the agent's listening socket
+AGENT_DIR = f"{GUEST_ROOT}/agent"  # this package, read-only
+RUNTIME_DIR = f"{GUEST_ROOT}/rt"  # a Debian root, read-only: the agent's Python
+SOCKET_NAME = "agent.sock"
+
+# The unprivileged user that commands run as unless the caller asks for root.
+BOX_USER = "user"
+BOX_UID = 1000
+BOX_GID = 1000
+BOX_HOME = "/home/user"
+
+# Routes of the agent.
+HEALTH = f"/v{VERSION}/health"
+EXEC = f"/v{VERSION}/exec"
+FILES = f"/v{VERSION}/files"
+DIR_ZIP = f"/v{VERSION}/dir-zip"
+
+# Exec streams one JSON object a line; "t" names the event.
+EVENT_START = "start"  # {"t": "start", "pid": int}
+EVENT_STDOUT = "stdout"  # {"t": "stdout", "d": str}
+EVENT_STDERR = "stderr"  # {"t": "stderr", "d": str}
+EVENT_EXIT = "exit"  # {"t": "exit", "code": int | None, "timed_out": bool}
+EVENT_ERROR = "error"  # {"t": "error", "code": str, "message": str}: the command could not start
+EVENT_PING = "ping"  # {"t": "ping"}: the command is still running, and so is the box
+
+# Error codes the agent answers with (JSON body {"code", "message"}).
+ERR_BAD_PATH = "invalid_path"
+ERR_NOT_FOUND = "file_not_found"
+ERR_IS_DIR = "is_a_directory"
+ERR_NOT_DIR = "not_a_directory"
+ERR_BAD_REQUEST = "invalid_request"
+ERR_BAD_CWD = "invalid_cwd"
+ERR_IO = "io_error"
+
+
+def path_problem(path: str) -> str | None:
+    """Why a box path is unacceptable, or None: absolute, no '..' segment, no NUL."""
+    if not path.startswith("/"):
+        return "path must be absolute"
+    if "\x00" in path:
+        return "path must not contain NUL"
+    if ".." in path.split("/"):
+        return "path must not contain '..' segments"
+    if len(path.encode()) > 4096:
+        return "path is longer than 4096 bytes"
+    return None

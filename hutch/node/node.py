@@ -1,0 +1,202 @@
+"""The node runtime: starts, finds, watches and stops the boxes on this host.
+
+A box is a detached `runsc` sandbox whose PID 1 is the guest agent, listening on a Unix socket in
+a per-box host directory. The node holds one keep-alive HTTP client per box for that socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from hutch.guest import protocol
+from hutch.node import mounts
+from hutch.node.runsc import Runsc, RunscError
+from hutch.node.spec import AgentRuntime, Limits, box_spec
+
+log = logging.getLogger("hutch.node")
+
+AGENT_DIR = Path(protocol.__file__).parent
+BOOT_TIMEOUT = 30.0
+
+
+class BoxStartError(RuntimeError):
+    """The box did not come up; nothing of it is left behind."""
+
+
+@dataclass
+class Box:
+    runtime_id: str
+    dir: Path
+    agent: httpx.AsyncClient
+
+    @property
+    def channel_dir(self) -> Path:
+        return self.dir / "chan"
+
+    @property
+    def socket(self) -> Path:
+        return self.channel_dir / protocol.SOCKET_NAME
+
+
+def new_runtime_id() -> str:
+    # Fixed length and random: runsc ids must never be prefixes of one another.
+    return "h" + secrets.token_hex(12)
+
+
+def agent_client(socket: Path) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        transport=httpx.AsyncHTTPTransport(uds=str(socket)),
+        base_url="http://agent",
+        timeout=httpx.Timeout(60.0, connect=5.0),
+    )
+
+
+class Node:
+    def __init__(self, run_dir: Path, runsc: Runsc, runtime: AgentRuntime,
+                 on_exit: Callable[[str], None] | None = None) -> None:
+        self.boxes_dir = run_dir / "boxes"
+        self.boxes_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.runsc = runsc
+        self.runtime = runtime
+        self.on_exit = on_exit  # called with a runtime id when a box ends without being stopped
+        self._boxes: dict[str, Box] = {}
+        self._watch_fds: dict[str, int] = {}
+        self._stopping: set[str] = set()
+
+    def get(self, runtime_id: str) -> Box | None:
+        return self._boxes.get(runtime_id)
+
+    async def start(self, rootfs: Path, limits: Limits, hostname: str = "sandbox") -> Box:
+        runtime_id = new_runtime_id()
+        box_dir = self.boxes_dir / runtime_id
+        box_dir.mkdir(mode=0o700)
+        box = Box(runtime_id, box_dir, agent_client(box_dir / "chan" / protocol.SOCKET_NAME))
+        try:
+            mounts.mount_channel_tmpfs(box.channel_dir)
+            spec = box_spec(rootfs=rootfs, channel_dir=box.channel_dir, agent_dir=AGENT_DIR,
+                            runtime=self.runtime, hostname=hostname, limits=limits)
+            (box_dir / "config.json").write_text(json.dumps(spec))
+            await self.runsc.run_detached(runtime_id, box_dir, box_dir / "runsc.err")
+            await self._wait_for_agent(box)
+        except BaseException as e:
+            await self._remove(box)
+            if isinstance(e, (RunscError, OSError, TimeoutError)):
+                raise BoxStartError(str(e)) from e
+            raise
+        self._boxes[runtime_id] = box
+        asyncio.get_running_loop().create_task(self._watch(runtime_id))
+        return box
+
+    async def _wait_for_agent(self, box: Box) -> None:
+        deadline = time.monotonic() + BOOT_TIMEOUT
+        while not box.socket.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the agent did not listen within {BOOT_TIMEOUT:.0f} s")
+            await asyncio.sleep(0.002)
+        while True:
+            try:
+                (await box.agent.get(protocol.HEALTH)).raise_for_status()
+                return
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the agent's socket never answered") from None
+                await asyncio.sleep(0.002)
+
+    async def _watch(self, runtime_id: str) -> None:
+        """Learn at once when a box's sandbox process ends (memory limit, crash, host kill)."""
+        state = await self.runsc.state(runtime_id)
+        pid = (state or {}).get("pid") or 0
+        try:
+            fd = os.pidfd_open(pid) if pid > 0 else -1
+        except OSError:
+            fd = -1
+        if fd < 0 or runtime_id not in self._boxes:
+            if fd >= 0:
+                os.close(fd)
+            if runtime_id in self._boxes and (state or {}).get("status") != "running":
+                self._exited(runtime_id)
+            return
+        self._watch_fds[runtime_id] = fd
+        asyncio.get_running_loop().add_reader(fd, self._exited, runtime_id)
+
+    def _exited(self, runtime_id: str) -> None:
+        self._unwatch(runtime_id)
+        if runtime_id in self._stopping or runtime_id not in self._boxes:
+            return
+        log.warning("box %s ended on its own", runtime_id)
+        if self.on_exit:
+            self.on_exit(runtime_id)
+
+    def _unwatch(self, runtime_id: str) -> None:
+        fd = self._watch_fds.pop(runtime_id, None)
+        if fd is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(fd)
+            os.close(fd)
+
+    async def is_alive(self, runtime_id: str) -> bool:
+        state = await self.runsc.state(runtime_id)
+        return bool(state) and state.get("status") == "running"  # type: ignore[union-attr]
+
+    async def stop(self, runtime_id: str) -> None:
+        """Destroy a box and everything the host held for it. Idempotent."""
+        self._stopping.add(runtime_id)
+        try:
+            self._unwatch(runtime_id)
+            box = self._boxes.pop(runtime_id, None) or Box(
+                runtime_id, self.boxes_dir / runtime_id, agent_client(self.boxes_dir / runtime_id / "x"))
+            await self._remove(box)
+        finally:
+            self._stopping.discard(runtime_id)
+
+    async def _remove(self, box: Box) -> None:
+        await box.agent.aclose()
+        await self.runsc.delete(box.runtime_id)
+        mounts.unmount(box.channel_dir)
+        shutil.rmtree(box.dir, ignore_errors=True)
+
+    async def adopt(self, runtime_ids: set[str]) -> set[str]:
+        """After a restart: take back the boxes still running, remove every other trace.
+
+        Returns the ids of the boxes found alive and answering.
+        """
+        alive: set[str] = set()
+        for runtime_id in runtime_ids:
+            box = Box(runtime_id, self.boxes_dir / runtime_id, agent_client(
+                self.boxes_dir / runtime_id / "chan" / protocol.SOCKET_NAME))
+            try:
+                ok = await self.is_alive(runtime_id) and (await box.agent.get(protocol.HEALTH)).is_success
+            except httpx.TransportError:
+                ok = False
+            if ok:
+                self._boxes[runtime_id] = box
+                asyncio.get_running_loop().create_task(self._watch(runtime_id))
+                alive.add(runtime_id)
+            else:
+                await self._remove(box)
+        try:
+            strays = set(await self.runsc.list_ids()) - alive
+        except RunscError:
+            strays = set()
+        strays |= {p.name for p in self.boxes_dir.iterdir()} - alive
+        for runtime_id in strays:
+            await self.stop(runtime_id)
+        return alive
+
+    async def close(self) -> None:
+        """Let go of the boxes without stopping them: they outlive the server."""
+        for runtime_id in list(self._boxes):
+            self._unwatch(runtime_id)
+            await self._boxes.pop(runtime_id).agent.aclose()

@@ -1,0 +1,102 @@
+"""The gVisor driver: every `runsc` call the node makes, each one bounded by a timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class RunscError(RuntimeError):
+    """runsc failed or hung; the message carries what it printed."""
+
+
+@dataclass(frozen=True)
+class RunscConfig:
+    state_dir: Path  # runsc's --root: where it keeps container state
+    binary: str = "runsc"
+    platform: str | None = None  # None: runsc's default (systrap)
+    timeout_seconds: float = 60.0
+
+    def global_flags(self) -> list[str]:
+        flags = [
+            f"--root={self.state_dir}",
+            "--network=none",  # no network card: egress goes through the agent's relay
+            "--host-uds=create",  # the agent listens on its channel socket; nothing else
+            "--overlay2=root:memory",  # the template root is never written
+        ]
+        if self.platform:
+            flags.append(f"--platform={self.platform}")
+        return flags
+
+
+def find_runsc() -> str | None:
+    return shutil.which("runsc") or next(
+        (p for p in ("/usr/bin/runsc", "/usr/sbin/runsc", "/usr/local/bin/runsc") if os.path.exists(p)), None
+    )
+
+
+class Runsc:
+    def __init__(self, config: RunscConfig) -> None:
+        self.config = config
+        config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    async def _call(self, *args: str, stderr_path: Path | None = None, timeout: float | None = None) -> str:
+        argv = [self.config.binary, *self.config.global_flags(), *args]
+        # stdio: /dev/null or a file for anything that may outlive the call (a detached box keeps
+        # inherited pipes open forever); a pipe only for short-lived queries.
+        err_file = open(stderr_path, "wb") if stderr_path else None  # noqa: SIM115
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL if err_file else asyncio.subprocess.PIPE,
+                stderr=err_file or asyncio.subprocess.PIPE,
+                start_new_session=True,  # a Ctrl-C on the server must not reach the boxes
+            )
+            try:
+                out, err = await asyncio.wait_for(proc.communicate(), timeout or self.config.timeout_seconds)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await proc.wait()
+                raise RunscError(f"runsc {args[0]} timed out") from None
+        finally:
+            if err_file:
+                err_file.close()
+        if proc.returncode != 0:
+            text = (err or b"").decode(errors="replace")
+            if stderr_path:
+                text = stderr_path.read_text(errors="replace")
+            raise RunscError(f"runsc {args[0]} failed ({proc.returncode}): {text.strip()[-2000:]}")
+        return (out or b"").decode(errors="replace")
+
+    async def run_detached(self, container_id: str, bundle: Path, stderr_path: Path) -> None:
+        await self._call("run", "--detach", f"--bundle={bundle}", container_id, stderr_path=stderr_path)
+
+    async def state(self, container_id: str) -> dict[str, Any] | None:
+        """runsc's view of a container, or None when it does not know it."""
+        try:
+            out = await self._call("state", container_id, timeout=15)
+        except RunscError:
+            return None
+        result: dict[str, Any] = json.loads(out)
+        return result
+
+    async def list_ids(self) -> list[str]:
+        out = await self._call("list", "--quiet", timeout=15)
+        return [line.strip() for line in out.splitlines() if line.strip()]
+
+    async def kill(self, container_id: str, signal: str = "KILL") -> None:
+        await self._call("kill", "--all", container_id, signal, timeout=15)
+
+    async def delete(self, container_id: str) -> None:
+        """Stop and remove a container; quiet when it is already gone."""
+        try:
+            await self._call("delete", "--force", container_id, timeout=30)
+        except RunscError as e:
+            if "does not exist" not in str(e) and "not found" not in str(e).lower():
+                raise

@@ -1,0 +1,96 @@
+"""The OCI runtime spec of a box: its root, mounts, limits and the agent as PID 1."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hutch.guest import protocol
+
+# What the agent (root inside the box) may do: run commands as another user, hand files to that
+# user, write anywhere in the box. Docker's default set, without raw sockets.
+AGENT_CAPABILITIES = [
+    "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID",
+    "CAP_SETUID", "CAP_SETPCAP", "CAP_SETFCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
+    "CAP_AUDIT_WRITE", "CAP_MKNOD",
+]
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_mib: int = 1024
+    pids: int = 1024
+    cpu_shares: int = 1024
+    nofile: int = 65536
+
+
+@dataclass(frozen=True)
+class AgentRuntime:
+    """How to start the agent's Python from the read-only runtime root, whatever the template."""
+
+    root: Path  # host path of a Debian root with python3
+    loader: str  # paths inside that root
+    library_path: str
+    python: str
+
+    @classmethod
+    def find(cls, root: Path) -> AgentRuntime:
+        libdirs = sorted(root.glob("usr/lib/*-linux-gnu"))
+        loaders = sorted(p for d in libdirs for p in d.glob("ld-linux*.so.*") if not p.is_symlink())
+        pythons = sorted(p for p in (root / "usr/bin").glob("python3.[0-9]*") if p.name.count(".") == 1)
+        if not loaders or not pythons:
+            raise FileNotFoundError(f"{root} holds no dynamic loader and python3: not a usable agent runtime")
+        rel = lambda p: "/" + str(p.relative_to(root))  # noqa: E731
+        lib = ":".join(protocol.RUNTIME_DIR + rel(d) for d in libdirs)
+        return cls(root, protocol.RUNTIME_DIR + rel(loaders[0]), lib, protocol.RUNTIME_DIR + rel(pythons[-1]))
+
+    def argv(self) -> list[str]:
+        # Started through the runtime's own loader, so nothing of the template is needed.
+        agent = f"{protocol.AGENT_DIR}/agent.py"
+        return [self.loader, "--library-path", self.library_path, self.python, "-s", "-B", agent]
+
+
+def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: AgentRuntime,
+             hostname: str, limits: Limits) -> dict[str, Any]:
+    def bind(src: Path, dst: str, mode: str) -> dict[str, Any]:
+        return {"destination": dst, "type": "bind", "source": str(src), "options": ["rbind", mode]}
+
+    caps = list(AGENT_CAPABILITIES)
+    return {
+        "ociVersion": "1.0.0",
+        "process": {
+            "user": {"uid": 0, "gid": 0},
+            "args": runtime.argv(),
+            "env": [
+                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                f"PYTHONHOME={protocol.RUNTIME_DIR}/usr",
+                "PYTHONDONTWRITEBYTECODE=1",
+            ],
+            "cwd": "/",
+            "terminal": False,
+            "noNewPrivileges": True,
+            "capabilities": {k: caps for k in ("bounding", "effective", "permitted")},
+            "rlimits": [{"type": "RLIMIT_NOFILE", "hard": limits.nofile, "soft": limits.nofile}],
+        },
+        # Writable so the in-memory overlay accepts writes; the directory itself is never touched.
+        "root": {"path": str(rootfs), "readonly": False},
+        "hostname": hostname,
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
+            {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
+            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
+            bind(channel_dir, protocol.CHANNEL_DIR, "rw"),
+            bind(agent_dir, protocol.AGENT_DIR, "ro"),
+            bind(runtime.root, protocol.RUNTIME_DIR, "ro"),
+        ],
+        "linux": {
+            "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
+            "resources": {
+                "memory": {"limit": limits.memory_mib * 2**20},
+                "pids": {"limit": limits.pids},
+                "cpu": {"shares": limits.cpu_shares},
+            },
+        },
+    }

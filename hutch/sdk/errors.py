@@ -1,0 +1,75 @@
+"""The SDK's one error tree and the one table that maps an HTTP answer onto it.
+
+    SandboxError                 status_code, code
+    ├── AuthenticationError      401, 403
+    ├── ValidationError          400, 413, 422 (and bad arguments caught before any request)
+    ├── NotFoundError            404
+    ├── ConflictError            409
+    ├── SandboxTimeoutError      a request or a command ran out of time
+    ├── RateLimitError           429
+    └── ServerError              5xx, or the server could not be reached
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class SandboxError(Exception):
+    def __init__(self, message: str, *, status_code: int | None = None, code: str = "error",
+                 details: Any = None) -> None:
+        super().__init__(message)
+        self.message, self.status_code, self.code, self.details = message, status_code, code, details
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, status_code={self.status_code}, message={self.message!r})"
+
+
+class AuthenticationError(SandboxError):
+    pass
+
+
+class ValidationError(SandboxError):
+    pass
+
+
+class NotFoundError(SandboxError):
+    pass
+
+
+class ConflictError(SandboxError):
+    pass
+
+
+class SandboxTimeoutError(SandboxError):
+    """A request timed out, or a command hit its `timeout_seconds` (code "command_timeout"; what it
+    printed until then is in `stdout` and `stderr`)."""
+
+    stdout: str = ""
+    stderr: str = ""
+
+
+class RateLimitError(SandboxError):
+    pass
+
+
+class ServerError(SandboxError):
+    pass
+
+
+_BY_STATUS: dict[int, type[SandboxError]] = {
+    400: ValidationError, 401: AuthenticationError, 403: AuthenticationError, 404: NotFoundError,
+    408: SandboxTimeoutError, 409: ConflictError, 413: ValidationError, 422: ValidationError,
+    429: RateLimitError, 504: SandboxTimeoutError,
+}
+
+
+def error_from_response(status: int, body: bytes) -> SandboxError:
+    try:
+        err = json.loads(body)["error"]
+        code, message, details = str(err["code"]), str(err["message"]), err.get("details")
+    except (ValueError, KeyError, TypeError):
+        code, message, details = f"http_{status}", body.decode(errors="replace")[:500] or f"HTTP {status}", None
+    cls = _BY_STATUS.get(status, ServerError if status >= 500 else SandboxError)
+    return cls(message, status_code=status, code=code, details=details)

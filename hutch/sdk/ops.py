@@ -1,0 +1,216 @@
+"""Every SDK call, written once as a flow: the request it makes and how its answer is read."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+
+from hutch.sdk.config import ConnectionConfig
+from hutch.sdk.errors import ConflictError, NotFoundError, SandboxTimeoutError, ServerError, ValidationError
+from hutch.sdk.flow import Call, Callback, Flow, NextLine, send
+
+# A command's stream carries a keep-alive every 10 s, so a minute of silence means a dead stream.
+STREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=60.0, write=60.0, pool=10.0)
+FILE_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=300.0, pool=10.0)
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()  # "leave as it is", where None means "clear"
+
+
+@dataclass
+class SandboxInfo:
+    """The server's view of a sandbox at the moment it was asked."""
+
+    id: str
+    name: str
+    status: str
+    template: str
+    metadata: dict[str, str]
+    timeout_seconds: int | None
+    auto_delete_seconds: int | None
+    vcpu_count: int
+    memory_mib: int
+    created_at: datetime
+    updated_at: datetime
+    failure: str | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SandboxInfo:
+        return cls(
+            id=d["id"], name=d["name"], status=d["status"], template=d["template"], metadata=d["metadata"],
+            timeout_seconds=d.get("timeout_seconds"), auto_delete_seconds=d.get("auto_delete_seconds"),
+            vcpu_count=d["vcpu_count"], memory_mib=d["memory_mib"],
+            created_at=datetime.fromisoformat(d["created_at"]), updated_at=datetime.fromisoformat(d["updated_at"]),
+            failure=d.get("failure"),
+        )
+
+
+@dataclass
+class DataPlane:
+    """Where a sandbox's commands and files go, and the token they carry. Refreshed on connect."""
+
+    url: str
+    token: str
+
+    def headers(self) -> dict[str, str]:
+        return {"X-Access-Token": self.token}
+
+
+@dataclass
+class CommandResult:
+    stdout: str
+    stderr: str
+    exit_code: int
+
+
+@dataclass
+class _Output:
+    stdout: list[str] = field(default_factory=list)
+    stderr: list[str] = field(default_factory=list)
+
+
+def _auth(cfg: ConnectionConfig) -> dict[str, str]:
+    return {"Authorization": f"Bearer {cfg.api_key}"}
+
+
+def _json(body: bytes) -> Any:
+    return json.loads(body)
+
+
+# --- control plane ------------------------------------------------------------------------------
+
+def create(cfg: ConnectionConfig, body: dict[str, Any]) -> Flow[tuple[SandboxInfo, DataPlane]]:
+    reply = yield from send(Call("POST", f"{cfg.base_url}/v1/sandboxes", _auth(cfg), json=body))
+    return _access(_json(reply.body))
+
+
+def connect(cfg: ConnectionConfig, sandbox_id: str) -> Flow[tuple[SandboxInfo, DataPlane]]:
+    reply = yield from send(Call("POST", f"{cfg.base_url}/v1/sandboxes/{sandbox_id}/connect", _auth(cfg)))
+    return _access(_json(reply.body))
+
+
+def _access(d: dict[str, Any]) -> tuple[SandboxInfo, DataPlane]:
+    return SandboxInfo.from_json(d), DataPlane(d["data_plane_url"], d["access_token"])
+
+
+def get_info(cfg: ConnectionConfig, sandbox_id: str) -> Flow[SandboxInfo]:
+    reply = yield from send(Call("GET", f"{cfg.base_url}/v1/sandboxes/{sandbox_id}", _auth(cfg)))
+    return SandboxInfo.from_json(_json(reply.body))
+
+
+def list_sandboxes(cfg: ConnectionConfig, metadata: dict[str, str] | None,
+                   status: str | None) -> Flow[list[SandboxInfo]]:
+    params = {}
+    if metadata:
+        params["metadata"] = urlencode(metadata)
+    if status:
+        params["status"] = status
+    reply = yield from send(Call("GET", f"{cfg.base_url}/v1/sandboxes", _auth(cfg), params=params))
+    return [SandboxInfo.from_json(d) for d in _json(reply.body)]
+
+
+def update(cfg: ConnectionConfig, sandbox_id: str, changes: dict[str, Any]) -> Flow[SandboxInfo]:
+    body = {k: v for k, v in changes.items() if v is not UNSET}
+    reply = yield from send(Call("PATCH", f"{cfg.base_url}/v1/sandboxes/{sandbox_id}", _auth(cfg), json=body))
+    return SandboxInfo.from_json(_json(reply.body))
+
+
+def kill(cfg: ConnectionConfig, sandbox_id: str) -> Flow[None]:
+    """Idempotent: a sandbox that is already gone is not an error."""
+    try:
+        yield from send(Call("DELETE", f"{cfg.base_url}/v1/sandboxes/{sandbox_id}", _auth(cfg)))
+    except NotFoundError:
+        pass
+
+
+# --- data plane ---------------------------------------------------------------------------------
+
+def run(dp: DataPlane, command: str, *, cwd: str | None, env: dict[str, str] | None,
+        timeout_seconds: float | None, user: str | None, on_stdout: Callable[[str], Any] | None,
+        on_stderr: Callable[[str], Any] | None) -> Flow[CommandResult]:
+    """Run a command to its end over a server-sent event stream, passing output to the callbacks
+    as it comes; a non-zero exit is a result, a timeout is a SandboxTimeoutError."""
+    body = {"command": command, "cwd": cwd, "env": env, "timeout_seconds": timeout_seconds, "user": user}
+    headers = {**dp.headers(), "Accept": "text/event-stream"}
+    yield from send(Call("POST", f"{dp.url}/commands/run", headers,
+                         json={k: v for k, v in body.items() if v is not None}, stream=True, timeout=STREAM_TIMEOUT))
+    out = _Output()
+    event, data = "message", []
+    while True:
+        line = yield NextLine()
+        if line is None:
+            raise ServerError("the command's stream ended before it finished; the command may still "
+                              "be running in the sandbox", code="stream_ended")
+        if line.startswith(":"):
+            continue  # keep-alive
+        if line:
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "event":
+                event = value
+            elif name == "data":
+                data.append(value)
+            continue
+        if data:
+            payload = json.loads("\n".join(data))
+            result = yield from _on_event(event, payload, out, on_stdout, on_stderr)
+            if result is not None:
+                return result
+        event, data = "message", []
+
+
+def _on_event(event: str, payload: dict[str, Any], out: _Output, on_stdout: Callable[[str], Any] | None,
+              on_stderr: Callable[[str], Any] | None) -> Flow[CommandResult | None]:
+    if event in ("stdout", "stderr"):
+        text = payload["data"]
+        (out.stdout if event == "stdout" else out.stderr).append(text)
+        callback = on_stdout if event == "stdout" else on_stderr
+        if callback is not None:
+            yield Callback(callback, text)
+    elif event == "exit":
+        stdout, stderr = "".join(out.stdout), "".join(out.stderr)
+        if payload["timed_out"]:
+            err = SandboxTimeoutError("the command ran out of time and was killed with its process group",
+                                      code="command_timeout")
+            err.stdout, err.stderr = stdout, stderr
+            raise err
+        return CommandResult(stdout=stdout, stderr=stderr, exit_code=payload["exit_code"])
+    elif event == "error":
+        cls = ConflictError if payload.get("code") == "sandbox_failed" else ServerError
+        raise cls(payload.get("message", "the command failed"), code=payload.get("code", "error"))
+    return None
+
+
+def write_file(dp: DataPlane, path: str, data: bytes, user: str | None) -> Flow[None]:
+    params = {"path": path, **({"user": user} if user else {})}
+    yield from send(Call("PUT", f"{dp.url}/files", dp.headers(), params=params, content=data, timeout=FILE_TIMEOUT))
+
+
+def read_file(dp: DataPlane, path: str) -> Flow[bytes]:
+    reply = yield from send(Call("GET", f"{dp.url}/files", dp.headers(), params={"path": path}, timeout=FILE_TIMEOUT))
+    return reply.body
+
+
+def download_dir(dp: DataPlane, path: str) -> Flow[bytes]:
+    reply = yield from send(Call("GET", f"{dp.url}/files/zip", dp.headers(), params={"path": path},
+                                 timeout=FILE_TIMEOUT))
+    return reply.body
+
+
+def as_bytes(content: str | bytes) -> bytes:
+    if isinstance(content, str):
+        return content.encode()
+    if isinstance(content, (bytes, bytearray, memoryview)):
+        return bytes(content)
+    raise ValidationError(f"file content must be str or bytes, not {type(content).__name__}", code="invalid_argument")

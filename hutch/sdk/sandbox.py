@@ -1,0 +1,289 @@
+"""`Sandbox` and `AsyncSandbox`: thin fronts that run the flows of `ops` with a sync or async client.
+
+Each public method here is one line of wiring; what a call sends and how its answer is read lives
+once, in `ops`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+import httpx
+
+from hutch.sdk import ops
+from hutch.sdk.config import ConnectionConfig
+from hutch.sdk.flow import Flow, run_async, run_sync
+from hutch.sdk.ops import UNSET, CommandResult, DataPlane, SandboxInfo
+
+ClientT = TypeVar("ClientT", httpx.Client, httpx.AsyncClient)
+OutputCallback = Callable[[str], Any]  # on the async SDK it may also return an awaitable
+
+
+def _create_body(name: str, from_template: str | None, timeout_seconds: int | None,
+                 auto_delete_seconds: int | None, metadata: dict[str, str] | None,
+                 env_vars: dict[str, str] | None) -> dict[str, Any]:
+    body = {"name": name, "from_template": from_template, "timeout_seconds": timeout_seconds,
+            "auto_delete_seconds": auto_delete_seconds, "metadata": metadata, "env_vars": env_vars}
+    return {k: v for k, v in body.items() if v is not None}
+
+
+class _SandboxBase(Generic[ClientT]):
+    """State shared by both fronts. `status` and `metadata` are a snapshot taken when the object
+    was made: call `get_info()` for the server's current view."""
+
+    def __init__(self, info: SandboxInfo, data_plane: DataPlane, config: ConnectionConfig, client: ClientT) -> None:
+        self._info, self._dp, self._cfg, self._client = info, data_plane, config, client
+
+    @property
+    def id(self) -> str:
+        return self._info.id
+
+    @property
+    def name(self) -> str:
+        return self._info.name
+
+    @property
+    def status(self) -> str:
+        return self._info.status
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return dict(self._info.metadata)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.id!r}, name={self.name!r}, status={self.status!r})"
+
+
+# --- sync -----------------------------------------------------------------------------------------
+
+def _sync_client(cfg: ConnectionConfig) -> httpx.Client:
+    return httpx.Client(timeout=cfg.request_timeout)
+
+
+def _once_sync(cfg: ConnectionConfig, flow: Flow[Any]) -> Any:
+    with _sync_client(cfg) as client:
+        return run_sync(client, flow)
+
+
+class Sandbox(_SandboxBase[httpx.Client]):
+    """A sandbox, used from blocking code. Holds an HTTP client until `kill()` or `close()`."""
+
+    def __init__(self, info: SandboxInfo, data_plane: DataPlane, config: ConnectionConfig, client: httpx.Client) -> None:
+        super().__init__(info, data_plane, config, client)
+        self.commands = Commands(self)
+        self.files = Files(self)
+
+    def _run(self, flow: Flow[Any]) -> Any:
+        return run_sync(self._client, flow)
+
+    @classmethod
+    def _open(cls, cfg: ConnectionConfig, flow: Flow[tuple[SandboxInfo, DataPlane]]) -> Sandbox:
+        client = _sync_client(cfg)
+        try:
+            info, dp = run_sync(client, flow)
+        except BaseException:
+            client.close()
+            raise
+        return cls(info, dp, cfg, client)
+
+    @classmethod
+    def create(cls, name: str, *, from_template: str | None = None, timeout_seconds: int | None = None,
+               auto_delete_seconds: int | None = None, metadata: dict[str, str] | None = None,
+               env_vars: dict[str, str] | None = None, api_key: str | None = None,
+               base_url: str | None = None) -> Sandbox:
+        """Create a sandbox and return once it is ready for commands."""
+        cfg = ConnectionConfig.resolve(api_key, base_url)
+        body = _create_body(name, from_template, timeout_seconds, auto_delete_seconds, metadata, env_vars)
+        return cls._open(cfg, ops.create(cfg, body))
+
+    @classmethod
+    def connect(cls, sandbox_id: str, *, api_key: str | None = None, base_url: str | None = None) -> Sandbox:
+        cfg = ConnectionConfig.resolve(api_key, base_url)
+        return cls._open(cfg, ops.connect(cfg, sandbox_id))
+
+    @classmethod
+    def list(cls, *, metadata: dict[str, str] | None = None, status: str | None = None,
+             api_key: str | None = None, base_url: str | None = None) -> list[SandboxInfo]:
+        """The team's sandboxes, filtered by status and by metadata (every pair must match)."""
+        cfg = ConnectionConfig.resolve(api_key, base_url)
+        result: list[SandboxInfo] = _once_sync(cfg, ops.list_sandboxes(cfg, metadata, status))
+        return result
+
+    @classmethod
+    def kill_by_id(cls, sandbox_id: str, *, api_key: str | None = None, base_url: str | None = None) -> None:
+        cfg = ConnectionConfig.resolve(api_key, base_url)
+        _once_sync(cfg, ops.kill(cfg, sandbox_id))
+
+    def get_info(self) -> SandboxInfo:
+        info: SandboxInfo = self._run(ops.get_info(self._cfg, self.id))
+        return info
+
+    def update(self, *, metadata: dict[str, str] | None = UNSET, timeout_seconds: int | None = UNSET,
+               auto_delete_seconds: int | None = UNSET) -> SandboxInfo:
+        """Change what is given; None clears a lifetime. Metadata is replaced, not merged."""
+        changes = {"metadata": metadata, "timeout_seconds": timeout_seconds, "auto_delete_seconds": auto_delete_seconds}
+        self._info = self._run(ops.update(self._cfg, self.id, changes))
+        return self._info
+
+    def kill(self) -> None:
+        """Delete the sandbox (idempotent) and close this object's HTTP client."""
+        try:
+            self._run(ops.kill(self._cfg, self.id))
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class Commands:
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+
+    def run(self, command: str, *, cwd: str | None = None, env: dict[str, str] | None = None,
+            timeout_seconds: float | None = None, on_stdout: OutputCallback | None = None,
+            on_stderr: OutputCallback | None = None, user: str | None = None) -> CommandResult:
+        """Run `command` with /bin/sh in the sandbox, as `user` ("user" by default, or "root").
+
+        Returns stdout, stderr and exit_code once it ends; a non-zero exit is a result. Output goes
+        to the callbacks as it comes. Past `timeout_seconds` the command's whole process group is
+        killed and SandboxTimeoutError raised. No timeout: it runs as long as it takes.
+        """
+        result: CommandResult = self._sandbox._run(ops.run(
+            self._sandbox._dp, command, cwd=cwd, env=env, timeout_seconds=timeout_seconds, user=user,
+            on_stdout=on_stdout, on_stderr=on_stderr))
+        return result
+
+
+class Files:
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+
+    def write(self, path: str, content: str | bytes, *, user: str | None = None) -> None:
+        """Write a file (absolute path), making missing parent directories; owned by `user`."""
+        self._sandbox._run(ops.write_file(self._sandbox._dp, path, ops.as_bytes(content), user))
+
+    def read(self, path: str) -> bytes:
+        data: bytes = self._sandbox._run(ops.read_file(self._sandbox._dp, path))
+        return data
+
+    def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        return self.read(path).decode(encoding)
+
+    def download_dir(self, path: str) -> bytes:
+        """A directory and everything under it, as the bytes of a zip archive."""
+        data: bytes = self._sandbox._run(ops.download_dir(self._sandbox._dp, path))
+        return data
+
+
+# --- async ----------------------------------------------------------------------------------------
+
+def _async_client(cfg: ConnectionConfig) -> httpx.AsyncClient:
+    return httpx.AsyncClient(timeout=cfg.request_timeout)
+
+
+async def _once_async(cfg: ConnectionConfig, flow: Flow[Any]) -> Any:
+    async with _async_client(cfg) as client:
+        return await run_async(client, flow)
+
+
+class AsyncSandbox(_SandboxBase[httpx.AsyncClient]):
+    """A sandbox, used from asyncio code. The same calls as `Sandbox`, awaited."""
+
+    def __init__(self, info: SandboxInfo, data_plane: DataPlane, config: ConnectionConfig,
+                 client: httpx.AsyncClient) -> None:
+        super().__init__(info, data_plane, config, client)
+        self.commands = AsyncCommands(self)
+        self.files = AsyncFiles(self)
+
+    def _run(self, flow: Flow[Any]) -> Awaitable[Any]:
+        return run_async(self._client, flow)
+
+    @classmethod
+    async def _open(cls, cfg: ConnectionConfig, flow: Flow[tuple[SandboxInfo, DataPlane]]) -> AsyncSandbox:
+        client = _async_client(cfg)
+        try:
+            info, dp = await run_async(client, flow)
+        except BaseException:
+            await client.aclose()
+            raise
+        return cls(info, dp, cfg, client)
+
+    @classmethod
+    async def create(cls, name: str, *, from_template: str | None = None, timeout_seconds: int | None = None,
+                     auto_delete_seconds: int | None = None, metadata: dict[str, str] | None = None,
+                     env_vars: dict[str, str] | None = None, api_key: str | None = None,
+                     base_url: str | None = None) -> AsyncSandbox:
+        cfg = ConnectionConfig.resolve(api_key, base_url)
+        body = _create_body(name, from_template, timeout_seconds, auto_delete_seconds, metadata, env_vars)
+        return await cls._open(cfg, ops.create(cfg, body))
+
+    @classmethod
+    async def connect(cls, sandbox_id: str, *, api_key: str | None = None, base_url: str | None = None) -> AsyncSandbox:
+        cfg = ConnectionConfig.resolve(api_key, base_url)
+        return await cls._open(cfg, ops.connect(cfg, sandbox_id))
+
+    @classmethod
+    async def list(cls, *, metadata: dict[str, str] | None = None, status: str | None = None,
+                   api_key: str | None = None, base_url: str | None = None) -> list[SandboxInfo]:
+        cfg = ConnectionConfig.resolve(api_key, base_url)
+        result: list[SandboxInfo] = await _once_async(cfg, ops.list_sandboxes(cfg, metadata, status))
+        return result
+
+    @classmethod
+    async def kill_by_id(cls, sandbox_id: str, *, api_key: str | None = None, base_url: str | None = None) -> None:
+        cfg = ConnectionConfig.resolve(api_key, base_url)
+        await _once_async(cfg, ops.kill(cfg, sandbox_id))
+
+    async def get_info(self) -> SandboxInfo:
+        info: SandboxInfo = await self._run(ops.get_info(self._cfg, self.id))
+        return info
+
+    async def update(self, *, metadata: dict[str, str] | None = UNSET, timeout_seconds: int | None = UNSET,
+                     auto_delete_seconds: int | None = UNSET) -> SandboxInfo:
+        changes = {"metadata": metadata, "timeout_seconds": timeout_seconds, "auto_delete_seconds": auto_delete_seconds}
+        self._info = await self._run(ops.update(self._cfg, self.id, changes))
+        return self._info
+
+    async def kill(self) -> None:
+        try:
+            await self._run(ops.kill(self._cfg, self.id))
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+class AsyncCommands:
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sandbox = sandbox
+
+    async def run(self, command: str, *, cwd: str | None = None, env: dict[str, str] | None = None,
+                  timeout_seconds: float | None = None, on_stdout: OutputCallback | None = None,
+                  on_stderr: OutputCallback | None = None, user: str | None = None) -> CommandResult:
+        """As `Commands.run`; the callbacks may be coroutine functions."""
+        result: CommandResult = await self._sandbox._run(ops.run(
+            self._sandbox._dp, command, cwd=cwd, env=env, timeout_seconds=timeout_seconds, user=user,
+            on_stdout=on_stdout, on_stderr=on_stderr))
+        return result
+
+
+class AsyncFiles:
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sandbox = sandbox
+
+    async def write(self, path: str, content: str | bytes, *, user: str | None = None) -> None:
+        await self._sandbox._run(ops.write_file(self._sandbox._dp, path, ops.as_bytes(content), user))
+
+    async def read(self, path: str) -> bytes:
+        data: bytes = await self._sandbox._run(ops.read_file(self._sandbox._dp, path))
+        return data
+
+    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        return (await self.read(path)).decode(encoding)
+
+    async def download_dir(self, path: str) -> bytes:
+        data: bytes = await self._sandbox._run(ops.download_dir(self._sandbox._dp, path))
+        return data

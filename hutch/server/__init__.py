@@ -1,0 +1,1 @@
+"""The HTTP server: the control plane (API key, team-scoped) and the per-sandbox data plane."""

@@ -1,0 +1,245 @@
+"""The ASGI app: routes of the control plane (/v1) and the data plane (/data/v1), and their auth."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+from urllib.parse import parse_qsl
+
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import StreamingResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hutch.guest import protocol
+from hutch.node import base_image
+from hutch.node.node import Node
+from hutch.node.runsc import Runsc, RunscConfig, find_runsc
+from hutch.node.spec import AgentRuntime
+from hutch.server import errors
+from hutch.server.config import ServerConfig
+from hutch.server.dataplane import DataPlane
+from hutch.server.errors import ApiError
+from hutch.server.models import (
+    CommandResult, CreateSandbox, FileWritten, RunCommand, SandboxAccess, SandboxInfo, UpdateSandbox,
+)
+from hutch.server.sandboxes import Sandboxes, register_base_template
+from hutch.server.tokens import TokenSigner, load_or_create_key
+from hutch.store import SandboxRecord, Store
+
+log = logging.getLogger("hutch.server")
+
+MAX_JSON_BODY = 1 * 2**20
+Status = Literal["active", "pausing", "paused", "resuming", "failed"]
+
+
+class State:
+    """What the routes share, made once at start-up."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.store = Store(config.db_url)
+        base_root = base_image.base_root_path(config.cache_dir)
+        if not base_image.is_built(config.cache_dir):
+            raise RuntimeError(f"the base template is not built in {config.cache_dir}: run `hutch build-base`")
+        register_base_template(self.store, base_root, config)
+        binary = find_runsc()
+        if binary is None:
+            raise RuntimeError("runsc (gVisor) is not installed: see the README's set-up command")
+        runsc = Runsc(RunscConfig(config.run_dir / "runsc", binary=binary, platform=config.runsc_platform))
+        self.node = Node(config.run_dir, runsc, AgentRuntime.find(base_root))
+        self.signer = TokenSigner(load_or_create_key(config.data_dir / "server.key"))
+        self.sandboxes = Sandboxes(config, self.store, self.node, self.signer)
+        self.data = DataPlane(self.sandboxes, config.max_file_bytes)
+
+
+def state(request: Request) -> State:
+    st: State = request.app.state.hutch
+    return st
+
+
+StateDep = Annotated[State, Depends(state)]
+
+
+# --- auth -----------------------------------------------------------------------------------------
+
+def team(st: StateDep, authorization: Annotated[str | None, Header()] = None,
+         x_api_key: Annotated[str | None, Header()] = None) -> str:
+    key = x_api_key or (authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else None)
+    if not key:
+        raise ApiError(401, "unauthorized", "an API key is required (Authorization: Bearer <key>)")
+    team_id = st.store.team_for_api_key(key)
+    if team_id is None:
+        raise ApiError(401, "invalid_api_key", "the API key is not valid")
+    return team_id
+
+
+TeamDep = Annotated[str, Depends(team)]
+
+
+def sandbox_by_token(sandbox_id: str, st: StateDep,
+                     x_access_token: Annotated[str | None, Header()] = None) -> SandboxRecord:
+    """The data plane takes only the sandbox's own access token, never an API key."""
+    rec = st.store.get_sandbox(sandbox_id)
+    if rec is None:
+        raise errors.not_found("sandbox", sandbox_id)
+    if not x_access_token:
+        raise ApiError(401, "unauthorized", "the data plane needs the sandbox's access token (X-Access-Token)")
+    if not st.signer.verify(x_access_token, rec.id, rec.token_generation):
+        raise ApiError(401, "invalid_access_token", "the access token is not valid for this sandbox")
+    return rec
+
+
+BoxDep = Annotated[SandboxRecord, Depends(sandbox_by_token)]
+
+
+# --- control plane --------------------------------------------------------------------------------
+
+def control_routes(app: FastAPI) -> None:
+    @app.post("/v1/sandboxes", status_code=201, response_model=SandboxAccess)
+    async def create_sandbox(body: CreateSandbox, st: StateDep, team_id: TeamDep) -> SandboxAccess:
+        return st.sandboxes.access(await st.sandboxes.create(team_id, body))
+
+    @app.get("/v1/sandboxes", response_model=list[SandboxInfo])
+    async def list_sandboxes(st: StateDep, team_id: TeamDep, status: Status | None = None,
+                             metadata: Annotated[str | None, Query(max_length=8192,
+                                                                   description="key=value&key=value")] = None,
+                             ) -> list[SandboxInfo]:
+        wanted = dict(parse_qsl(metadata, keep_blank_values=True)) if metadata else None
+        return [st.sandboxes.info(r) for r in st.store.list_sandboxes(team_id, status, wanted)]
+
+    @app.get("/v1/sandboxes/{sandbox_id}", response_model=SandboxInfo)
+    async def get_sandbox(sandbox_id: str, st: StateDep, team_id: TeamDep) -> SandboxInfo:
+        return st.sandboxes.info(st.sandboxes.get(team_id, sandbox_id))
+
+    @app.patch("/v1/sandboxes/{sandbox_id}", response_model=SandboxInfo)
+    async def update_sandbox(sandbox_id: str, body: UpdateSandbox, st: StateDep, team_id: TeamDep) -> SandboxInfo:
+        return st.sandboxes.info(await st.sandboxes.update(team_id, sandbox_id, body))
+
+    @app.delete("/v1/sandboxes/{sandbox_id}", status_code=204)
+    async def kill_sandbox(sandbox_id: str, st: StateDep, team_id: TeamDep) -> Response:
+        await st.sandboxes.kill(team_id, sandbox_id)
+        return Response(status_code=204)
+
+    @app.post("/v1/sandboxes/{sandbox_id}/connect", response_model=SandboxAccess)
+    async def connect_sandbox(sandbox_id: str, st: StateDep, team_id: TeamDep) -> SandboxAccess:
+        return st.sandboxes.access(st.sandboxes.get(team_id, sandbox_id))
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+
+# --- data plane -----------------------------------------------------------------------------------
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def data_routes(app: FastAPI) -> None:
+    prefix = "/data/v1/sandboxes/{sandbox_id}"
+
+    @app.post(prefix + "/commands/run", response_model=CommandResult,
+              responses={200: {"content": {"text/event-stream": {}}}})
+    async def run_command(body: RunCommand, rec: BoxDep, st: StateDep,
+                          accept: Annotated[str | None, Header()] = None) -> Any:
+        stream = await st.data.start_command(rec, body)
+        if "text/event-stream" not in (accept or ""):
+            return await st.data.run_to_end(stream, rec)
+
+        async def events() -> AsyncIterator[bytes]:
+            yield _sse("start", {"pid": stream.pid})
+            async for ev in stream.events:
+                kind = ev["t"]
+                if kind in (protocol.EVENT_STDOUT, protocol.EVENT_STDERR):
+                    yield _sse(kind, {"data": ev["d"]})
+                elif kind == protocol.EVENT_PING:
+                    yield b": keep-alive\n\n"  # proxies see a live stream; clients skip comments
+                elif kind == protocol.EVENT_EXIT:
+                    yield _sse("exit", {"exit_code": ev["code"], "timed_out": ev["timed_out"]})
+                    return
+            err = await st.sandboxes.box_unreachable(rec)
+            yield _sse("error", {"code": err.code, "message": err.message})
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.put(prefix + "/files", response_model=FileWritten)
+    async def write_file(request: Request, rec: BoxDep, st: StateDep,
+                         path: Annotated[str, Query(max_length=4096)],
+                         user: Literal["user", "root"] | None = None) -> Any:
+        return await st.data.write_file(rec, path, request.stream(), user)
+
+    @app.get(prefix + "/files", response_class=StreamingResponse,
+             responses={200: {"content": {"application/octet-stream": {}}}})
+    async def read_file(rec: BoxDep, st: StateDep, path: Annotated[str, Query(max_length=4096)]) -> Any:
+        resp, body = await st.data.read_file(rec, path)
+        headers = {k: v for k, v in resp.headers.items() if k.lower() == "content-length"}
+        return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
+
+    @app.get(prefix + "/files/zip", response_class=StreamingResponse,
+             responses={200: {"content": {"application/zip": {}}}})
+    async def download_dir(rec: BoxDep, st: StateDep, path: Annotated[str, Query(max_length=4096)]) -> Any:
+        _resp, body = await st.data.zip_dir(rec, path)
+        return StreamingResponse(body, media_type="application/zip")
+
+
+class BodyLimit:
+    """Refuses over-large JSON bodies (413) before anything parses them; file uploads are exempt
+    here and capped where they stream."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or (scope["method"] == "PUT" and scope["path"].endswith("/files")):
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            return await _refuse(send, self.limit)
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            msg = await receive()
+            seen += len(msg.get("body", b""))
+            if seen > self.limit:
+                raise ApiError(413, "payload_too_large", f"request bodies are limited to {self.limit} bytes")
+            return msg
+
+        await self.app(scope, counted, send)
+
+
+async def _refuse(send: Send, limit: int) -> None:
+    body = json.dumps(errors.error_body("payload_too_large", f"request bodies are limited to {limit} bytes")).encode()
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app(config: ServerConfig) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        st = State(config)
+        app.state.hutch = st
+        await st.sandboxes.reconcile()
+        try:
+            yield
+        finally:
+            await st.node.close()  # the boxes outlive the server; a restart takes them back
+
+    app = FastAPI(title="hutch", version="0.1.0", lifespan=lifespan,
+                  description="Self-hosted gVisor sandboxes for AI agents.")
+    app.add_exception_handler(ApiError, errors.api_error_handler)
+    app.add_exception_handler(RequestValidationError, errors.validation_error_handler)
+    app.add_exception_handler(StarletteHTTPException, errors.http_error_handler)
+    app.add_exception_handler(Exception, errors.unexpected_error_handler)
+    app.add_middleware(BodyLimit, limit=MAX_JSON_BODY)
+    control_routes(app)
+    data_routes(app)
+    return app

@@ -1,0 +1,44 @@
+"""The server's settings, with defaults that work on one machine out of the box."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_DATA_DIR = Path(os.environ.get("HUTCH_DATA_DIR", "/var/lib/hutch"))
+DEFAULT_CACHE_DIR = Path(os.environ.get("HUTCH_CACHE_DIR", "/var/cache/hutch"))
+DEFAULT_PORT = 7423
+
+
+@dataclass
+class ServerConfig:
+    data_dir: Path = DEFAULT_DATA_DIR
+    cache_dir: Path = DEFAULT_CACHE_DIR  # built template roots, shared by every data dir on the host
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    database_url: str | None = None  # default: SQLite in the data dir
+    public_url: str | None = None  # how clients reach this server; default http://host:port
+    max_sandboxes: int = 64  # running boxes per node; more is refused with 429
+    memory_mib: int = 1024  # per box, unless the template says otherwise
+    vcpu: int = 1
+    pids: int = 1024
+    max_file_bytes: int = 4 * 2**30
+    runsc_platform: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'hutch.db'}"
+
+    @property
+    def run_dir(self) -> Path:
+        # Short, per data dir, and on tmpfs: socket paths must stay under 108 bytes, and runsc's
+        # state of running boxes is meaningless after a reboot.
+        digest = hashlib.sha256(str(self.data_dir.resolve()).encode()).hexdigest()[:10]
+        return Path("/run/hutch") / digest
+
+    @property
+    def base_url(self) -> str:
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")

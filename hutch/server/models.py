@@ -1,0 +1,99 @@
+"""Request and response bodies of the HTTP API, with the limits every field is held to."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+MAX_METADATA_KEYS = 64
+MAX_ENV_VARS = 256
+MAX_TIMEOUT_SECONDS = 30 * 24 * 3600
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")]
+MetaKey = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")]
+MetaValue = Annotated[str, StringConstraints(max_length=1024)]
+EnvName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+EnvValue = Annotated[str, StringConstraints(max_length=32768, pattern=r"^[^\x00]*$")]
+Seconds = Annotated[int, Field(ge=0, le=MAX_TIMEOUT_SECONDS)]
+User = Literal["user", "root"]
+
+
+def _few_keys(limit: int) -> AfterValidator:
+    def check(value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is not None and len(value) > limit:
+            raise ValueError(f"at most {limit} entries")
+        return value
+    return AfterValidator(check)
+
+
+Metadata = Annotated[dict[MetaKey, MetaValue], _few_keys(MAX_METADATA_KEYS)]
+EnvVars = Annotated[dict[EnvName, EnvValue], _few_keys(MAX_ENV_VARS)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateSandbox(Strict):
+    name: Name
+    from_template: Name | None = None
+    timeout_seconds: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_SECONDS)] | None = None
+    auto_delete_seconds: Seconds | None = None
+    metadata: Metadata | None = None
+    env_vars: EnvVars | None = None
+
+
+class UpdateSandbox(Strict):
+    """Fields left out are unchanged; a field sent as null is cleared."""
+
+    metadata: Metadata | None = None
+    timeout_seconds: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_SECONDS)] | None = None
+    auto_delete_seconds: Seconds | None = None
+
+
+class SandboxInfo(BaseModel):
+    id: str
+    name: str
+    status: Literal["active", "pausing", "paused", "resuming", "failed", "deleted"]
+    template: str
+    metadata: dict[str, str]
+    timeout_seconds: int | None
+    auto_delete_seconds: int | None
+    vcpu_count: int
+    memory_mib: int
+    created_at: datetime
+    updated_at: datetime
+    failure: str | None = None
+
+
+class SandboxAccess(SandboxInfo):
+    """What create and connect return: the box, and how to reach its data plane."""
+
+    access_token: str
+    data_plane_url: str
+
+
+class RunCommand(Strict):
+    command: Annotated[str, StringConstraints(min_length=1, max_length=256 * 1024, pattern=r"^[^\x00]*$")]
+    cwd: Annotated[str, StringConstraints(max_length=4096)] | None = None
+    env: EnvVars | None = None
+    timeout_seconds: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_SECONDS)] | None = None
+    user: User | None = None
+
+
+class CommandResult(BaseModel):
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    timed_out: bool
+
+
+class FileWritten(BaseModel):
+    path: str
+    size: int
+
+
+def timestamp(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc)
