@@ -40,8 +40,8 @@ def _admin_key(store: Any, data_dir: Path) -> str:
                 if store.team_for_api_key(key):
                     return key
     team_id = store.team_by_name("default") or store.create_team("default")
-    key: str = store.create_api_key(team_id)
-    return key
+    new_key: str = store.create_api_key(team_id)
+    return new_key
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -114,7 +114,8 @@ def _pairs(items: Sequence[str] | None, what: str) -> dict[str, str]:
 
 
 def _info_json(info: SandboxInfo) -> dict[str, Any]:
-    return json.loads(json.dumps(asdict(info), default=str))
+    data: dict[str, Any] = json.loads(json.dumps(asdict(info), default=str))
+    return data
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:

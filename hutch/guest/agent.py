@@ -19,13 +19,18 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Callable, Iterator
+from typing import IO, Any, cast
 from urllib.parse import parse_qs, urlsplit
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import protocol as p  # noqa: E402  (the agent runs as a script, outside the hutch package)
-from spawner import Spawner, exit_code  # noqa: E402
+try:
+    from hutch.guest import protocol as p
+    from hutch.guest.spawner import Spawner, exit_code
+except ImportError:  # in the box: run as a script beside its modules, without the hutch package
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import protocol as p  # type: ignore[import-not-found, no-redef]
+    from spawner import Spawner, exit_code  # type: ignore[import-not-found, no-redef]
 
 SPAWNER: Spawner  # started before any thread, in serve()
 
@@ -47,7 +52,7 @@ class Handler(BaseHTTPRequestHandler):
     def address_string(self) -> str:
         return "host"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # the node logs; nothing in the box should see host requests
 
     # --- plumbing -------------------------------------------------------------------------------
@@ -115,7 +120,7 @@ class Handler(BaseHTTPRequestHandler):
 
     # --- routes ---------------------------------------------------------------------------------
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         route = urlsplit(self.path).path
         if route == p.HEALTH:
             self._json(200, {"version": p.VERSION, "pid": os.getpid()})
@@ -126,13 +131,13 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._error(404, p.ERR_BAD_REQUEST, "no such route")
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         if urlsplit(self.path).path == p.FILES:
             self._write_file()
         else:
             self._error(404, p.ERR_BAD_REQUEST, "no such route")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         if urlsplit(self.path).path == p.EXEC:
             self._exec()
         else:
@@ -223,7 +228,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._error(404 if code == p.ERR_NOT_FOUND else 400, code, f"not a directory: {path}")
         self._start_chunked("application/zip")
         out = _ChunkWriter(self)
-        with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        with zipfile.ZipFile(cast(IO[bytes], out), "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
             for top, dirs, files in os.walk(path):
                 dirs.sort()
                 rel_top = os.path.relpath(top, path)
@@ -317,7 +322,7 @@ def _launch(argv: list[str], cwd: str, env: dict[str, str], as_root: bool) -> tu
                 pid = SPAWNER.spawn(argv, cwd, env, [null, out_w, err_w])
             finally:
                 os.close(null)
-            wait = lambda: SPAWNER.wait(pid)  # noqa: E731
+            wait = lambda: SPAWNER.wait(pid)
     except BaseException:
         os.close(out_r)
         os.close(err_r)

@@ -67,7 +67,7 @@ def build(cache_dir: Path, progress: Callable[[str], None] = print) -> Path:
     tail: list[str] = []
     for line in proc.stdout:
         line = line.rstrip()
-        tail = (tail + [line])[-30:]
+        tail = [*tail[-29:], line]
         if line.startswith("I: "):
             progress("  " + line[3:])
     if proc.wait() != 0:

@@ -60,7 +60,7 @@ class Runsc:
             )
             try:
                 out, err = await asyncio.wait_for(proc.communicate(), timeout or self.config.timeout_seconds)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 proc.kill()
                 await proc.wait()
                 raise RunscError(f"runsc {args[0]} timed out") from None

@@ -41,7 +41,10 @@ class AgentRuntime:
         pythons = sorted(p for p in (root / "usr/bin").glob("python3.[0-9]*") if p.name.count(".") == 1)
         if not loaders or not pythons:
             raise FileNotFoundError(f"{root} holds no dynamic loader and python3: not a usable agent runtime")
-        rel = lambda p: "/" + str(p.relative_to(root))  # noqa: E731
+
+        def rel(p: Path) -> str:
+            return "/" + str(p.relative_to(root))
+
         lib = ":".join(protocol.RUNTIME_DIR + rel(d) for d in libdirs)
         return cls(root, protocol.RUNTIME_DIR + rel(loaders[0]), lib, protocol.RUNTIME_DIR + rel(pythons[-1]))
 

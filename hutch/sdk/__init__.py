@@ -4,8 +4,14 @@ Depends on nothing else of hutch, so it can be installed and used on any machine
 """
 
 from hutch.sdk.errors import (
-    AuthenticationError, ConflictError, NotFoundError, RateLimitError, SandboxError, SandboxTimeoutError,
-    ServerError, ValidationError,
+    AuthenticationError,
+    ConflictError,
+    NotFoundError,
+    RateLimitError,
+    SandboxError,
+    SandboxTimeoutError,
+    ServerError,
+    ValidationError,
 )
 from hutch.sdk.ops import CommandResult, SandboxInfo
 from hutch.sdk.sandbox import AsyncSandbox, Sandbox

@@ -14,7 +14,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, Union
+from typing import Any, TypeVar
 
 import httpx
 
@@ -63,7 +63,7 @@ class Sleep:
     seconds: float
 
 
-Instruction = Union[Call, NextLine, Callback, Sleep]
+Instruction = Call | NextLine | Callback | Sleep
 Flow = Generator[Instruction, Any, T]
 
 RETRY_STATUSES = {429, 502, 503, 504}
@@ -98,7 +98,7 @@ def send(call: Call) -> Flow[Reply]:
 
 
 def _backoff(attempt: int) -> float:
-    return min(4.0, 0.2 * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+    return min(4.0, 0.2 * 2.0 ** (attempt - 1)) * (0.5 + random.random() / 2)
 
 
 class _Streamed:
@@ -106,7 +106,8 @@ class _Streamed:
 
     def __init__(self) -> None:
         self.response: httpx.Response | None = None
-        self.lines: Iterator[str] | AsyncIterator[str] | None = None
+        self.lines: Iterator[str] | None = None
+        self.alines: AsyncIterator[str] | None = None
 
 
 def run_sync(client: httpx.Client, flow: Flow[T]) -> T:
@@ -125,7 +126,7 @@ def run_sync(client: httpx.Client, flow: Flow[T]) -> T:
                     value = _send_sync(client, step, streamed)
                 elif isinstance(step, NextLine):
                     assert streamed.lines is not None
-                    value = next(streamed.lines, None)  # type: ignore[call-overload]
+                    value = next(streamed.lines, None)
                 elif isinstance(step, Callback):
                     step.fn(step.arg)
                 elif isinstance(step, Sleep):
@@ -166,8 +167,8 @@ async def run_async(client: httpx.AsyncClient, flow: Flow[T]) -> T:
                 if isinstance(step, Call):
                     value = await _send_async(client, step, streamed)
                 elif isinstance(step, NextLine):
-                    assert streamed.lines is not None
-                    value = await anext(streamed.lines, None)  # type: ignore[call-overload]
+                    assert streamed.alines is not None
+                    value = await anext(streamed.alines, None)
                 elif isinstance(step, Callback):
                     result = step.fn(step.arg)
                     if inspect.isawaitable(result):
@@ -191,7 +192,7 @@ async def _send_async(client: httpx.AsyncClient, call: Call, streamed: _Streamed
             body = await response.aread()
             await response.aclose()
             return Reply(response.status_code, response.headers, body)
-        streamed.response, streamed.lines = response, response.aiter_lines()
+        streamed.response, streamed.alines = response, response.aiter_lines()
     return Reply(response.status_code, response.headers, b"" if call.stream else response.content)
 
 

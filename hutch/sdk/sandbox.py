@@ -33,7 +33,8 @@ class _SandboxBase(Generic[ClientT]):
     was made: call `get_info()` for the server's current view."""
 
     def __init__(self, info: SandboxInfo, data_plane: DataPlane, config: ConnectionConfig, client: ClientT) -> None:
-        self._info, self._dp, self._cfg, self._client = info, data_plane, config, client
+        self._info, self._dp, self._cfg = info, data_plane, config
+        self._client: ClientT = client
 
     @property
     def id(self) -> str:
@@ -75,6 +76,8 @@ class Sandbox(_SandboxBase[httpx.Client]):
         self.files = Files(self)
 
     def _run(self, flow: Flow[Any]) -> Any:
+        if self._client.is_closed:  # used again after kill() or close(): the server has the last word
+            self._client = _sync_client(self._cfg)
         return run_sync(self._client, flow)
 
     @classmethod
@@ -198,6 +201,8 @@ class AsyncSandbox(_SandboxBase[httpx.AsyncClient]):
         self.files = AsyncFiles(self)
 
     def _run(self, flow: Flow[Any]) -> Awaitable[Any]:
+        if self._client.is_closed:
+            self._client = _async_client(self._cfg)
         return run_async(self._client, flow)
 
     @classmethod

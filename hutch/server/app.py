@@ -25,7 +25,13 @@ from hutch.server.config import ServerConfig
 from hutch.server.dataplane import DataPlane
 from hutch.server.errors import ApiError
 from hutch.server.models import (
-    CommandResult, CreateSandbox, FileWritten, RunCommand, SandboxAccess, SandboxInfo, UpdateSandbox,
+    CommandResult,
+    CreateSandbox,
+    FileWritten,
+    RunCommand,
+    SandboxAccess,
+    SandboxInfo,
+    UpdateSandbox,
 )
 from hutch.server.sandboxes import Sandboxes, register_base_template
 from hutch.server.tokens import TokenSigner, load_or_create_key

@@ -116,10 +116,18 @@ class Sandboxes:
         return box
 
     async def box_unreachable(self, rec: SandboxRecord) -> ApiError:
-        """The agent did not answer: find out whether the box died, and record it if so."""
-        if rec.runtime_id and not await self.node.is_alive(rec.runtime_id):
-            self.mark_failed(rec.id, "the sandbox's runtime ended")
-            return ApiError(409, "sandbox_failed", f"sandbox {rec.id} has failed: its runtime ended")
+        """The agent did not answer: find out whether the box died, and record it if so.
+
+        A box being killed (memory limit, fork bomb) drops its channel a moment before runsc
+        reports it gone, so look a few times before calling it merely unreachable.
+        """
+        for _ in range(6):
+            if not rec.runtime_id or not await self.node.is_alive(rec.runtime_id):
+                current = self.store.get_sandbox(rec.id)
+                why = (current.failure if current else None) or "the sandbox's runtime ended"
+                self.mark_failed(rec.id, why)
+                return ApiError(409, "sandbox_failed", f"sandbox {rec.id} has failed: {why}")
+            await asyncio.sleep(0.25)
         return ApiError(503, "sandbox_unreachable", f"sandbox {rec.id} did not answer; try again")
 
     def mark_failed(self, sandbox_id: str, why: str) -> None:

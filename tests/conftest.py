@@ -1,0 +1,223 @@
+"""Fixtures: a real `hutch serve` on loopback with real gVisor boxes, two teams, and the SDK in both
+its sync and async forms behind one blocking face, so every SDK test runs against both."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from hutch import AsyncSandbox, Sandbox
+from hutch.sdk.sandbox import AsyncCommands, AsyncFiles
+
+HUTCH = [sys.executable, "-m", "hutch.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    data_dir: Path
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+    log: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log = self.data_dir.parent / f"server-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([*HUTCH, "--data-dir", str(self.data_dir), "serve", "--port", str(self.port)],
+                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 300  # the first start may build the base template
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"the server exited:\n{self.log.read_text()[-3000:]}"
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("the server did not start")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def admin_key(self) -> str:
+        for line in (self.data_dir / "client.env").read_text().splitlines():
+            if line.startswith("HUTCH_API_KEY="):
+                return line.split("=", 1)[1]
+        raise AssertionError("no key in client.env")
+
+    def new_team(self, name: str) -> str:
+        out = subprocess.run([*HUTCH, "--data-dir", str(self.data_dir), "team-create", name],
+                             check=True, capture_output=True, text=True)
+        return out.stdout.strip()
+
+    def cleanup_boxes(self, *keys: str) -> None:
+        for key in keys:
+            for info in Sandbox.list(api_key=key, base_url=self.url):
+                Sandbox.kill_by_id(info.id, api_key=key, base_url=self.url)
+
+
+def make_server() -> Server:
+    # short paths: the boxes' channel sockets must stay under the 108-byte limit
+    root = Path(tempfile.mkdtemp(prefix="hutch-t", dir="/tmp"))
+    return Server(root / "data", free_port())
+
+
+@dataclass
+class Env:
+    server: Server
+    key_a: str  # team "default"
+    key_b: str  # team "other"
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+@pytest.fixture(scope="session")
+def env() -> Iterator[Env]:
+    server = make_server()
+    server.start()
+    e = Env(server, server.admin_key(), server.new_team("other"))
+    try:
+        yield e
+    finally:
+        try:
+            server.cleanup_boxes(e.key_a, e.key_b)
+        finally:
+            server.stop()
+            shutil.rmtree(server.data_dir.parent, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _client_config(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HUTCH_API_KEY", env.key_a)
+    monkeypatch.setenv("HUTCH_BASE_URL", env.url)
+
+
+# --- one blocking face over the sync and the async SDK ---------------------------------------------
+
+class _Loop:
+    """An event loop on its own thread, for driving the async SDK from a blocking test."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, awaitable: Any) -> Any:
+        async def wait() -> Any:
+            return await awaitable
+        return asyncio.run_coroutine_threadsafe(wait(), self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+
+
+class Blocking:
+    """Runs every call of an async SDK object to completion, so one test body serves both SDKs."""
+
+    WRAP = (AsyncSandbox, AsyncCommands, AsyncFiles)
+
+    def __init__(self, target: Any, loop: _Loop) -> None:
+        self._target, self._loop = target, loop
+
+    def _wrap(self, value: Any) -> Any:
+        if isinstance(value, self.WRAP):
+            return Blocking(value, self._loop)
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        if not callable(value):
+            return self._wrap(value)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = value(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = self._loop.run(result)
+            return self._wrap(result)
+
+        return call
+
+    def __repr__(self) -> str:
+        return f"Blocking({self._target!r})"
+
+
+@pytest.fixture(params=["sync", "async"])
+def sdk(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """`Sandbox`, or `AsyncSandbox` driven to completion call by call."""
+    if request.param == "sync":
+        yield Sandbox
+        return
+    loop = _Loop()
+    try:
+        yield Blocking(AsyncSandbox, loop)
+    finally:
+        loop.close()
+
+
+@pytest.fixture
+def box(sdk: Any) -> Iterator[Any]:
+    sb = sdk.create(name="test", metadata={"suite": "tests"})
+    try:
+        yield sb
+    finally:
+        sb.kill()
+
+
+@pytest.fixture
+def make_box(sdk: Any) -> Iterator[Callable[..., Any]]:
+    made: list[Any] = []
+
+    def make(**kwargs: Any) -> Any:
+        kwargs.setdefault("name", "test")
+        sb = sdk.create(**kwargs)
+        made.append(sb)
+        return sb
+
+    yield make
+    for sb in made:
+        sb.kill()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+

@@ -1,0 +1,63 @@
+"""The `hutch` command as a person uses it: create, ls, exec, cp, info, kill; tables and --json."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import Env
+
+
+def hutch(env: Env, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    environ = {**os.environ, "HUTCH_API_KEY": env.key_a, "HUTCH_BASE_URL": env.url}
+    return subprocess.run([sys.executable, "-m", "hutch.cli", *args], input=stdin, capture_output=True,
+                          env=environ, timeout=120)
+
+
+def test_the_cli_round_trip(env: Env, tmp_path: Path) -> None:
+    made = hutch(env, "create", "--name", "cli-box", "-m", "via=cli", "-e", "WHO=cli")
+    assert made.returncode == 0, made.stderr
+    box = made.stdout.decode().strip()
+    try:
+        table = hutch(env, "ls", "-m", "via=cli").stdout.decode()
+        assert table.splitlines()[0].split()[:3] == ["ID", "NAME", "STATUS"] and box in table and "cli-box" in table
+        listed = json.loads(hutch(env, "--json", "ls").stdout)
+        assert any(b["id"] == box and b["metadata"] == {"via": "cli"} for b in listed)
+
+        run = hutch(env, "exec", box, "--", "echo $WHO; echo oops >&2; exit 5")
+        assert (run.returncode, run.stdout, run.stderr) == (5, b"cli\n", b"oops\n")
+        run = hutch(env, "exec", box, "--", "ls", "-d", "/home/user")
+        assert run.returncode == 0 and run.stdout == b"/home/user\n"
+        run = hutch(env, "--json", "exec", box, "--", "echo hi")
+        assert json.loads(run.stdout) == {"stdout": "hi\n", "stderr": "", "exit_code": 0}
+        run = hutch(env, "exec", box, "--timeout", "1", "--", "sleep 10")
+        assert run.returncode == 124 and b"command_timeout" in run.stderr
+
+        local = tmp_path / "in.bin"
+        local.write_bytes(bytes(range(256)))
+        assert hutch(env, "cp", str(local), f"{box}:/home/user/in.bin").returncode == 0
+        out = tmp_path / "out.bin"
+        assert hutch(env, "cp", f"{box}:/home/user/in.bin", str(out)).returncode == 0
+        assert out.read_bytes() == bytes(range(256))
+        assert hutch(env, "cp", "-", f"{box}:/tmp/stdin.txt", stdin=b"piped").returncode == 0
+        assert hutch(env, "cp", f"{box}:/tmp/stdin.txt", "-").stdout == b"piped"
+
+        info = json.loads(hutch(env, "--json", "info", box).stdout)
+        assert info["id"] == box and info["status"] == "active" and info["name"] == "cli-box"
+        assert "status" in hutch(env, "info", box).stdout.decode()
+    finally:
+        assert hutch(env, "kill", box).returncode == 0
+    gone = hutch(env, "info", box)
+    assert gone.returncode == 1 and b"not_found" in gone.stderr
+    gone = hutch(env, "--json", "info", box)
+    assert json.loads(gone.stderr)["error"]["code"] == "not_found"
+
+
+def test_cli_usage_errors_are_clear(env: Env) -> None:
+    r = hutch(env, "cp", "a", "b")
+    assert r.returncode != 0 and b"one side must be ID:/path" in r.stderr
+    r = hutch(env, "create", "-m", "novalue")
+    assert r.returncode != 0 and b"KEY=VALUE" in r.stderr

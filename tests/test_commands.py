@@ -1,0 +1,109 @@
+"""commands.run: output, exit codes, env, cwd, users, live streaming and timeouts."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from hutch import SandboxTimeoutError, ValidationError
+
+
+def test_stdout_stderr_and_a_nonzero_exit_is_a_result(box: Any) -> None:
+    r = box.commands.run("echo out; echo err >&2; exit 7")
+    assert (r.stdout, r.stderr, r.exit_code) == ("out\n", "err\n", 7)
+
+
+def test_a_missing_program_is_exit_127_not_an_exception(box: Any) -> None:
+    r = box.commands.run("no-such-program --flag")
+    assert r.exit_code == 127 and "not found" in r.stderr
+
+
+def test_runs_as_the_box_user_in_its_home_unless_root_is_asked(box: Any) -> None:
+    r = box.commands.run('id -u; id -g; echo "$HOME"; pwd; echo "$USER"')
+    assert r.stdout.split() == ["1000", "1000", "/home/user", "/home/user", "user"]
+    r = box.commands.run("id -u; echo $HOME; touch /etc/made-by-root && echo ok", user="root")
+    assert r.stdout.split() == ["0", "/root", "ok"]
+    r = box.commands.run("touch /etc/made-by-user")
+    assert r.exit_code != 0 and "Permission denied" in r.stderr
+
+
+def test_sudo_is_not_a_way_to_root(box: Any) -> None:
+    r = box.commands.run("sudo id -u")
+    assert r.exit_code != 0
+
+
+def test_env_vars_reach_every_process_and_per_command_env_overrides(make_box: Any) -> None:
+    sb = make_box(env_vars={"APP_MODE": "test", "SHARED": "box"})
+    assert sb.commands.run("echo $APP_MODE-$SHARED").stdout == "test-box\n"
+    assert sb.commands.run("sh -c 'python3 -c \"import os; print(os.environ[\\\"APP_MODE\\\"])\"'").stdout == "test\n"
+    r = sb.commands.run("echo $APP_MODE-$SHARED-$ONLY_HERE", env={"SHARED": "cmd", "ONLY_HERE": "1"})
+    assert r.stdout == "test-cmd-1\n"
+    assert sb.commands.run("echo ${ONLY_HERE:-unset}").stdout == "unset\n"  # per call only
+    assert sb.commands.run("echo '$APP_MODE' \"$APP_MODE\"").stdout == "$APP_MODE test\n"
+
+
+def test_cwd(box: Any) -> None:
+    box.commands.run("mkdir -p /home/user/proj/src")
+    assert box.commands.run("pwd", cwd="/home/user/proj/src").stdout == "/home/user/proj/src\n"
+    with pytest.raises(ValidationError) as err:
+        box.commands.run("pwd", cwd="/no/such/dir")
+    assert err.value.code == "invalid_cwd"
+    with pytest.raises(ValidationError) as err:
+        box.commands.run("pwd", cwd="relative/dir")
+    assert err.value.code == "invalid_path"
+
+
+def test_output_streams_live_to_callbacks_and_the_result_holds_it_all(box: Any) -> None:
+    seen: list[tuple[float, str, str]] = []
+    r = box.commands.run(
+        "for i in 1 2 3; do echo line$i; echo warn$i >&2; sleep 0.7; done",
+        on_stdout=lambda d: seen.append((time.monotonic(), "out", d)),
+        on_stderr=lambda d: seen.append((time.monotonic(), "err", d)))
+    done = time.monotonic()
+    assert r.stdout == "line1\nline2\nline3\n" and r.stderr == "warn1\nwarn2\nwarn3\n" and r.exit_code == 0
+    assert "".join(d for _, k, d in seen if k == "out") == r.stdout
+    assert "".join(d for _, k, d in seen if k == "err") == r.stderr
+    first = min(t for t, k, d in seen if "line1" in d)
+    assert done - first > 1.0, "the first line must reach the callback while the command still runs"
+
+
+def test_async_callbacks_may_be_coroutines(sdk: Any, box: Any) -> None:
+    got: list[str] = []
+
+    async def collect(data: str) -> None:
+        got.append(data)
+
+    if sdk.__class__.__name__ != "Blocking":
+        pytest.skip("coroutine callbacks belong to the async SDK")
+    box.commands.run("echo a; echo b", on_stdout=collect)
+    assert "".join(got) == "a\nb\n"
+
+
+def test_a_timeout_kills_the_whole_process_group_and_says_so(box: Any) -> None:
+    with pytest.raises(SandboxTimeoutError) as err:
+        box.commands.run("echo started; sleep 300 & sleep 301; echo never", timeout_seconds=1.5)
+    assert err.value.code == "command_timeout" and err.value.stdout == "started\n"
+    left = box.commands.run("ps -eo args | grep -c '^sleep 30[01]' || true")
+    assert left.stdout.strip() == "0"
+    assert box.commands.run("echo still fine").stdout == "still fine\n"
+
+
+def test_large_and_non_ascii_output_arrives_intact(box: Any) -> None:
+    r = box.commands.run("python3 -c \"import sys; sys.stdout.write('é€😀' * 400000)\"")
+    assert r.exit_code == 0 and r.stdout == "é€😀" * 400000
+    r = box.commands.run("head -c 3000000 /dev/zero | tr '\\0' 'x'")
+    assert len(r.stdout) == 3_000_000 and set(r.stdout) == {"x"}
+
+
+def test_invalid_bytes_in_output_are_replaced_not_fatal(box: Any) -> None:
+    r = box.commands.run("printf 'ok\\377\\376end'")
+    assert r.stdout == "ok\ufffd\ufffdend"
+
+
+def test_a_background_process_keeps_running_between_commands(box: Any) -> None:
+    box.commands.run("nohup sh -c 'while true; do date +%s%N >> /tmp/tick; sleep 0.2; done' >/dev/null 2>&1 &")
+    first = box.commands.run("until [ -s /tmp/tick ]; do sleep 0.05; done; wc -l < /tmp/tick").stdout
+    time.sleep(1)
+    assert int(box.commands.run("wc -l < /tmp/tick").stdout) > int(first)

@@ -1,0 +1,146 @@
+"""What a box cannot do: see the host's files, reach the host's network, be root, or take down the
+host or other boxes with a fork bomb or a memory hog."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hutch import Sandbox, SandboxError
+from tests.conftest import Env
+
+
+def test_host_files_are_not_visible(env: Env) -> None:
+    marker = f"hutch-marker-{secrets.token_hex(8)}"
+    host_files = [Path("/root") / marker, env.server.data_dir / marker, Path("/var/tmp") / marker]
+    for f in host_files:
+        f.write_text("host secret")
+    sb = Sandbox.create(name="iso-files")
+    try:
+        for f in host_files:
+            r = sb.commands.run(f"cat {f}", user="root")
+            assert r.exit_code != 0 and "host secret" not in r.stdout
+        r = sb.commands.run("grep -rl 'host secret' /root /var /home /tmp /etc 2>/dev/null; ls / /root", user="root")
+        assert marker not in r.stdout and "host secret" not in r.stdout
+        assert sb.commands.run(f"ls {env.server.data_dir}").exit_code != 0
+        assert sb.commands.run("cat /proc/1/cmdline | tr '\\0' ' '").stdout.startswith("/.hutch/rt/")
+    finally:
+        sb.kill()
+        for f in host_files:
+            f.unlink()
+
+
+def test_the_runtime_and_agent_mounts_are_read_only_and_the_channel_is_root_only() -> None:
+    sb = Sandbox.create(name="iso-mounts")
+    try:
+        r = sb.commands.run("touch /.hutch/rt/usr/bin/evil; touch /.hutch/agent/evil; echo done", user="root")
+        assert "Read-only file system" in r.stderr and r.stderr.count("touch:") == 2
+        assert sb.commands.run("ls /.hutch/chan").exit_code != 0, "the box user must not reach the agent socket"
+        r = sb.commands.run("head -c 4194304 /dev/zero > /.hutch/chan/fill", user="root")
+        assert r.exit_code != 0, "the channel directory is a tiny tmpfs: root in the box cannot fill the host disk"
+    finally:
+        sb.kill()
+
+
+def test_no_network_but_loopback_and_no_way_to_the_hosts_services(env: Env) -> None:
+    sb = Sandbox.create(name="iso-net")
+    try:
+        r = sb.commands.run("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '")
+        assert r.stdout.split() == ["lo"]
+        port = env.server.port
+        probe = ("import socket,sys\n"
+                 f"s=socket.socket(); s.settimeout(3)\n"
+                 f"try:\n    s.connect(('127.0.0.1', {port})); print('reached')\n"
+                 "except OSError as e:\n    print('refused', e.errno)\n")
+        sb.files.write("/tmp/probe.py", probe)
+        assert sb.commands.run("python3 /tmp/probe.py").stdout.startswith("refused")
+        assert httpx.get(f"{env.url}/health").status_code == 200  # the server is there, on the host's loopback
+    finally:
+        sb.kill()
+
+
+def test_the_user_is_not_root_and_cannot_become_root() -> None:
+    sb = Sandbox.create(name="iso-user")
+    try:
+        assert sb.commands.run("id -u").stdout == "1000\n"
+        assert sb.commands.run("cat /etc/shadow").exit_code != 0
+        # setuid binaries do not raise privileges: the sandbox sets no-new-privileges
+        assert "rws" in sb.commands.run("ls -l /bin/su").stdout
+        r = sb.commands.run("echo | su -c 'id -u' root")
+        assert r.exit_code != 0 and "0" not in r.stdout.split()
+    finally:
+        sb.kill()
+
+
+def _box_ok_or_failed(sb: Any) -> str:
+    """After an attack a box either still answers or is reported failed; it never hangs a call."""
+    try:
+        r = sb.commands.run("echo ok", timeout_seconds=30)
+        return "ok" if r.stdout == "ok\n" else "broken"
+    except SandboxError:
+        return sb.get_info().status
+
+
+def test_a_fork_bomb_harms_only_its_own_box(env: Env) -> None:
+    bystander = Sandbox.create(name="bystander")
+    bomb = Sandbox.create(name="bomb")
+    try:
+        try:
+            bomb.commands.run("bomb() { bomb | bomb & }; bomb", timeout_seconds=10)
+        except SandboxError:
+            pass
+        assert _box_ok_or_failed(bomb) in ("ok", "failed")
+        assert bystander.commands.run("echo fine").stdout == "fine\n"
+        assert httpx.get(f"{env.url}/health").status_code == 200
+    finally:
+        bomb.kill()
+        bystander.kill()
+
+
+def test_a_memory_hog_harms_only_its_own_box(env: Env) -> None:
+    bystander = Sandbox.create(name="bystander")
+    hog = Sandbox.create(name="hog")
+    try:
+        try:
+            r = hog.commands.run("python3 -c \"x = bytearray(3 * 2**30); print('allocated', len(x))\"",
+                                 timeout_seconds=120)
+            assert "allocated" not in r.stdout, "a 3 GiB allocation must not succeed under a 1 GiB limit"
+        except SandboxError:
+            pass
+        assert _box_ok_or_failed(hog) in ("ok", "failed")
+        assert bystander.commands.run("echo fine").stdout == "fine\n"
+        assert httpx.get(f"{env.url}/health").status_code == 200
+    finally:
+        hog.kill()
+        bystander.kill()
+
+
+def test_files_written_in_one_box_are_not_in_another() -> None:
+    a = Sandbox.create(name="a")
+    b = Sandbox.create(name="b")
+    try:
+        a.files.write("/home/user/only-a.txt", "a")
+        a.commands.run("echo a > /tmp/a-tmp && echo a > /etc/a-etc", user="root")
+        r = b.commands.run("ls /home/user/only-a.txt /tmp/a-tmp /etc/a-etc")
+        assert r.exit_code != 0 and "only-a" not in r.stdout
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_writes_never_reach_the_template(env: Env) -> None:
+    sb = Sandbox.create(name="tmpl")
+    try:
+        sb.commands.run("echo changed > /etc/debian_version && rm -f /bin/ls", user="root")
+        assert sb.commands.run("cat /etc/debian_version").stdout == "changed\n"
+    finally:
+        sb.kill()
+    fresh = Sandbox.create(name="fresh")
+    try:
+        assert fresh.commands.run("cat /etc/debian_version").stdout.startswith("12.")
+        assert fresh.commands.run("ls /").exit_code == 0
+    finally:
+        fresh.kill()
