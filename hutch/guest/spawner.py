@@ -9,7 +9,7 @@ Standard library only.
 
 from __future__ import annotations
 
-import json
+import marshal
 import os
 import socket
 import struct
@@ -21,7 +21,7 @@ _LEN = struct.Struct("!I")
 
 
 def _send(sock: socket.socket, msg: dict[str, Any], fds: list[int] | None = None) -> None:
-    data = json.dumps(msg).encode()
+    data = marshal.dumps(msg)  # both ends are the same interpreter; marshal costs no import
     payload = _LEN.pack(len(data)) + data
     if fds:
         socket.send_fds(sock, [payload], fds)
@@ -49,7 +49,8 @@ def _recv(sock: socket.socket, with_fds: int = 0) -> tuple[dict[str, Any], list[
     else:
         head = _recv_exact(sock, _LEN.size)
     (size,) = _LEN.unpack(head)
-    return json.loads(_recv_exact(sock, size)), fds
+    msg: dict[str, Any] = marshal.loads(_recv_exact(sock, size))
+    return msg, fds
 
 
 def exit_code(returncode: int) -> int:

@@ -20,7 +20,6 @@ PACKAGES = [
     "python3", "ca-certificates", "procps", "curl", "git", "less", "nano", "unzip", "xz-utils",
     "bzip2", "file", "jq", "iproute2", "iputils-ping",
 ]
-MIRROR = os.environ.get("HUTCH_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 CUSTOMIZE = [
     # the unprivileged user commands run as
     f'chroot "$1" useradd --create-home --uid {protocol.BOX_UID} --user-group --shell /bin/bash {protocol.BOX_USER}',
@@ -29,6 +28,23 @@ CUSTOMIZE = [
     'rm -rf "$1/var/cache/apt/archives/"*.deb "$1/var/lib/apt/lists/"*',
 ]
 RECIPE_VERSION = "1"
+
+
+def debian_mirror() -> str | None:
+    """HUTCH_DEBIAN_MIRROR, else the host's own Debian mirror from its apt sources, else None
+    (mmdebstrap then picks its default)."""
+    if os.environ.get("HUTCH_DEBIAN_MIRROR"):
+        return os.environ["HUTCH_DEBIAN_MIRROR"]
+    apt = Path("/etc/apt")
+    files = [apt / "sources.list", *sorted(apt.glob("sources.list.d/*.list")), *sorted(apt.glob("sources.list.d/*.sources"))]
+    candidates = [
+        word
+        for f in files if f.exists()
+        for line in f.read_text().splitlines() if line.startswith(("deb ", "URIs:"))
+        for word in line.split() if word.startswith(("http://", "https://"))
+    ]
+    good = [u for u in candidates if "debian" in u.lower() and "security" not in u.lower()]
+    return good[0].rstrip("/") if good else None
 
 
 def recipe_key() -> str:
@@ -59,7 +75,7 @@ def build(cache_dir: Path, progress: Callable[[str], None] = print) -> Path:
         "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*", "--dpkgopt=path-include=/usr/share/locale/locale.alias",
         *[f"--customize-hook={hook}" for hook in CUSTOMIZE],
-        SUITE, str(work / "rootfs"), MIRROR,
+        SUITE, str(work / "rootfs"), *([mirror] if (mirror := debian_mirror()) else []),
     ]
     progress(f"building the base template ({SUITE}, about 30 s) into {root.parent}")
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

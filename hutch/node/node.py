@@ -57,7 +57,7 @@ def new_runtime_id() -> str:
 
 def agent_client(socket: Path) -> httpx.AsyncClient:
     return httpx.AsyncClient(
-        transport=httpx.AsyncHTTPTransport(uds=str(socket)),
+        transport=httpx.AsyncHTTPTransport(uds=str(socket), verify=False),  # plain HTTP: no CA bundle to load
         base_url="http://agent",
         timeout=httpx.Timeout(60.0, connect=5.0),
     )
@@ -88,20 +88,27 @@ class Node:
             spec = box_spec(rootfs=rootfs, channel_dir=box.channel_dir, agent_dir=AGENT_DIR,
                             runtime=self.runtime, hostname=hostname, limits=limits)
             (box_dir / "config.json").write_text(json.dumps(spec))
-            await self.runsc.run_detached(runtime_id, box_dir, box_dir / "runsc.err")
+            await self.runsc.run_detached(runtime_id, box_dir, box_dir / "runsc.err", box_dir / "sandbox.pid")
+            self._watch(runtime_id, int((box_dir / "sandbox.pid").read_text()))
             await self._wait_for_agent(box)
+            self._boxes[runtime_id] = box
+            if runtime_id not in self._watch_fds:
+                raise RuntimeError("the box ended as it booted")
         except BaseException as e:
+            self._boxes.pop(runtime_id, None)
+            self._unwatch(runtime_id)
+            err = (box_dir / "runsc.err").read_text(errors="replace")[-1000:] if (box_dir / "runsc.err").exists() else ""
             await self._remove(box)
-            if isinstance(e, (RunscError, OSError, TimeoutError)):
-                raise BoxStartError(str(e)) from e
+            if isinstance(e, (RunscError, OSError, TimeoutError, RuntimeError)):
+                raise BoxStartError(f"{e} {err}".strip()) from e
             raise
-        self._boxes[runtime_id] = box
-        asyncio.get_running_loop().create_task(self._watch(runtime_id))
         return box
 
     async def _wait_for_agent(self, box: Box) -> None:
         deadline = time.monotonic() + BOOT_TIMEOUT
         while not box.socket.exists():
+            if box.runtime_id not in self._watch_fds:
+                raise RuntimeError("the box ended as it booted")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the agent did not listen within {BOOT_TIMEOUT:.0f} s")
             await asyncio.sleep(0.002)
@@ -114,19 +121,12 @@ class Node:
                     raise TimeoutError("the agent's socket never answered") from None
                 await asyncio.sleep(0.002)
 
-    async def _watch(self, runtime_id: str) -> None:
+    def _watch(self, runtime_id: str, pid: int) -> None:
         """Learn at once when a box's sandbox process ends (memory limit, crash, host kill)."""
-        state = await self.runsc.state(runtime_id)
-        pid = (state or {}).get("pid") or 0
         try:
-            fd = os.pidfd_open(pid) if pid > 0 else -1
-        except OSError:
-            fd = -1
-        if fd < 0 or runtime_id not in self._boxes:
-            if fd >= 0:
-                os.close(fd)
-            if runtime_id in self._boxes and (state or {}).get("status") != "running":
-                self._exited(runtime_id)
+            fd = os.pidfd_open(pid)
+        except OSError:  # already gone
+            self._exited(runtime_id)
             return
         self._watch_fds[runtime_id] = fd
         asyncio.get_running_loop().add_reader(fd, self._exited, runtime_id)
@@ -176,13 +176,15 @@ class Node:
         for runtime_id in runtime_ids:
             box = Box(runtime_id, self.boxes_dir / runtime_id, agent_client(
                 self.boxes_dir / runtime_id / "chan" / protocol.SOCKET_NAME))
+            state = await self.runsc.state(runtime_id)
             try:
-                ok = await self.is_alive(runtime_id) and (await box.agent.get(protocol.HEALTH)).is_success
+                ok = bool(state) and state.get("status") == "running" and (  # type: ignore[union-attr]
+                    await box.agent.get(protocol.HEALTH)).is_success
             except httpx.TransportError:
                 ok = False
             if ok:
                 self._boxes[runtime_id] = box
-                asyncio.get_running_loop().create_task(self._watch(runtime_id))
+                self._watch(runtime_id, int(state.get("pid") or 0) if state else 0)
                 alive.add(runtime_id)
             else:
                 await self._remove(box)

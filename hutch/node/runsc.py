@@ -74,8 +74,10 @@ class Runsc:
             raise RunscError(f"runsc {args[0]} failed ({proc.returncode}): {text.strip()[-2000:]}")
         return (out or b"").decode(errors="replace")
 
-    async def run_detached(self, container_id: str, bundle: Path, stderr_path: Path) -> None:
-        await self._call("run", "--detach", f"--bundle={bundle}", container_id, stderr_path=stderr_path)
+    async def run_detached(self, container_id: str, bundle: Path, stderr_path: Path, pid_file: Path) -> None:
+        """Start a box and return once it runs; its sandbox process' pid is left in `pid_file`."""
+        await self._call("run", "--detach", f"--bundle={bundle}", f"--pid-file={pid_file}", container_id,
+                         stderr_path=stderr_path)
 
     async def state(self, container_id: str) -> dict[str, Any] | None:
         """runsc's view of a container, or None when it does not know it."""

@@ -51,7 +51,8 @@ class AgentRuntime:
     def argv(self) -> list[str]:
         # Started through the runtime's own loader, so nothing of the template is needed.
         agent = f"{protocol.AGENT_DIR}/agent.py"
-        return [self.loader, "--library-path", self.library_path, self.python, "-s", "-B", agent]
+        # -S -s: no site module and no user site: nothing to import that the agent does not use
+        return [self.loader, "--library-path", self.library_path, self.python, "-S", "-s", "-B", agent]
 
 
 def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: AgentRuntime,

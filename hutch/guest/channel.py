@@ -1,0 +1,399 @@
+"""The agent's channel server: exec and files, over HTTP/1.1 on the box's Unix socket.
+
+Standard library only; started by `agent.py`.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socketserver
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import IO, Any, cast
+from urllib.parse import parse_qs, urlsplit
+
+try:
+    from hutch.guest import http1
+    from hutch.guest import protocol as p
+    from hutch.guest.spawner import Spawner, exit_code
+except ImportError:  # in the box: run as a script beside its modules, without the hutch package
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import http1  # type: ignore[import-not-found, no-redef]
+    import protocol as p  # type: ignore[import-not-found, no-redef]
+    from spawner import Spawner, exit_code  # type: ignore[import-not-found, no-redef]
+
+SPAWNER: Spawner  # set by serve()
+
+CHUNK = 256 * 1024
+PING_SECONDS = 10.0
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class ChannelServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+
+class Handler(http1.Handler):
+    server_version = f"hutch-agent/{p.VERSION}"
+
+    # --- plumbing -------------------------------------------------------------------------------
+
+    def _query(self) -> dict[str, str]:
+        return {k: v[-1] for k, v in parse_qs(urlsplit(self.path).query).items()}
+
+    def _json(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, code: str, message: str) -> None:
+        self.discard_body()  # the host is still sending it, and waits to finish before it reads
+        self._json(status, {"code": code, "message": message})
+
+    def _start_chunked(self, content_type: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _chunk(self, data: bytes) -> None:
+        if data:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _end_chunked(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _path_arg(self) -> str | None:
+        path = self._query().get("path", "")
+        problem = p.path_problem(path)
+        if problem:
+            self._error(400, p.ERR_BAD_PATH, problem)
+            return None
+        return path
+
+    # --- routes ---------------------------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        route = urlsplit(self.path).path
+        if route == p.HEALTH:
+            self._json(200, {"version": p.VERSION, "pid": os.getpid()})
+        elif route == p.FILES:
+            self._read_file()
+        elif route == p.DIR_ZIP:
+            self._zip_dir()
+        else:
+            self._error(404, p.ERR_BAD_REQUEST, "no such route")
+
+    def do_PUT(self) -> None:
+        if urlsplit(self.path).path == p.FILES:
+            self._write_file()
+        else:
+            self._error(404, p.ERR_BAD_REQUEST, "no such route")
+
+    def do_POST(self) -> None:
+        if urlsplit(self.path).path == p.EXEC:
+            self._exec()
+        else:
+            self._error(404, p.ERR_BAD_REQUEST, "no such route")
+
+    # --- files ----------------------------------------------------------------------------------
+
+    def _read_file(self) -> None:
+        path = self._path_arg()
+        if path is None:
+            return
+        try:
+            f = open(path, "rb")  # noqa: SIM115
+        except FileNotFoundError:
+            return self._error(404, p.ERR_NOT_FOUND, f"no such file: {path}")
+        except IsADirectoryError:
+            return self._error(400, p.ERR_IS_DIR, f"is a directory: {path}")
+        except NotADirectoryError:
+            return self._error(404, p.ERR_NOT_FOUND, f"no such file: {path}")
+        except OSError as e:
+            return self._error(400, p.ERR_IO, f"{path}: {e.strerror}")
+        with f:
+            st = os.fstat(f.fileno())
+            if stat.S_ISDIR(st.st_mode):
+                return self._error(400, p.ERR_IS_DIR, f"is a directory: {path}")
+            if stat.S_ISREG(st.st_mode):
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(st.st_size))
+                self.end_headers()
+                remaining = st.st_size  # a file growing meanwhile must not break the framing
+                while remaining:
+                    data = f.read(min(CHUNK, remaining))
+                    if not data:
+                        break
+                    self.wfile.write(data)
+                    remaining -= len(data)
+                if remaining:  # it shrank: the declared length cannot be honoured
+                    self.close_connection = True
+                return None
+            self._start_chunked("application/octet-stream")  # a pipe or device: stream to EOF
+            while data := f.read(CHUNK):
+                self._chunk(data)
+            self._end_chunked()
+        return None
+
+    def _write_file(self) -> None:
+        path = self._path_arg()
+        if path is None:
+            return
+        as_root = self._query().get("user") == "root"
+        uid, gid = (0, 0) if as_root else (p.BOX_UID, p.BOX_GID)
+        parent = os.path.dirname(path)
+        try:
+            _make_dirs(parent, uid, gid)
+            if os.path.isdir(path):
+                return self._error(400, p.ERR_IS_DIR, f"is a directory: {path}")
+            tmp = f"{path}.hutch-{os.getpid()}-{time.monotonic_ns()}"
+            size = 0
+            try:
+                with open(tmp, "wb") as f:
+                    for data in self.body():
+                        f.write(data)
+                        size += len(data)
+                os.chown(tmp, uid, gid)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, path)  # readers never see half a file
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except NotADirectoryError:
+            return self._error(400, p.ERR_NOT_DIR, f"a parent of {path} is not a directory")
+        except ConnectionError:
+            self.close_connection = True
+            return None
+        except OSError as e:
+            return self._error(400, p.ERR_IO, f"{path}: {e.strerror}")
+        self._json(200, {"path": path, "size": size})
+        return None
+
+    def _zip_dir(self) -> None:
+        path = self._path_arg()
+        if path is None:
+            return
+        if not os.path.isdir(path):
+            code = p.ERR_NOT_DIR if os.path.exists(path) else p.ERR_NOT_FOUND
+            return self._error(404 if code == p.ERR_NOT_FOUND else 400, code, f"not a directory: {path}")
+        import zipfile  # only here: it is slow to import, and boots must be fast
+
+        self._start_chunked("application/zip")
+        out = _ChunkWriter(self)
+        with zipfile.ZipFile(cast(IO[bytes], out), "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+            for top, dirs, files in os.walk(path):
+                dirs.sort()
+                rel_top = os.path.relpath(top, path)
+                if rel_top != ".":
+                    zf.writestr(rel_top + "/", b"")
+                for name in sorted(files):
+                    full = os.path.join(top, name)
+                    try:
+                        st = os.lstat(full)
+                        if not stat.S_ISREG(st.st_mode):
+                            continue  # links, devices and pipes could point anywhere or never end
+                        zf.write(full, os.path.normpath(os.path.join(rel_top, name)))
+                    except OSError:
+                        continue
+        out.flush_all()
+        self._end_chunked()
+        return None
+
+    # --- exec -----------------------------------------------------------------------------------
+
+    def _exec(self) -> None:
+        try:
+            req = json.loads(b"".join(self.body()))
+            cmd = req["cmd"]
+            if not isinstance(cmd, str):
+                raise TypeError("cmd must be a string")
+        except (ValueError, KeyError, TypeError) as e:
+            return self._error(400, p.ERR_BAD_REQUEST, f"bad exec request: {e}")
+        as_root = req.get("user") == "root"
+        home = "/root" if as_root else p.BOX_HOME
+        env = {"PATH": DEFAULT_PATH, "HOME": home, "USER": "root" if as_root else p.BOX_USER,
+               "LOGNAME": "root" if as_root else p.BOX_USER, "SHELL": "/bin/sh", "LANG": "C.UTF-8"}
+        env.update({str(k): str(v) for k, v in (req.get("env") or {}).items()})
+        cwd = req.get("cwd") or (home if os.path.isdir(home) else "/")
+        timeout = req.get("timeout")
+        self._start_chunked("application/x-ndjson")
+        stream = _EventStream(self)
+        try:
+            pid, wait, out_fd, err_fd = _launch(["/bin/sh", "-c", cmd], cwd, env, as_root)
+        except (FileNotFoundError, NotADirectoryError):
+            stream.send({"t": p.EVENT_ERROR, "code": p.ERR_BAD_CWD, "message": f"no such directory: {cwd}"})
+            return stream.close()
+        except OSError as e:
+            stream.send({"t": p.EVENT_ERROR, "code": p.ERR_IO, "message": f"could not start: {e}"})
+            return stream.close()
+        stream.send({"t": p.EVENT_START, "pid": pid})
+        timed_out = _pump(pid, out_fd, err_fd, stream, timeout)
+        code = wait()
+        stream.send({"t": p.EVENT_EXIT, "code": None if timed_out else code, "timed_out": timed_out})
+        stream.close()
+        return None
+
+
+class _EventStream:
+    """NDJSON events to the host; a host that went away stops the writes, not the command."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.alive = True
+
+    def send(self, event: dict[str, Any]) -> None:
+        if not self.alive:
+            return
+        try:
+            self.handler._chunk(json.dumps(event).encode() + b"\n")
+            self.handler.wfile.flush()
+        except OSError:
+            self.alive = False
+            self.handler.close_connection = True
+
+    def close(self) -> None:
+        if self.alive:
+            try:
+                self.handler._end_chunked()
+            except OSError:
+                self.handler.close_connection = True
+
+
+def _launch(argv: list[str], cwd: str, env: dict[str, str], as_root: bool) -> tuple[int, Callable[[], int], int, int]:
+    """Start a command in its own session; return its pid, how to wait for it, and its output fds."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        if as_root:  # the agent itself is root: Popen may use vfork
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out_w,
+                                    stderr=err_w, start_new_session=True, close_fds=True)
+            pid, wait = proc.pid, lambda: exit_code(proc.wait())
+        else:
+            null = os.open(os.devnull, os.O_RDONLY)
+            try:
+                pid = SPAWNER.spawn(argv, cwd, env, [null, out_w, err_w])
+            finally:
+                os.close(null)
+            wait = lambda: SPAWNER.wait(pid)
+    except BaseException:
+        os.close(out_r)
+        os.close(err_r)
+        raise
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    return pid, wait, out_r, err_r
+
+
+def _pump(pid: int, out_fd: int, err_fd: int, stream: _EventStream, timeout: float | None) -> bool:
+    """Relay a command's output until both pipes close; kill its process group at the deadline.
+
+    A ping goes to the host every few seconds of silence, so a hung box shows as a dead stream.
+    """
+    deadline = time.monotonic() + timeout if timeout else None
+    sel = selectors.DefaultSelector()
+    decoders = {}
+    for fd, kind in ((out_fd, p.EVENT_STDOUT), (err_fd, p.EVENT_STDERR)):
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ, kind)
+        decoders[kind] = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    timed_out = False
+    while sel.get_map():
+        wait = PING_SECONDS if deadline is None else max(0.0, min(PING_SECONDS, deadline - time.monotonic()))
+        if deadline is not None and time.monotonic() >= deadline and not timed_out:
+            timed_out = True
+            _kill_group(pid)
+        events = sel.select(PING_SECONDS if timed_out else wait)
+        if not events:
+            stream.send({"t": p.EVENT_PING})
+        for key, _ in events:
+            data = os.read(key.fd, CHUNK)
+            kind = key.data
+            if not data:
+                sel.unregister(key.fileobj)
+                os.close(key.fd)
+                tail = decoders[kind].decode(b"", final=True)
+                if tail:
+                    stream.send({"t": kind, "d": tail})
+                continue
+            text = decoders[kind].decode(data)
+            if text:
+                stream.send({"t": kind, "d": text})
+    sel.close()
+    return timed_out
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+class _ChunkWriter:
+    """A write-only stream that sends what it is given as HTTP chunks (zipfile writes to it)."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.buf = bytearray()
+        self.pos = 0
+
+    def write(self, data: bytes) -> int:
+        self.buf += data
+        self.pos += len(data)
+        if len(self.buf) >= CHUNK:
+            self.flush_all()
+        return len(data)
+
+    def tell(self) -> int:
+        return self.pos
+
+    def flush(self) -> None:
+        pass
+
+    def flush_all(self) -> None:
+        self.handler._chunk(bytes(self.buf))
+        self.buf.clear()
+
+    def seekable(self) -> bool:
+        return False
+
+
+def _make_dirs(path: str, uid: int, gid: int) -> None:
+    """mkdir -p, giving each directory it creates to the writing user."""
+    missing = []
+    while not os.path.isdir(path):
+        if os.path.lexists(path):
+            raise NotADirectoryError(path)
+        missing.append(path)
+        path = os.path.dirname(path)
+    for d in reversed(missing):
+        os.mkdir(d, 0o755)
+        os.chown(d, uid, gid)
+
+
+def serve(spawner: Spawner) -> None:
+    """Listen on the channel socket and answer the host until the box ends."""
+    global SPAWNER
+    SPAWNER = spawner
+    sock = os.path.join(p.CHANNEL_DIR, p.SOCKET_NAME)
+    with contextlib.suppress(OSError):
+        os.unlink(sock)
+    old = os.umask(0o077)  # only root in the box may talk to the agent
+    server = ChannelServer(sock, Handler)
+    os.umask(old)
+    server.serve_forever()
