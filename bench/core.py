@@ -26,13 +26,11 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from hutch import Sandbox  # noqa: E402
-from hutch.node import base_image  # noqa: E402
-from hutch.node.runsc import RunscConfig, find_runsc  # noqa: E402
-from hutch.node.spec import AgentRuntime, Limits, box_spec  # noqa: E402
-from hutch.server.config import DEFAULT_CACHE_DIR  # noqa: E402
+from hutch import Sandbox
+from hutch.node import base_image
+from hutch.node.runsc import RunscConfig, find_runsc
+from hutch.node.spec import AgentRuntime, Limits, box_spec
+from hutch.server.config import DEFAULT_CACHE_DIR, ServerConfig
 
 MB10 = os.urandom(10 * 2**20)
 
@@ -156,10 +154,12 @@ def main() -> None:
         for line in subprocess.run([*raw.cmd, "list", "--quiet"], capture_output=True, text=True).stdout.split():
             raw.delete(line)
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(ServerConfig(data_dir=root / "data").run_dir, ignore_errors=True)
 
     pairs = [("create_to_first_exec", "raw_runsc_run_true"), ("commands_run_true", "raw_runsc_exec_true"),
              ("file_write_10mb", "raw_runsc_exec_cat_in_10mb"), ("file_read_10mb", "raw_runsc_exec_cat_out_10mb")]
-    print(f"hutch core benchmark, N={n}, runsc {subprocess.run([raw.cmd[0], '--version'], capture_output=True, text=True).stdout.split()[2]}")
+    version = subprocess.run([raw.cmd[0], "--version"], capture_output=True, text=True).stdout.split()[2]
+    print(f"hutch core benchmark, N={n}, runsc {version}")
     print(f"{'figure (ms)':<32}{'min':>9}{'median':>9}{'p95':>9}   ratio to floor (median)")
     for name, floor in pairs:
         for label in (name, floor):

@@ -23,6 +23,7 @@ import pytest
 
 from hutch import AsyncSandbox, Sandbox
 from hutch.sdk.sandbox import AsyncCommands, AsyncFiles
+from hutch.server.config import ServerConfig
 
 HUTCH = [sys.executable, "-m", "hutch.cli"]
 
@@ -71,6 +72,11 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
 
+    def remove(self) -> None:
+        """Delete the data dir and the run dir (runsc state) once the server is down."""
+        shutil.rmtree(ServerConfig(data_dir=self.data_dir).run_dir, ignore_errors=True)
+        shutil.rmtree(self.data_dir.parent, ignore_errors=True)
+
     def admin_key(self) -> str:
         for line in (self.data_dir / "client.env").read_text().splitlines():
             if line.startswith("HUTCH_API_KEY="):
@@ -117,7 +123,7 @@ def env() -> Iterator[Env]:
             server.cleanup_boxes(e.key_a, e.key_b)
         finally:
             server.stop()
-            shutil.rmtree(server.data_dir.parent, ignore_errors=True)
+            server.remove()
 
 
 @pytest.fixture(autouse=True)

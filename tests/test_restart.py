@@ -3,7 +3,6 @@ runtime dies is reported failed instead of hanging calls."""
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ def own_server() -> Iterator[Server]:
         server.stop()
         for rid in _runsc(server, "list", "--quiet").split():
             _runsc(server, "delete", "--force", rid)
-        shutil.rmtree(server.data_dir.parent, ignore_errors=True)
+        server.remove()
 
 
 def _runsc(server: Server, *args: str) -> str:
