@@ -26,7 +26,8 @@ CLIENT_ENV = "client.env"
 def cmd_build_base(args: argparse.Namespace) -> int:
     from hutch.node import base_image
 
-    base_image.build(args.cache_dir, progress=lambda line: print(line, flush=True))
+    root = base_image.build(args.cache_dir, progress=lambda line: print(line, flush=True))
+    print(f"base template: {root}")
     return 0
 
 

@@ -4,12 +4,15 @@ host or other boxes with a fork bomb or a memory hog."""
 from __future__ import annotations
 
 import secrets
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from hutch import Sandbox, SandboxError
+from hutch.server.config import ServerConfig
+from hutch.store import Store
 from tests.conftest import Env
 
 
@@ -144,3 +147,28 @@ def test_writes_never_reach_the_template(env: Env) -> None:
         assert fresh.commands.run("ls /").exit_code == 0
     finally:
         fresh.kill()
+
+
+def test_a_link_planted_in_the_channel_cannot_redirect_the_host(env: Env) -> None:
+    """Root in box A replaces its agent socket with a link to box B's socket on the host: the
+    host must keep talking to A's own agent, never follow the link into B."""
+    a = Sandbox.create(name="a")
+    b = Sandbox.create(name="b")
+    try:
+        a.files.write("/tmp/who", "a")
+        b.files.write("/tmp/who", "b")
+        store = Store(ServerConfig(data_dir=env.server.data_dir).db_url)
+        rec_b = store.get_sandbox(b.id)
+        assert rec_b is not None and rec_b.runtime_id
+        b_socket = ServerConfig(data_dir=env.server.data_dir).run_dir / "boxes" / rec_b.runtime_id / "chan/agent.sock"
+        r = a.commands.run(f"rm -f /.hutch/chan/agent.sock && ln -s {b_socket} /.hutch/chan/agent.sock && echo planted",
+                           user="root")
+        assert r.stdout == "planted\n"
+        # several at once, so the server opens new connections rather than reuse a pooled one
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda _: a.commands.run("sleep 0.5; cat /tmp/who").stdout, range(4)))
+        assert answers == ["a"] * 4
+        assert a.files.read_text("/tmp/who") == "a"
+    finally:
+        a.kill()
+        b.kill()

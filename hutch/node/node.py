@@ -2,6 +2,11 @@
 
 A box is a detached `runsc` sandbox whose PID 1 is the guest agent, listening on a Unix socket in
 a per-box host directory. The node holds one keep-alive HTTP client per box for that socket.
+
+The channel directory is writable from inside the box, so the node never connects by path: it
+opens the socket once without following links, checks it is a socket, and connects through that
+open file ever after. A link planted in its place cannot send the host's requests to another box
+or to a host service.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import logging
 import os
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,11 +41,44 @@ class BoxStartError(RuntimeError):
     """The box did not come up; nothing of it is left behind."""
 
 
+class ChannelError(RuntimeError):
+    """The box's channel directory holds something other than the agent's socket."""
+
+
 @dataclass
 class Box:
     runtime_id: str
     dir: Path
-    agent: httpx.AsyncClient
+    _agent: httpx.AsyncClient | None = None
+    _socket_fd: int | None = None
+
+    @property
+    def agent(self) -> httpx.AsyncClient:
+        if self._agent is None:
+            raise ChannelError(f"box {self.runtime_id} has no pinned channel")
+        return self._agent
+
+    def pin_socket(self) -> bool:
+        """Open the agent's socket (never a link) and talk through it from now on. False while
+        the agent has not made it yet."""
+        try:
+            fd = os.open(self.socket, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ChannelError(f"box {self.runtime_id}'s channel holds something other than a socket")
+        self._socket_fd = fd
+        self._agent = agent_client(f"/proc/self/fd/{fd}")
+        return True
+
+    async def release(self) -> None:
+        if self._agent is not None:
+            await self._agent.aclose()
+            self._agent = None
+        if self._socket_fd is not None:
+            os.close(self._socket_fd)
+            self._socket_fd = None
 
     @property
     def channel_dir(self) -> Path:
@@ -55,9 +94,9 @@ def new_runtime_id() -> str:
     return "h" + secrets.token_hex(12)
 
 
-def agent_client(socket: Path) -> httpx.AsyncClient:
+def agent_client(socket: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(
-        transport=httpx.AsyncHTTPTransport(uds=str(socket), verify=False),  # plain HTTP: no CA bundle to load
+        transport=httpx.AsyncHTTPTransport(uds=socket, verify=False),  # plain HTTP: no CA bundle to load
         base_url="http://agent",
         timeout=httpx.Timeout(60.0, connect=5.0),
     )
@@ -82,7 +121,7 @@ class Node:
         runtime_id = new_runtime_id()
         box_dir = self.boxes_dir / runtime_id
         box_dir.mkdir(mode=0o700)
-        box = Box(runtime_id, box_dir, agent_client(box_dir / "chan" / protocol.SOCKET_NAME))
+        box = Box(runtime_id, box_dir)
         try:
             mounts.mount_channel_tmpfs(box.channel_dir)
             spec = box_spec(rootfs=rootfs, channel_dir=box.channel_dir, agent_dir=AGENT_DIR,
@@ -99,14 +138,14 @@ class Node:
             self._unwatch(runtime_id)
             err = (box_dir / "runsc.err").read_text(errors="replace")[-1000:] if (box_dir / "runsc.err").exists() else ""
             await self._remove(box)
-            if isinstance(e, (RunscError, OSError, TimeoutError, RuntimeError)):
+            if isinstance(e, (RunscError, OSError, TimeoutError, RuntimeError)):  # ChannelError too
                 raise BoxStartError(f"{e} {err}".strip()) from e
             raise
         return box
 
     async def _wait_for_agent(self, box: Box) -> None:
         deadline = time.monotonic() + BOOT_TIMEOUT
-        while not box.socket.exists():
+        while not box.pin_socket():
             if box.runtime_id not in self._watch_fds:
                 raise RuntimeError("the box ended as it booted")
             if time.monotonic() > deadline:
@@ -155,14 +194,13 @@ class Node:
         self._stopping.add(runtime_id)
         try:
             self._unwatch(runtime_id)
-            box = self._boxes.pop(runtime_id, None) or Box(
-                runtime_id, self.boxes_dir / runtime_id, agent_client(self.boxes_dir / runtime_id / "x"))
-            await self._remove(box)
+            box = self._boxes.pop(runtime_id, None)
+            await self._remove(box or Box(runtime_id, self.boxes_dir / runtime_id))
         finally:
             self._stopping.discard(runtime_id)
 
     async def _remove(self, box: Box) -> None:
-        await box.agent.aclose()
+        await box.release()
         await self.runsc.delete(box.runtime_id)
         mounts.unmount(box.channel_dir)
         shutil.rmtree(box.dir, ignore_errors=True)
@@ -174,13 +212,12 @@ class Node:
         """
         alive: set[str] = set()
         for runtime_id in runtime_ids:
-            box = Box(runtime_id, self.boxes_dir / runtime_id, agent_client(
-                self.boxes_dir / runtime_id / "chan" / protocol.SOCKET_NAME))
+            box = Box(runtime_id, self.boxes_dir / runtime_id)
             state = await self.runsc.state(runtime_id)
             try:
-                ok = bool(state) and state.get("status") == "running" and (  # type: ignore[union-attr]
+                ok = bool(state) and state.get("status") == "running" and box.pin_socket() and (  # type: ignore[union-attr]
                     await box.agent.get(protocol.HEALTH)).is_success
-            except httpx.TransportError:
+            except (httpx.TransportError, ChannelError):
                 ok = False
             if ok:
                 self._boxes[runtime_id] = box
@@ -201,4 +238,4 @@ class Node:
         """Let go of the boxes without stopping them: they outlive the server."""
         for runtime_id in list(self._boxes):
             self._unwatch(runtime_id)
-            await self._boxes.pop(runtime_id).agent.aclose()
+            await self._boxes.pop(runtime_id).release()
