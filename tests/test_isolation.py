@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 
 from hutch import Sandbox, SandboxError
-from hutch.server.config import ServerConfig
+from hutch.node import base_image
+from hutch.server.config import DEFAULT_CACHE_DIR, ServerConfig
 from hutch.store import Store
 from tests.conftest import Env
 
@@ -135,10 +136,14 @@ def test_files_written_in_one_box_are_not_in_another() -> None:
 
 
 def test_writes_never_reach_the_template(env: Env) -> None:
+    template_root = base_image.base_root_path(DEFAULT_CACHE_DIR)
+    before = (template_root / "etc/debian_version").read_text()
     sb = Sandbox.create(name="tmpl")
     try:
         sb.commands.run("echo changed > /etc/debian_version && rm -f /bin/ls", user="root")
         assert sb.commands.run("cat /etc/debian_version").stdout == "changed\n"
+        assert (template_root / "etc/debian_version").read_text() == before
+        assert (template_root / "bin/ls").exists()
     finally:
         sb.kill()
     fresh = Sandbox.create(name="fresh")
