@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import pytest
 
-from hutch import SandboxTimeoutError, ValidationError
+from hutch import AsyncSandbox, SandboxTimeoutError, ValidationError
 
 
 def test_stdout_stderr_and_a_nonzero_exit_is_a_result(box: Any) -> None:
@@ -69,16 +70,22 @@ def test_output_streams_live_to_callbacks_and_the_result_holds_it_all(box: Any) 
     assert done - first > 1.0, "the first line must reach the callback while the command still runs"
 
 
-def test_async_callbacks_may_be_coroutines(sdk: Any, box: Any) -> None:
-    got: list[str] = []
+def test_async_callbacks_may_be_coroutines() -> None:
+    async def main() -> list[str]:
+        got: list[str] = []
 
-    async def collect(data: str) -> None:
-        got.append(data)
+        async def collect(data: str) -> None:
+            await asyncio.sleep(0)
+            got.append(data)
 
-    if sdk.__class__.__name__ != "Blocking":
-        pytest.skip("coroutine callbacks belong to the async SDK")
-    box.commands.run("echo a; echo b", on_stdout=collect)
-    assert "".join(got) == "a\nb\n"
+        sb = await AsyncSandbox.create(name="async-callbacks")
+        try:
+            await sb.commands.run("echo a; sleep 0.2; echo b", on_stdout=collect)
+        finally:
+            await sb.kill()
+        return got
+
+    assert "".join(asyncio.run(main())) == "a\nb\n"
 
 
 def test_a_timeout_kills_the_whole_process_group_and_says_so(box: Any) -> None:

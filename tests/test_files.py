@@ -60,6 +60,12 @@ def test_missing_files_and_directories_give_typed_errors(box: Any) -> None:
     with pytest.raises(ValidationError) as isdir:
         box.files.read("/home/user")
     assert isdir.value.code == "is_a_directory"
+    box.commands.run("mkfifo /tmp/fifo")
+    for special in ("/dev/zero", "/tmp/fifo"):  # would never end, or never start
+        with pytest.raises(ValidationError) as odd:
+            box.files.read(special)
+        assert odd.value.code == "not_a_regular_file"
+    assert "Linux" in box.files.read_text("/proc/version")  # says size 0, has content
     box.files.write("/home/user/plain", "x")
     with pytest.raises(ValidationError) as notdir:
         box.files.write("/home/user/plain/child", "x")

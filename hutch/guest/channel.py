@@ -116,38 +116,39 @@ class Handler(http1.Handler):
         if path is None:
             return
         try:
-            f = open(path, "rb")  # noqa: SIM115
-        except FileNotFoundError:
-            return self._error(404, p.ERR_NOT_FOUND, f"no such file: {path}")
-        except IsADirectoryError:
-            return self._error(400, p.ERR_IS_DIR, f"is a directory: {path}")
-        except NotADirectoryError:
+            # O_NONBLOCK: opening a FIFO must not hang the agent waiting for a writer
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
             return self._error(404, p.ERR_NOT_FOUND, f"no such file: {path}")
         except OSError as e:
             return self._error(400, p.ERR_IO, f"{path}: {e.strerror}")
-        with f:
-            st = os.fstat(f.fileno())
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
             if stat.S_ISDIR(st.st_mode):
                 return self._error(400, p.ERR_IS_DIR, f"is a directory: {path}")
-            if stat.S_ISREG(st.st_mode):
-                self.send_response(200)
-                self.send_header("Content-Type", "application/octet-stream")
-                self.send_header("Content-Length", str(st.st_size))
-                self.end_headers()
-                remaining = st.st_size  # a file growing meanwhile must not break the framing
-                while remaining:
-                    data = f.read(min(CHUNK, remaining))
-                    if not data:
-                        break
-                    self.wfile.write(data)
-                    remaining -= len(data)
-                if remaining:  # it shrank: the declared length cannot be honoured
-                    self.close_connection = True
+            return self._error(400, p.ERR_NOT_REGULAR, f"not a regular file: {path}")  # may never end
+        os.set_blocking(fd, True)
+        with open(fd, "rb") as f:
+            if st.st_size == 0:  # /proc and /sys files say 0 and still have content: read to EOF
+                self._start_chunked("application/octet-stream")
+                while data := f.read(CHUNK):
+                    self._chunk(data)
+                self._end_chunked()
                 return None
-            self._start_chunked("application/octet-stream")  # a pipe or device: stream to EOF
-            while data := f.read(CHUNK):
-                self._chunk(data)
-            self._end_chunked()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(st.st_size))
+            self.end_headers()
+            remaining = st.st_size  # a file growing meanwhile must not break the framing
+            while remaining:
+                data = f.read(min(CHUNK, remaining))
+                if not data:
+                    break
+                self.wfile.write(data)
+                remaining -= len(data)
+            if remaining:  # it shrank: the declared length cannot be honoured
+                self.close_connection = True
         return None
 
     def _write_file(self) -> None:

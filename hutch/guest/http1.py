@@ -31,6 +31,7 @@ class Handler(socketserver.StreamRequestHandler):
     headers: dict[str, str]
     close_connection = False
     _body_left = False  # the request has a body not yet read to its end
+    _head_sent = False
 
     def handle(self) -> None:
         while not self.close_connection:
@@ -51,7 +52,21 @@ class Handler(socketserver.StreamRequestHandler):
                 self.end_headers()
                 return
             self._body_left = self.headers.get("content-length", "0") != "0" or "transfer-encoding" in self.headers
-            method()
+            self._head_sent = False
+            try:
+                method()
+            except (ConnectionError, BrokenPipeError):
+                return
+            except Exception as e:  # a bug must answer 500, not leave the host guessing
+                self.close_connection = True
+                if not self._head_sent:
+                    body = f'{{"code": "agent_error", "message": "{type(e).__name__}"}}'.encode()
+                    self.send_response(500)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                return
             if self._body_left or self.headers.get("connection", "").lower() == "close":
                 self.close_connection = True  # an unread body would be taken for the next request
 
@@ -116,3 +131,4 @@ class Handler(socketserver.StreamRequestHandler):
         if self.close_connection:
             self._head.append("Connection: close")
         self.wfile.write(("\r\n".join(self._head) + "\r\n\r\n").encode("latin-1"))
+        self._head_sent = True

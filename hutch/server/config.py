@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_DATA_DIR = Path(os.environ.get("HUTCH_DATA_DIR", "/var/lib/hutch"))
@@ -26,7 +26,6 @@ class ServerConfig:
     pids: int = 1024
     max_file_bytes: int = 4 * 2**30
     runsc_platform: str | None = None
-    extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def db_url(self) -> str:
