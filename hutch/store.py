@@ -50,6 +50,8 @@ sandboxes = sa.Table(
     sa.Column("memory_mib", sa.Integer, nullable=False),
     sa.Column("vcpu", sa.Integer, nullable=False),
     sa.Column("failure", sa.Text),
+    sa.Column("pause_at", sa.Float),  # when an active box pauses on its own (timeout_seconds)
+    sa.Column("delete_at", sa.Float),  # when a paused box is deleted (auto_delete_seconds)
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
 )
@@ -87,6 +89,8 @@ class SandboxRecord:
     runtime_id: str | None = None
     token_generation: int = 1
     failure: str | None = None
+    pause_at: float | None = None
+    delete_at: float | None = None
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
 

@@ -11,10 +11,12 @@ import json
 import os
 import selectors
 import signal
+import socket
 import socketserver
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import IO, Any, cast
@@ -38,9 +40,36 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class ChannelServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """The listener, and every connection it accepted, so a pause can close them all: gVisor
+    cannot checkpoint a socket that is bound to, or connected through, a host path."""
+
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
+
+    def __init__(self, path: str) -> None:
+        self.connections: set[socket.socket] = set()
+        self.lock = threading.Lock()
+        super().__init__(path, Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.lock:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_all(self) -> None:
+        self.server_close()
+        with self.lock:
+            for conn in self.connections:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
+            self.connections.clear()
 
 
 class Handler(http1.Handler):
@@ -104,8 +133,14 @@ class Handler(http1.Handler):
             self._error(404, p.ERR_BAD_REQUEST, "no such route")
 
     def do_POST(self) -> None:
-        if urlsplit(self.path).path == p.EXEC:
+        route = urlsplit(self.path).path
+        if route == p.EXEC:
             self._exec()
+        elif route == p.QUIESCE:
+            self._json(200, {"quiescing": True})
+            self.close_connection = True
+            # shutdown() waits for the accept loop, which runs on the main thread: not from here
+            threading.Thread(target=self.server.shutdown, daemon=True).start()
         else:
             self._error(404, p.ERR_BAD_REQUEST, "no such route")
 
@@ -388,13 +423,27 @@ def _make_dirs(path: str, uid: int, gid: int) -> None:
 
 
 def serve(spawner: Spawner) -> None:
-    """Listen on the channel socket and answer the host until the box ends."""
+    """Answer the host on the channel socket until the box ends.
+
+    A pause is a protocol: the host asks to quiesce, the agent closes its listener and every
+    connection and removes the socket; the host checkpoints; after a restore it sends SIGUSR1 and
+    the agent listens again. Commands, files and memory carry on untouched across it.
+    """
     global SPAWNER
     SPAWNER = spawner
+    wake = threading.Event()
+    signal.signal(signal.SIGUSR1, lambda _s, _f: wake.set())
     sock = os.path.join(p.CHANNEL_DIR, p.SOCKET_NAME)
-    with contextlib.suppress(OSError):
-        os.unlink(sock)
-    old = os.umask(0o077)  # only root in the box may talk to the agent
-    server = ChannelServer(sock, Handler)
-    os.umask(old)
-    server.serve_forever()
+    while True:
+        with contextlib.suppress(OSError):
+            os.unlink(sock)
+        old = os.umask(0o077)  # only root in the box may talk to the agent
+        server = ChannelServer(sock)
+        os.umask(old)
+        wake.clear()
+        server.serve_forever(poll_interval=0.05)  # returns on quiesce
+        server.close_all()
+        with contextlib.suppress(OSError):
+            os.unlink(sock)  # the host waits for this: then nothing of the host is held
+        while not wake.wait(0.2):
+            pass

@@ -24,6 +24,7 @@ HEALTH = f"/v{VERSION}/health"
 EXEC = f"/v{VERSION}/exec"
 FILES = f"/v{VERSION}/files"
 DIR_ZIP = f"/v{VERSION}/dir-zip"
+QUIESCE = f"/v{VERSION}/quiesce"  # close every host socket before a checkpoint; SIGUSR1 reopens
 
 # Exec streams one JSON object a line; "t" names the event.
 EVENT_START = "start"  # {"t": "start", "pid": int}

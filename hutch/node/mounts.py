@@ -32,3 +32,26 @@ def unmount(path: Path) -> None:
 
 def is_mount(path: Path) -> bool:
     return os.path.ismount(path)
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    """Adopt the processes that runsc leaves behind (each box's sandbox and gofer), so their exit
+    is reaped here and not left to a PID 1 that may never reap (a container's init, a CI agent):
+    `runsc delete` waits for them to be gone, ~1.8 s for every box when they linger as zombies."""
+    if _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(err)}")
+
+
+def adopted_children() -> set[int]:
+    """The pids of this process' children (its own and adopted ones)."""
+    kids: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            kids.update(int(p) for p in (task / "children").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return kids

@@ -20,7 +20,7 @@ import secrets
 import shutil
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,22 +113,65 @@ class Node:
         self._boxes: dict[str, Box] = {}
         self._watch_fds: dict[str, int] = {}
         self._stopping: set[str] = set()
+        mounts.become_subreaper()
+        self._reaper: asyncio.Task[None] | None = None
+
+    def reap(self) -> None:
+        """Collect the exit of every adopted runsc process that has ended (never a runsc call in
+        flight: asyncio waits for those itself)."""
+        for pid in mounts.adopted_children() - self.runsc.running:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+    async def _reap_forever(self) -> None:
+        while True:
+            await asyncio.sleep(0.02)
+            self.reap()
+
+    def start_reaping(self) -> None:
+        if self._reaper is None:
+            self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
 
     def get(self, runtime_id: str) -> Box | None:
         return self._boxes.get(runtime_id)
 
-    async def start(self, rootfs: Path, limits: Limits, hostname: str = "sandbox") -> Box:
-        runtime_id = new_runtime_id()
-        box_dir = self.boxes_dir / runtime_id
-        box_dir.mkdir(mode=0o700)
-        box = Box(runtime_id, box_dir)
-        try:
+    # --- start, restore ---------------------------------------------------------------------------
+
+    async def start(self, key: str, rootfs: Path, limits: Limits) -> Box:
+        """Boot a box from a template root. `key` names its host directory for its whole life,
+        across pauses (each run of it gets a new runtime id)."""
+        box = self._prepare(key, rootfs, limits)
+        return await self._launch(box, self.runsc.run_detached(box.runtime_id, box.dir, box.dir / "runsc.err",
+                                                               box.dir / "sandbox.pid"))
+
+    async def restore(self, key: str, rootfs: Path, limits: Limits, image_dir: Path) -> Box:
+        """Bring a paused box back from its checkpoint, under a new runtime id."""
+        box = self._prepare(key, rootfs, limits)
+
+        async def boot() -> None:
+            await self.runsc.restore_detached(box.runtime_id, box.dir, image_dir, box.dir / "runsc.err",
+                                              box.dir / "sandbox.pid")
+            await self.runsc.kill(box.runtime_id, "USR1")  # to the agent: listen again
+
+        return await self._launch(box, boot())
+
+    def _prepare(self, key: str, rootfs: Path, limits: Limits) -> Box:
+        box = Box(new_runtime_id(), self.boxes_dir / key)
+        box.dir.mkdir(mode=0o700, exist_ok=True)
+        if not mounts.is_mount(box.channel_dir):
             mounts.mount_channel_tmpfs(box.channel_dir)
-            spec = box_spec(rootfs=rootfs, channel_dir=box.channel_dir, agent_dir=AGENT_DIR,
-                            runtime=self.runtime, hostname=hostname, limits=limits)
-            (box_dir / "config.json").write_text(json.dumps(spec))
-            await self.runsc.run_detached(runtime_id, box_dir, box_dir / "runsc.err", box_dir / "sandbox.pid")
-            self._watch(runtime_id, int((box_dir / "sandbox.pid").read_text()))
+        spec = box_spec(rootfs=rootfs, channel_dir=box.channel_dir, agent_dir=AGENT_DIR,
+                        runtime=self.runtime, hostname="sandbox", limits=limits)
+        (box.dir / "config.json").write_text(json.dumps(spec))
+        return box
+
+    async def _launch(self, box: Box, boot: Awaitable[None]) -> Box:
+        runtime_id = box.runtime_id
+        try:
+            await boot
+            self._watch(runtime_id, int((box.dir / "sandbox.pid").read_text()))
             await self._wait_for_agent(box)
             self._boxes[runtime_id] = box
             if runtime_id not in self._watch_fds:
@@ -136,15 +179,16 @@ class Node:
         except BaseException as e:
             self._boxes.pop(runtime_id, None)
             self._unwatch(runtime_id)
-            err = (box_dir / "runsc.err").read_text(errors="replace")[-1000:] if (box_dir / "runsc.err").exists() else ""
+            err_file = box.dir / "runsc.err"
+            err = err_file.read_text(errors="replace")[-1000:] if err_file.exists() else ""
             await self._remove(box)
             if isinstance(e, (RunscError, OSError, TimeoutError, RuntimeError)):  # ChannelError too
                 raise BoxStartError(f"{e} {err}".strip()) from e
             raise
         return box
 
-    async def _wait_for_agent(self, box: Box) -> None:
-        deadline = time.monotonic() + BOOT_TIMEOUT
+    async def _wait_for_agent(self, box: Box, timeout: float = BOOT_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
         while not box.pin_socket():
             if box.runtime_id not in self._watch_fds:
                 raise RuntimeError("the box ended as it booted")
@@ -159,6 +203,47 @@ class Node:
                 if time.monotonic() > deadline:
                     raise TimeoutError("the agent's socket never answered") from None
                 await asyncio.sleep(0.002)
+
+    # --- pause ----------------------------------------------------------------------------------
+
+    async def pause(self, runtime_id: str, image_dir: Path) -> None:
+        """Checkpoint a box to `image_dir` (memory, processes, its written files) and free it.
+
+        The agent first closes every socket of the host's (gVisor cannot save them); if the
+        checkpoint fails, the box is told to listen again and keeps running.
+        """
+        box = self._boxes[runtime_id]
+        (await box.agent.post(protocol.QUIESCE)).raise_for_status()
+        await box.release()
+        deadline = time.monotonic() + 10
+        while os.path.lexists(box.socket):
+            if time.monotonic() > deadline:
+                await self._relisten(box)
+                raise TimeoutError("the agent did not let go of its socket")
+            await asyncio.sleep(0.002)
+        self._stopping.add(runtime_id)
+        self._unwatch(runtime_id)
+        try:
+            shutil.rmtree(image_dir, ignore_errors=True)
+            image_dir.mkdir(parents=True, mode=0o700)
+            await self.runsc.checkpoint(runtime_id, image_dir)
+        except BaseException:
+            self._stopping.discard(runtime_id)
+            if await self.is_alive(runtime_id):
+                state = await self.runsc.state(runtime_id) or {}
+                self._watch(runtime_id, int(state.get("pid") or 0))
+                await self._relisten(box)
+            shutil.rmtree(image_dir, ignore_errors=True)
+            raise
+        self._boxes.pop(runtime_id, None)
+        await self._remove(box)  # the container stopped at its checkpoint; free what is left
+        self._stopping.discard(runtime_id)
+
+    async def _relisten(self, box: Box) -> None:
+        await self.runsc.kill(box.runtime_id, "USR1")
+        await self._wait_for_agent(box)
+
+    # --- watch ----------------------------------------------------------------------------------
 
     def _watch(self, runtime_id: str, pid: int) -> None:
         """Learn at once when a box's sandbox process ends (memory limit, crash, host kill)."""
@@ -189,13 +274,15 @@ class Node:
         state = await self.runsc.state(runtime_id)
         return bool(state) and state.get("status") == "running"  # type: ignore[union-attr]
 
-    async def stop(self, runtime_id: str) -> None:
+    # --- stop -----------------------------------------------------------------------------------
+
+    async def stop(self, runtime_id: str, key: str | None = None) -> None:
         """Destroy a box and everything the host held for it. Idempotent."""
         self._stopping.add(runtime_id)
         try:
             self._unwatch(runtime_id)
             box = self._boxes.pop(runtime_id, None)
-            await self._remove(box or Box(runtime_id, self.boxes_dir / runtime_id))
+            await self._remove(box or Box(runtime_id, self.boxes_dir / (key or runtime_id)))
         finally:
             self._stopping.discard(runtime_id)
 
@@ -205,37 +292,45 @@ class Node:
         mounts.unmount(box.channel_dir)
         shutil.rmtree(box.dir, ignore_errors=True)
 
-    async def adopt(self, runtime_ids: set[str]) -> set[str]:
-        """After a restart: take back the boxes still running, remove every other trace.
+    # --- restart --------------------------------------------------------------------------------
 
-        Returns the ids of the boxes found alive and answering.
-        """
+    async def adopt(self, running: dict[str, str]) -> set[str]:
+        """After a restart: take back the boxes still running (runtime id -> key), and remove
+        every other container and box directory. Returns the runtime ids found alive."""
         alive: set[str] = set()
-        for runtime_id in runtime_ids:
-            box = Box(runtime_id, self.boxes_dir / runtime_id)
+        for runtime_id, key in running.items():
+            box = Box(runtime_id, self.boxes_dir / key)
             state = await self.runsc.state(runtime_id)
-            try:
-                ok = bool(state) and state.get("status") == "running" and box.pin_socket() and (  # type: ignore[union-attr]
-                    await box.agent.get(protocol.HEALTH)).is_success
-            except (httpx.TransportError, ChannelError):
-                ok = False
+            ok = bool(state) and state.get("status") == "running"  # type: ignore[union-attr]
+            if ok and state:
+                self._watch(runtime_id, int(state.get("pid") or 0))
+                try:
+                    await self._wait_for_agent(box, timeout=5.0)  # it may be listening again just now
+                except (TimeoutError, RuntimeError):
+                    ok = False
             if ok:
                 self._boxes[runtime_id] = box
-                self._watch(runtime_id, int(state.get("pid") or 0) if state else 0)
                 alive.add(runtime_id)
             else:
+                self._unwatch(runtime_id)
                 await self._remove(box)
         try:
             strays = set(await self.runsc.list_ids()) - alive
         except RunscError:
             strays = set()
-        strays |= {p.name for p in self.boxes_dir.iterdir()} - alive
         for runtime_id in strays:
             await self.stop(runtime_id)
+        kept = {running[r] for r in alive}
+        for d in self.boxes_dir.iterdir():
+            if d.name not in kept:
+                mounts.unmount(d / "chan")
+                shutil.rmtree(d, ignore_errors=True)
         return alive
 
     async def close(self) -> None:
         """Let go of the boxes without stopping them: they outlive the server."""
+        if self._reaper is not None:
+            self._reaper.cancel()
         for runtime_id in list(self._boxes):
             self._unwatch(runtime_id)
             await self._boxes.pop(runtime_id).release()

@@ -44,6 +44,7 @@ class Runsc:
     def __init__(self, config: RunscConfig) -> None:
         self.config = config
         config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.running: set[int] = set()  # pids of runsc calls in flight: asyncio reaps those, not the node
 
     async def _call(self, *args: str, stderr_path: Path | None = None, timeout: float | None = None) -> str:
         argv = [self.config.binary, *self.config.global_flags(), *args]
@@ -58,12 +59,15 @@ class Runsc:
                 stderr=err_file or asyncio.subprocess.PIPE,
                 start_new_session=True,  # a Ctrl-C on the server must not reach the boxes
             )
+            self.running.add(proc.pid)
             try:
                 out, err = await asyncio.wait_for(proc.communicate(), timeout or self.config.timeout_seconds)
             except TimeoutError:
                 proc.kill()
                 await proc.wait()
                 raise RunscError(f"runsc {args[0]} timed out") from None
+            finally:
+                self.running.discard(proc.pid)
         finally:
             if err_file:
                 err_file.close()
@@ -92,8 +96,19 @@ class Runsc:
         out = await self._call("list", "--quiet", timeout=15)
         return [line.strip() for line in out.splitlines() if line.strip()]
 
+    async def restore_detached(self, container_id: str, bundle: Path, image_dir: Path, stderr_path: Path,
+                               pid_file: Path) -> None:
+        await self._call("restore", "--detach", f"--bundle={bundle}", f"--image-path={image_dir}",
+                         f"--pid-file={pid_file}", container_id, stderr_path=stderr_path, timeout=120)
+
+    async def checkpoint(self, container_id: str, image_dir: Path) -> None:
+        """Save a container to `image_dir`; the container stops once saved."""
+        await self._call("checkpoint", f"--image-path={image_dir}", "--exclude-committed-zero-pages",
+                         container_id, timeout=300)
+
     async def kill(self, container_id: str, signal: str = "KILL") -> None:
-        await self._call("kill", "--all", container_id, signal, timeout=15)
+        """Signal the container's init (the agent), not every process in it."""
+        await self._call("kill", container_id, signal, timeout=15)
 
     async def delete(self, container_id: str) -> None:
         """Stop and remove a container; quiet when it is already gone."""

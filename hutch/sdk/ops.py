@@ -12,8 +12,15 @@ from urllib.parse import urlencode
 import httpx
 
 from hutch.sdk.config import ConnectionConfig
-from hutch.sdk.errors import ConflictError, NotFoundError, SandboxTimeoutError, ServerError, ValidationError
-from hutch.sdk.flow import Call, Callback, Flow, NextLine, send
+from hutch.sdk.errors import (
+    AuthenticationError,
+    ConflictError,
+    NotFoundError,
+    SandboxTimeoutError,
+    ServerError,
+    ValidationError,
+)
+from hutch.sdk.flow import Call, Callback, Flow, NextLine, Reply, send
 
 # A command's stream carries a keep-alive every 10 s, so a minute of silence means a dead stream.
 STREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=60.0, write=60.0, pool=10.0)
@@ -58,10 +65,13 @@ class SandboxInfo:
 
 @dataclass
 class DataPlane:
-    """Where a sandbox's commands and files go, and the token they carry. Refreshed on connect."""
+    """Where a sandbox's commands and files go, and the token they carry. The token rotates
+    when the sandbox resumes; `send_data` then fetches the new one through the control plane."""
 
     url: str
     token: str
+    sandbox_id: str
+    cfg: ConnectionConfig
 
     def headers(self) -> dict[str, str]:
         return {"X-Access-Token": self.token}
@@ -92,16 +102,42 @@ def _json(body: bytes) -> Any:
 
 def create(cfg: ConnectionConfig, body: dict[str, Any]) -> Flow[tuple[SandboxInfo, DataPlane]]:
     reply = yield from send(Call("POST", f"{cfg.base_url}/v1/sandboxes", _auth(cfg), json=body))
-    return _access(_json(reply.body))
+    return _access(cfg, _json(reply.body))
 
 
 def connect(cfg: ConnectionConfig, sandbox_id: str) -> Flow[tuple[SandboxInfo, DataPlane]]:
+    """The sandbox and a fresh data-plane token; the server resumes a paused box first."""
     reply = yield from send(Call("POST", f"{cfg.base_url}/v1/sandboxes/{sandbox_id}/connect", _auth(cfg)))
-    return _access(_json(reply.body))
+    return _access(cfg, _json(reply.body))
 
 
-def _access(d: dict[str, Any]) -> tuple[SandboxInfo, DataPlane]:
-    return SandboxInfo.from_json(d), DataPlane(d["data_plane_url"], d["access_token"])
+def _access(cfg: ConnectionConfig, d: dict[str, Any]) -> tuple[SandboxInfo, DataPlane]:
+    return SandboxInfo.from_json(d), DataPlane(d["data_plane_url"], d["access_token"], d["id"], cfg)
+
+
+def pause(cfg: ConnectionConfig, sandbox_id: str) -> Flow[None]:
+    yield from send(Call("POST", f"{cfg.base_url}/v1/sandboxes/{sandbox_id}/pause", _auth(cfg)))
+
+
+def resume(dp: DataPlane) -> Flow[SandboxInfo]:
+    """Resume (a no-op when active) and take the rotated token."""
+    reply = yield from send(Call("POST", f"{dp.cfg.base_url}/v1/sandboxes/{dp.sandbox_id}/resume", _auth(dp.cfg)))
+    info, fresh = _access(dp.cfg, _json(reply.body))
+    dp.url, dp.token = fresh.url, fresh.token
+    return info
+
+
+def send_data(dp: DataPlane, make: Callable[[], Call]) -> Flow[Reply]:
+    """A data-plane request. If the token was rotated (the box resumed since), reconnect once for
+    the new one and send again."""
+    try:
+        return (yield from send(make()))
+    except AuthenticationError as e:
+        if e.code != "invalid_access_token":
+            raise
+    _info, fresh = yield from connect(dp.cfg, dp.sandbox_id)
+    dp.url, dp.token = fresh.url, fresh.token
+    return (yield from send(make()))
 
 
 def get_info(cfg: ConnectionConfig, sandbox_id: str) -> Flow[SandboxInfo]:
@@ -142,9 +178,9 @@ def run(dp: DataPlane, command: str, *, cwd: str | None, env: dict[str, str] | N
     """Run a command to its end over a server-sent event stream, passing output to the callbacks
     as it comes; a non-zero exit is a result, a timeout is a SandboxTimeoutError."""
     body = {"command": command, "cwd": cwd, "env": env, "timeout_seconds": timeout_seconds, "user": user}
-    headers = {**dp.headers(), "Accept": "text/event-stream"}
-    yield from send(Call("POST", f"{dp.url}/commands/run", headers,
-                         json={k: v for k, v in body.items() if v is not None}, stream=True, timeout=STREAM_TIMEOUT))
+    yield from send_data(dp, lambda: Call(
+        "POST", f"{dp.url}/commands/run", {**dp.headers(), "Accept": "text/event-stream"},
+        json={k: v for k, v in body.items() if v is not None}, stream=True, timeout=STREAM_TIMEOUT))
     out = _Output()
     event, data = "message", []
     while True:
@@ -194,17 +230,19 @@ def _on_event(event: str, payload: dict[str, Any], out: _Output, on_stdout: Call
 
 def write_file(dp: DataPlane, path: str, data: bytes, user: str | None) -> Flow[None]:
     params = {"path": path, **({"user": user} if user else {})}
-    yield from send(Call("PUT", f"{dp.url}/files", dp.headers(), params=params, content=data, timeout=FILE_TIMEOUT))
+    yield from send_data(dp, lambda: Call("PUT", f"{dp.url}/files", dp.headers(), params=params, content=data,
+                                          timeout=FILE_TIMEOUT))
 
 
 def read_file(dp: DataPlane, path: str) -> Flow[bytes]:
-    reply = yield from send(Call("GET", f"{dp.url}/files", dp.headers(), params={"path": path}, timeout=FILE_TIMEOUT))
+    reply = yield from send_data(dp, lambda: Call("GET", f"{dp.url}/files", dp.headers(), params={"path": path},
+                                                  timeout=FILE_TIMEOUT))
     return reply.body
 
 
 def download_dir(dp: DataPlane, path: str) -> Flow[bytes]:
-    reply = yield from send(Call("GET", f"{dp.url}/files/zip", dp.headers(), params={"path": path},
-                                 timeout=FILE_TIMEOUT))
+    reply = yield from send_data(dp, lambda: Call("GET", f"{dp.url}/files/zip", dp.headers(), params={"path": path},
+                                                  timeout=FILE_TIMEOUT))
     return reply.body
 
 

@@ -139,6 +139,15 @@ class Sandbox(_SandboxBase[httpx.Client]):
         self._info = self._run(ops.update(self._cfg, self.id, changes))
         return self._info
 
+    def pause(self) -> None:
+        """Checkpoint the whole box (memory, processes, files) to disk and free its memory.
+        Any later command, file call or connect resumes it. Idempotent."""
+        self._run(ops.pause(self._cfg, self.id))
+
+    def resume(self) -> None:
+        """Restore a paused box exactly where it was; its access token rotates (handled here)."""
+        self._info = self._run(ops.resume(self._dp))
+
     def kill(self) -> None:
         """Delete the sandbox (idempotent) and close this object's HTTP client."""
         try:
@@ -260,6 +269,12 @@ class AsyncSandbox(_SandboxBase[httpx.AsyncClient]):
         changes = {"metadata": metadata, "timeout_seconds": timeout_seconds, "auto_delete_seconds": auto_delete_seconds}
         self._info = await self._run(ops.update(self._cfg, self.id, changes))
         return self._info
+
+    async def pause(self) -> None:
+        await self._run(ops.pause(self._cfg, self.id))
+
+    async def resume(self) -> None:
+        self._info = await self._run(ops.resume(self._dp))
 
     async def kill(self) -> None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -134,7 +135,17 @@ def control_routes(app: FastAPI) -> None:
 
     @app.post("/v1/sandboxes/{sandbox_id}/connect", response_model=SandboxAccess)
     async def connect_sandbox(sandbox_id: str, st: StateDep, team_id: TeamDep) -> SandboxAccess:
-        return st.sandboxes.access(st.sandboxes.get(team_id, sandbox_id))
+        """The sandbox and its data-plane token, resumed first if it is paused."""
+        return st.sandboxes.access(await st.sandboxes.connect(team_id, sandbox_id))
+
+    @app.post("/v1/sandboxes/{sandbox_id}/pause", status_code=204)
+    async def pause_sandbox(sandbox_id: str, st: StateDep, team_id: TeamDep) -> Response:
+        await st.sandboxes.pause(team_id, sandbox_id)
+        return Response(status_code=204)
+
+    @app.post("/v1/sandboxes/{sandbox_id}/resume", response_model=SandboxAccess)
+    async def resume_sandbox(sandbox_id: str, st: StateDep, team_id: TeamDep) -> SandboxAccess:
+        return st.sandboxes.access(await st.sandboxes.resume(team_id, sandbox_id))
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -233,10 +244,13 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         st = State(config)
         app.state.hutch = st
+        st.node.start_reaping()
         await st.sandboxes.reconcile()
+        lifetimes = asyncio.get_running_loop().create_task(st.sandboxes.run_lifetimes())
         try:
             yield
         finally:
+            lifetimes.cancel()
             await st.node.close()  # the boxes outlive the server; a restart takes them back
 
     app = FastAPI(title="hutch", version="0.1.0", lifespan=lifespan,

@@ -1,13 +1,20 @@
-"""Sandbox lifecycle: what create, update, kill and the reconcile at start do to the store and node.
+"""Sandbox lifecycle: what create, update, pause, resume, kill, the lifetime scheduler and the
+reconcile at start do to the store and the node.
 
 The store is the truth for what exists; the node holds what runs. Every transition takes the
-box's lock, so two calls on one box never interleave.
+box's lock, so two calls on one box never interleave: a connect during a pause waits for it, two
+resumes restore once, a kill during a pause runs after it.
+
+    active ──pause──▶ pausing ──▶ paused ──resume (or any data-plane call)──▶ resuming ──▶ active
+       │                                   │
+       └── its runtime ends ──▶ failed      └── auto_delete_seconds ──▶ deleted
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import time
 import uuid
 from collections import defaultdict
@@ -24,6 +31,7 @@ from hutch.store import SandboxRecord, Store, TemplateRecord
 log = logging.getLogger("hutch.server")
 
 BASE_TEMPLATE = "hutch/base"
+CHECKPOINT_DONE = "hutch-checkpoint-complete"  # written into an image directory once it is whole
 
 
 class Sandboxes:
@@ -50,13 +58,27 @@ class Sandboxes:
             data_plane_url=f"{self.config.base_url}/data/v1/sandboxes/{rec.id}",
         )
 
-    def get(self, team_id: str, sandbox_id: str) -> SandboxRecord:
+    def get(self, team_id: str | None, sandbox_id: str) -> SandboxRecord:
         rec = self.store.get_sandbox(sandbox_id, team_id)
         if rec is None:
             raise not_found("sandbox", sandbox_id)
         return rec
 
-    # --- lifecycle ------------------------------------------------------------------------------
+    def image_dir(self, sandbox_id: str) -> Path:
+        return self.config.data_dir / "checkpoints" / sandbox_id
+
+    def _limits(self, rec: SandboxRecord) -> tuple[Path, Limits]:
+        template = self.store.get_template(rec.template)
+        if template is None:
+            raise ApiError(409, "template_not_found", f"the template {rec.template!r} of this sandbox is gone")
+        return Path(template.rootfs), Limits(memory_mib=rec.memory_mib, pids=self.config.pids,
+                                             cpu_shares=1024 * rec.vcpu)
+
+    @staticmethod
+    def _deadline(seconds: int | None) -> float | None:
+        return None if seconds is None else time.time() + seconds
+
+    # --- create, update -------------------------------------------------------------------------
 
     async def create(self, team_id: str, req: CreateSandbox) -> SandboxRecord:
         template = self.store.get_template(req.from_template or BASE_TEMPLATE)
@@ -66,25 +88,26 @@ class Sandboxes:
         if running >= self.config.max_sandboxes:
             raise ApiError(429, "too_many_sandboxes",
                            f"this node runs at most {self.config.max_sandboxes} sandboxes; kill or pause one")
-        limits = Limits(memory_mib=template.memory_mib, pids=self.config.pids, cpu_shares=1024 * template.vcpu)
+        rec = SandboxRecord(
+            id=str(uuid.uuid4()), team_id=team_id, name=req.name, template=template.name, status="active",
+            memory_mib=template.memory_mib, vcpu=template.vcpu, metadata=req.metadata or {},
+            env_vars=req.env_vars or {}, timeout_seconds=req.timeout_seconds,
+            auto_delete_seconds=req.auto_delete_seconds, pause_at=self._deadline(req.timeout_seconds),
+        )
+        rootfs, limits = self._limits(rec)
         self._starting += 1
         try:
-            box = await self.node.start(Path(template.rootfs), limits)
+            box = await self.node.start(rec.id, rootfs, limits)
         except BoxStartError as e:
             log.error("a box failed to start: %s", e)
             raise ApiError(503, "boot_failed", f"the sandbox could not start: {e}") from e
         finally:
             self._starting -= 1
-        rec = SandboxRecord(
-            id=str(uuid.uuid4()), team_id=team_id, name=req.name, template=template.name, status="active",
-            memory_mib=template.memory_mib, vcpu=template.vcpu, metadata=req.metadata or {},
-            env_vars=req.env_vars or {}, timeout_seconds=req.timeout_seconds,
-            auto_delete_seconds=req.auto_delete_seconds, runtime_id=box.runtime_id,
-        )
+        rec.runtime_id = box.runtime_id
         try:
             self.store.insert_sandbox(rec)
         except BaseException:
-            await self.node.stop(box.runtime_id)  # never a box without a record
+            await self.node.stop(box.runtime_id, rec.id)  # never a box without a record
             raise
         return rec
 
@@ -94,20 +117,92 @@ class Sandboxes:
             changes = {k: getattr(req, k) for k in req.model_fields_set}
             if "metadata" in changes and changes["metadata"] is None:
                 changes["metadata"] = {}
+            if "timeout_seconds" in changes and rec.status == "active":
+                changes["pause_at"] = self._deadline(changes["timeout_seconds"])  # counts from now
+            if "auto_delete_seconds" in changes and rec.status == "paused":
+                changes["delete_at"] = self._deadline(changes["auto_delete_seconds"])
             if changes:
                 self.store.update_sandbox(rec.id, **changes)
             return self.get(team_id, sandbox_id)
 
-    async def kill(self, team_id: str, sandbox_id: str) -> None:
+    # --- pause, resume --------------------------------------------------------------------------
+
+    async def pause(self, team_id: str | None, sandbox_id: str) -> None:
+        """Checkpoint the box to disk and free its memory. Idempotent."""
+        async with self._locks[sandbox_id]:
+            rec = self.get(team_id, sandbox_id)
+            if rec.status == "paused":
+                return
+            if rec.status != "active" or not rec.runtime_id:
+                raise ApiError(409, "sandbox_failed" if rec.status == "failed" else "invalid_state",
+                               f"sandbox {rec.id} is {rec.status} and cannot be paused")
+            self.store.update_sandbox(rec.id, status="pausing")
+            image = self.image_dir(rec.id)
+            try:
+                await self.node.pause(rec.runtime_id, image)
+                (image / CHECKPOINT_DONE).touch()
+            except Exception as e:
+                alive = await self.node.is_alive(rec.runtime_id) and self.node.get(rec.runtime_id) is not None
+                log.error("pausing %s failed: %s", rec.id, e)
+                if alive:
+                    self.store.update_sandbox(rec.id, status="active")
+                else:
+                    self.mark_failed(rec.id, f"the pause failed: {e}")
+                raise ApiError(503, "pause_failed", f"the sandbox could not be paused: {e}") from e
+            self.store.update_sandbox(rec.id, status="paused", runtime_id=None, pause_at=None,
+                                      delete_at=self._deadline(rec.auto_delete_seconds))
+        if rec.auto_delete_seconds == 0:
+            await self.kill(team_id, sandbox_id)
+
+    async def resume(self, team_id: str | None, sandbox_id: str) -> SandboxRecord:
+        """Restore a paused box (a no-op for an active one); the access token rotates."""
+        async with self._locks[sandbox_id]:
+            rec = self.get(team_id, sandbox_id)
+            if rec.status == "active":
+                return rec
+            if rec.status != "paused":
+                raise ApiError(409, "sandbox_failed" if rec.status == "failed" else "invalid_state",
+                               f"sandbox {rec.id} is {rec.status}: {rec.failure or 'it cannot be resumed'}")
+            rootfs, limits = self._limits(rec)
+            image = self.image_dir(rec.id)
+            self.store.update_sandbox(rec.id, status="resuming")
+            try:
+                box = await self.node.restore(rec.id, rootfs, limits, image)
+            except BoxStartError as e:
+                log.error("resuming %s failed: %s", rec.id, e)
+                self.store.update_sandbox(rec.id, status="paused")  # the image is still there: try again
+                raise ApiError(503, "resume_failed", f"the sandbox could not be resumed: {e}") from e
+            self.store.update_sandbox(rec.id, status="active", runtime_id=box.runtime_id, delete_at=None,
+                                      token_generation=rec.token_generation + 1,
+                                      pause_at=self._deadline(rec.timeout_seconds))
+            shutil.rmtree(image, ignore_errors=True)  # restored: the image is no longer needed
+            return self.get(team_id, sandbox_id)
+
+    async def connect(self, team_id: str, sandbox_id: str) -> SandboxRecord:
+        """The record a client reconnects to: resumed if paused; a failed one as it is."""
+        rec = self.get(team_id, sandbox_id)
+        if rec.status in ("pausing", "paused", "resuming"):
+            rec = await self.resume(team_id, sandbox_id)
+        return rec
+
+    # --- kill -----------------------------------------------------------------------------------
+
+    async def kill(self, team_id: str | None, sandbox_id: str) -> None:
         async with self._locks[sandbox_id]:
             rec = self.get(team_id, sandbox_id)
             if rec.runtime_id:
-                await self.node.stop(rec.runtime_id)
-            self.store.update_sandbox(rec.id, status="deleted", runtime_id=None)
+                await self.node.stop(rec.runtime_id, rec.id)
+            shutil.rmtree(self.image_dir(rec.id), ignore_errors=True)
+            self.store.update_sandbox(rec.id, status="deleted", runtime_id=None, pause_at=None, delete_at=None)
         self._locks.pop(sandbox_id, None)
 
+    # --- the data plane's view ------------------------------------------------------------------
+
     async def running_box(self, rec: SandboxRecord) -> Box:
-        """The live box behind an active record, or a clear error saying why there is none."""
+        """The live box behind a record, resumed first if it is paused (or pausing, or resuming:
+        the lock makes this wait for that to finish)."""
+        if rec.status in ("pausing", "paused", "resuming"):
+            rec = await self.resume(None, rec.id)
         if rec.status == "failed":
             raise ApiError(409, "sandbox_failed", f"sandbox {rec.id} has failed: {rec.failure or 'unknown'}")
         box = self.node.get(rec.runtime_id) if rec.runtime_id and rec.status == "active" else None
@@ -121,6 +216,9 @@ class Sandboxes:
         A box being killed (memory limit, fork bomb) drops its channel a moment before runsc
         reports it gone, so look a few times before calling it merely unreachable.
         """
+        current = self.store.get_sandbox(rec.id)
+        if current is not None and current.runtime_id != rec.runtime_id:
+            return ApiError(409, "sandbox_paused", f"sandbox {rec.id} was paused while the call ran; call again")
         for _ in range(6):
             if not rec.runtime_id or not await self.node.is_alive(rec.runtime_id):
                 current = self.store.get_sandbox(rec.id)
@@ -131,7 +229,7 @@ class Sandboxes:
         return ApiError(503, "sandbox_unreachable", f"sandbox {rec.id} did not answer; try again")
 
     def mark_failed(self, sandbox_id: str, why: str) -> None:
-        self.store.update_sandbox(sandbox_id, status="failed", failure=why)
+        self.store.update_sandbox(sandbox_id, status="failed", failure=why, pause_at=None)
 
     def _box_ended(self, runtime_id: str) -> None:
         for rec in self.store.list_sandboxes(None, status="active"):
@@ -139,13 +237,62 @@ class Sandboxes:
                 log.warning("sandbox %s failed: its box ended (memory limit, crash or outside kill)", rec.id)
                 self.mark_failed(rec.id, "the sandbox's runtime ended (out of memory, crashed, or killed)")
 
+    # --- lifetimes ------------------------------------------------------------------------------
+
+    async def run_lifetimes(self, every: float = 1.0) -> None:
+        """Pause boxes past their timeout and delete boxes paused past their auto-delete. The
+        deadlines are in the store, so a restarted server keeps them."""
+        while True:
+            await asyncio.sleep(every)
+            now = time.time()
+            for rec in self.store.list_sandboxes(None):
+                try:
+                    if rec.status == "active" and rec.pause_at is not None and rec.pause_at <= now:
+                        log.info("sandbox %s reached its timeout: pausing", rec.id)
+                        await self.pause(None, rec.id)
+                    elif rec.status == "paused" and rec.delete_at is not None and rec.delete_at <= now:
+                        log.info("sandbox %s was paused past its auto-delete: deleting", rec.id)
+                        await self.kill(None, rec.id)
+                except ApiError as e:
+                    log.warning("lifetime action on %s failed: %s", rec.id, e.message)
+                except Exception:
+                    log.exception("lifetime action on %s failed", rec.id)
+
+    # --- restart --------------------------------------------------------------------------------
+
     async def reconcile(self) -> None:
-        """At start: take back the boxes that still run, mark the others failed, clear strays."""
-        live = [r for r in self.store.list_sandboxes(None) if r.status == "active" and r.runtime_id]
-        alive = await self.node.adopt({r.runtime_id for r in live if r.runtime_id})
+        """At start: take back the boxes that still run, settle what a crash left half-done,
+        mark the rest failed, and clear strays."""
+        records = self.store.list_sandboxes(None)
+        for rec in records:
+            if rec.status == "pausing":
+                await self._settle_pausing(rec)
+            elif rec.status == "resuming":
+                self.store.update_sandbox(rec.id, status="paused")  # the image was kept until resumed
+        live = [r for r in self.store.list_sandboxes(None, status="active") if r.runtime_id]
+        alive = await self.node.adopt({r.runtime_id: r.id for r in live if r.runtime_id})
         for rec in live:
             if rec.runtime_id not in alive:
                 self.mark_failed(rec.id, "the sandbox was not running when the server started")
+        keep = {r.id for r in self.store.list_sandboxes(None, status="paused")}
+        images = self.config.data_dir / "checkpoints"
+        for d in images.iterdir() if images.exists() else ():
+            if d.name not in keep:
+                shutil.rmtree(d, ignore_errors=True)  # reclaim the disk of boxes that are gone
+
+    async def _settle_pausing(self, rec: SandboxRecord) -> None:
+        image = self.image_dir(rec.id)
+        if (image / CHECKPOINT_DONE).exists():
+            if rec.runtime_id:
+                await self.node.stop(rec.runtime_id, rec.id)
+            self.store.update_sandbox(rec.id, status="paused", runtime_id=None, pause_at=None,
+                                      delete_at=self._deadline(rec.auto_delete_seconds))
+        elif rec.runtime_id and await self.node.is_alive(rec.runtime_id):
+            await self.node.runsc.kill(rec.runtime_id, "USR1")  # it may have quiesced: listen again
+            shutil.rmtree(image, ignore_errors=True)
+            self.store.update_sandbox(rec.id, status="active")
+        else:
+            self.mark_failed(rec.id, "the server stopped while the sandbox was pausing")
 
 
 def register_base_template(store: Store, rootfs: Path, config: ServerConfig) -> None:
