@@ -1,0 +1,221 @@
+"""Pause and resume keep everything: memory, processes, files; twice in a row; transparently on
+any call; with token rotation, lifetimes, races, and a server restart in between."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from hutch import AuthenticationError, NotFoundError, Sandbox
+from hutch.server.config import ServerConfig
+from tests.conftest import Env, wait_for
+
+COUNTER = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &"
+HOLDER = ("nohup python3 -c 'import time\nsecret = sum(range(1000))\nwhile True:\n"
+          "    open(\"/tmp/held\", \"w\").write(str(secret)); time.sleep(0.1)' >/dev/null 2>&1 &")
+
+
+def _count(sb: Any) -> int:
+    return int(sb.commands.run("until [ -s /tmp/count ]; do sleep 0.05; done; cat /tmp/count").stdout)
+
+
+def test_state_survives_pause_and_resume_twice(sdk: Any, box: Any) -> None:
+    box.files.write("/home/user/notes.txt", "written before")
+    box.commands.run("echo root-file > /etc/marker", user="root")
+    box.commands.run(COUNTER)
+    box.commands.run(HOLDER)
+    wait_for(lambda: box.commands.run("cat /tmp/held").stdout == "499500", what="the holder to write")
+    last = _count(box)
+    for _ in range(2):
+        box.pause()
+        assert box.get_info().status == "paused"
+        box.pause()  # twice is fine
+        box.resume()
+        assert box.get_info().status == "active"
+        box.resume()  # twice is fine
+        assert box.files.read_text("/home/user/notes.txt") == "written before"
+        assert box.commands.run("cat /etc/marker").stdout == "root-file\n"
+        now = _count(box)
+        assert now >= last, "the counter process went on from where it was"
+        time.sleep(0.5)
+        assert _count(box) > now, "and it is still running"
+        last = _count(box)
+        box.commands.run("rm -f /tmp/held")
+        wait_for(lambda: box.commands.run("cat /tmp/held 2>/dev/null").stdout == "499500",
+                 what="the python process to write its value again")
+
+
+def test_any_call_resumes_a_paused_box_and_the_token_rotates(sdk: Any, box: Any) -> None:
+    box.commands.run(COUNTER)
+    old_token = box._dp.token
+    box.pause()
+    assert box.commands.run("echo back").stdout == "back\n"  # resumes on its own
+    assert box.get_info().status == "active"
+    box.pause()
+    assert box.files.read_text("/tmp/count").strip().isdigit()
+    box.pause()
+    again = sdk.connect(box.id)
+    assert again.get_info().status == "active"
+    new_token = again._dp.token
+    assert new_token != old_token
+    r = httpx.post(f"{box._dp.url}/commands/run", json={"command": "true"}, headers={"X-Access-Token": old_token})
+    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_access_token"
+    assert box.commands.run("echo still").stdout == "still\n"  # the SDK took the new token itself
+    again.close()
+
+
+def test_a_paused_box_costs_no_running_processes(env: Env) -> None:
+    sb = Sandbox.create(name="cheap")
+    try:
+        record_dir = ServerConfig(data_dir=env.server.data_dir).run_dir / "boxes" / sb.id
+        assert record_dir.exists()
+        sb.pause()
+        assert not record_dir.exists(), "nothing of a paused box stays on the host but its image"
+        image = env.server.data_dir / "checkpoints" / sb.id
+        size = sum(f.stat().st_size for f in image.rglob("*") if f.is_file())
+        assert 0 < size < 64 * 2**20, f"an idle box's checkpoint should be a few MB, not {size}"
+        assert sb.commands.run("echo ok").stdout == "ok\n"
+        assert not image.exists(), "the image is removed once the box runs again"
+    finally:
+        sb.kill()
+    assert not (env.server.data_dir / "checkpoints" / sb.id).exists()
+
+
+def test_kill_a_paused_box_reclaims_its_image(env: Env) -> None:
+    sb = Sandbox.create(name="gone")
+    sb.pause()
+    image = env.server.data_dir / "checkpoints" / sb.id
+    assert image.exists()
+    sb.kill()
+    assert not image.exists()
+    with pytest.raises(NotFoundError):
+        Sandbox.connect(sb.id)
+
+
+def test_statuses_are_listed_truthfully(sdk: Any, make_box: Any) -> None:
+    a = make_box(metadata={"group": "status"})
+    b = make_box(metadata={"group": "status"})
+    a.pause()
+    assert [i.id for i in sdk.list(metadata={"group": "status"}, status="paused")] == [a.id]
+    assert [i.id for i in sdk.list(metadata={"group": "status"}, status="active")] == [b.id]
+
+
+def test_concurrent_pause_connect_resume_and_kill_are_safe(env: Env) -> None:
+    sb = Sandbox.create(name="races")
+    sb.commands.run(COUNTER)
+    results: dict[str, Any] = {}
+
+    def run(name: str, fn: Any) -> None:
+        try:
+            results[name] = fn()
+        except Exception as e:  # recorded and checked below
+            results[name] = e
+
+    threads = [threading.Thread(target=run, args=("pause", sb.pause)),
+               threading.Thread(target=run, args=("connect", lambda: Sandbox.connect(sb.id).get_info().status)),
+               threading.Thread(target=run, args=("resume", lambda: Sandbox.connect(sb.id).resume()))]
+    for t in threads:
+        t.start()
+        time.sleep(0.02)
+    for t in threads:
+        t.join(60)
+    assert not any(isinstance(v, Exception) for v in results.values()), results
+    info = sb.get_info()
+    assert info.status in ("active", "paused")
+    assert _count(sb) > 0
+    # two resumes at once restore once
+    sb.pause()
+    both = [threading.Thread(target=run, args=(f"resume{i}", lambda: Sandbox.connect(sb.id).resume())) for i in range(2)]
+    for t in both:
+        t.start()
+    for t in both:
+        t.join(60)
+    assert not any(isinstance(results[f"resume{i}"], Exception) for i in range(2)), results
+    assert sb.get_info().status == "active"
+    # a kill during a pause wins cleanly
+    killer = threading.Thread(target=run, args=("kill", lambda: Sandbox.kill_by_id(sb.id)))
+    pauser = threading.Thread(target=run, args=("pause2", sb.pause))
+    pauser.start()
+    time.sleep(0.05)
+    killer.start()
+    pauser.join(60)
+    killer.join(60)
+    assert not isinstance(results["kill"], Exception), results
+    with pytest.raises(NotFoundError):
+        sb.get_info()
+    assert not (env.server.data_dir / "checkpoints" / sb.id).exists()
+
+
+def test_timeout_auto_pauses_and_auto_delete_deletes(env: Env) -> None:
+    sb = Sandbox.create(name="lifetimes", timeout_seconds=2, auto_delete_seconds=3)
+    sb.commands.run(COUNTER)
+    wait_for(lambda: sb.get_info().status == "paused", timeout=15, what="the timeout to pause the box")
+    assert _count(sb) > 0  # a call resumes it, state kept
+    assert sb.get_info().status == "active"
+    wait_for(lambda: sb.get_info().status == "paused", timeout=15, what="the timeout to pause it again")
+    wait_for(lambda: sb.id not in {i.id for i in Sandbox.list()}, timeout=15, what="auto-delete")
+    with pytest.raises(NotFoundError):
+        sb.get_info()
+
+
+def test_update_sets_and_clears_lifetimes(env: Env) -> None:
+    sb = Sandbox.create(name="update-lifetimes")
+    try:
+        sb.update(timeout_seconds=1)
+        wait_for(lambda: sb.get_info().status == "paused", timeout=15, what="the new timeout to pause it")
+        sb.resume()
+        sb.update(timeout_seconds=None)
+        time.sleep(2.5)
+        assert sb.get_info().status == "active", "a cleared timeout never pauses"
+        sb.update(auto_delete_seconds=0)
+        sb.pause()  # 0: deleted on pause
+        wait_for(lambda: sb.id not in {i.id for i in Sandbox.list()}, timeout=15, what="delete on pause")
+    finally:
+        sb.kill()
+
+
+def test_an_old_token_is_refused_after_resume(env: Env) -> None:
+    sb = Sandbox.create(name="tokens")
+    try:
+        url, token = sb._dp.url, sb._dp.token
+        sb.pause()
+        sb.resume()
+        r = httpx.get(f"{url}/files", params={"path": "/etc/hostname"}, headers={"X-Access-Token": token})
+        assert r.status_code == 401
+        with pytest.raises(AuthenticationError):
+            Sandbox.list(api_key="hutch_wrong")
+    finally:
+        sb.kill()
+
+
+def test_paused_and_active_boxes_survive_a_server_kill(tmp_path: Path) -> None:
+    from tests.conftest import make_server
+
+    server = make_server()
+    server.start()
+    try:
+        kw = {"api_key": server.admin_key(), "base_url": server.url}
+        active = Sandbox.create(name="active", **kw)
+        paused = Sandbox.create(name="paused", **kw)
+        for sb in (active, paused):
+            sb.commands.run(COUNTER)
+            sb.files.write("/home/user/f", sb.name)
+        before = _count(paused)
+        paused.pause()
+        server.stop(9)
+        server.start()
+        listed = {i.id: i.status for i in Sandbox.list(**kw)}
+        assert listed == {active.id: "active", paused.id: "paused"}
+        back = Sandbox.connect(paused.id, **kw)
+        assert back.files.read_text("/home/user/f") == "paused" and _count(back) >= before
+        assert Sandbox.connect(active.id, **kw).files.read_text("/home/user/f") == "active"
+        server.cleanup_boxes(kw["api_key"])
+        assert not any((server.data_dir / "checkpoints").iterdir())
+    finally:
+        server.stop()
+        server.remove()
