@@ -114,3 +114,28 @@ def test_a_background_process_keeps_running_between_commands(box: Any) -> None:
     first = box.commands.run("until [ -s /tmp/tick ]; do sleep 0.05; done; wc -l < /tmp/tick").stdout
     time.sleep(1)
     assert int(box.commands.run("wc -l < /tmp/tick").stdout) > int(first)
+
+
+def test_a_server_left_in_the_background_does_not_hold_the_command(box: Any) -> None:
+    r = box.commands.run("python3 -m http.server 8123 & sleep 0.2; echo started")
+    assert r.exit_code == 0 and r.stdout == "started\n"
+    assert box.commands.run("sleep 0.5; ps -eo args | grep -c '^python3 -m http.server 8123'").stdout.strip() == "1"
+
+
+def test_a_timeout_ends_the_call_even_when_a_new_session_holds_the_pipes(box: Any) -> None:
+    with pytest.raises(SandboxTimeoutError):
+        box.commands.run("setsid sleep 300 & sleep 301", timeout_seconds=1)
+    assert box.commands.run("echo ok").stdout == "ok\n"
+
+
+def test_a_cwd_the_user_may_not_enter_is_a_validation_error(box: Any) -> None:
+    with pytest.raises(ValidationError) as err:
+        box.commands.run("pwd", cwd="/root")
+    assert err.value.code == "invalid_cwd"
+    assert box.commands.run("pwd", cwd="/root", user="root").stdout == "/root\n"
+
+
+def test_the_box_user_killing_everything_it_owns_does_not_break_commands(box: Any) -> None:
+    box.commands.run("kill -9 -1")  # takes the spawner with it
+    for _ in range(2):
+        assert box.commands.run("echo alive").stdout == "alive\n"

@@ -36,6 +36,8 @@ SPAWNER: Spawner  # set by serve()
 
 CHUNK = 256 * 1024
 PING_SECONDS = 10.0
+POLL_SECONDS = 0.05  # how often a running command's exit is looked for
+EXIT_GRACE = 0.1  # output still read after the command exits, from what it left running
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -271,16 +273,21 @@ class Handler(http1.Handler):
         self._start_chunked("application/x-ndjson")
         stream = _EventStream(self)
         try:
-            pid, wait, out_fd, err_fd = _launch(["/bin/sh", "-c", cmd], cwd, env, as_root)
+            pid, poll, out_fd, err_fd = _launch(["/bin/sh", "-c", cmd], cwd, env, as_root)
         except (FileNotFoundError, NotADirectoryError):
             stream.send({"t": p.EVENT_ERROR, "code": p.ERR_BAD_CWD, "message": f"no such directory: {cwd}"})
+            return stream.close()
+        except PermissionError:
+            stream.send({"t": p.EVENT_ERROR, "code": p.ERR_BAD_CWD, "message": f"no permission to enter {cwd}"})
             return stream.close()
         except OSError as e:
             stream.send({"t": p.EVENT_ERROR, "code": p.ERR_IO, "message": f"could not start: {e}"})
             return stream.close()
         stream.send({"t": p.EVENT_START, "pid": pid})
-        timed_out = _pump(pid, out_fd, err_fd, stream, timeout)
-        code = wait()
+        code, timed_out = _pump(pid, poll, out_fd, err_fd, stream, timeout)
+        if code is None:  # both pipes closed before the exit was seen
+            while (code := poll()) is None:
+                time.sleep(0.002)
         stream.send({"t": p.EVENT_EXIT, "code": None if timed_out else code, "timed_out": timed_out})
         stream.close()
         return None
@@ -311,22 +318,29 @@ class _EventStream:
                 self.handler.close_connection = True
 
 
-def _launch(argv: list[str], cwd: str, env: dict[str, str], as_root: bool) -> tuple[int, Callable[[], int], int, int]:
-    """Start a command in its own session; return its pid, how to wait for it, and its output fds."""
+def _launch(argv: list[str], cwd: str, env: dict[str, str], as_root: bool) -> tuple[int, Callable[[], int | None], int, int]:
+    """Start a command in its own session; return its pid, how to poll for its exit code, and its
+    output fds."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
         if as_root:  # the agent itself is root: Popen may use vfork
             proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out_w,
                                     stderr=err_w, start_new_session=True, close_fds=True)
-            pid, wait = proc.pid, lambda: exit_code(proc.wait())
+            pid = proc.pid
+
+            def poll() -> int | None:
+                code = proc.poll()
+                return None if code is None else exit_code(code)
         else:
             null = os.open(os.devnull, os.O_RDONLY)
             try:
                 pid = SPAWNER.spawn(argv, cwd, env, [null, out_w, err_w])
             finally:
                 os.close(null)
-            wait = lambda: SPAWNER.wait(pid)
+
+            def poll() -> int | None:
+                return SPAWNER.poll(pid)
     except BaseException:
         os.close(out_r)
         os.close(err_r)
@@ -334,13 +348,17 @@ def _launch(argv: list[str], cwd: str, env: dict[str, str], as_root: bool) -> tu
     finally:
         os.close(out_w)
         os.close(err_w)
-    return pid, wait, out_r, err_r
+    return pid, poll, out_r, err_r
 
 
-def _pump(pid: int, out_fd: int, err_fd: int, stream: _EventStream, timeout: float | None) -> bool:
-    """Relay a command's output until both pipes close; kill its process group at the deadline.
+def _pump(pid: int, poll: Callable[[], int | None], out_fd: int, err_fd: int, stream: _EventStream,
+          timeout: float | None) -> tuple[int | None, bool]:
+    """Relay a command's output until it has exited and its pipes are drained; kill its process
+    group at the deadline. Returns its exit code and whether it timed out.
 
-    A ping goes to the host every few seconds of silence, so a hung box shows as a dead stream.
+    Something it left in the background (`server &`) may hold the pipes open for ever: once the
+    command itself has exited, what is left is read for a moment and the pipes are let go. A ping
+    goes to the host after a few seconds of silence, so a hung box shows as a dead stream.
     """
     deadline = time.monotonic() + timeout if timeout else None
     sel = selectors.DefaultSelector()
@@ -350,29 +368,40 @@ def _pump(pid: int, out_fd: int, err_fd: int, stream: _EventStream, timeout: flo
         sel.register(fd, selectors.EVENT_READ, kind)
         decoders[kind] = codecs.getincrementaldecoder("utf-8")(errors="replace")
     timed_out = False
+    code: int | None = None
+    exited_at: float | None = None
+    last_sent = time.monotonic()
     while sel.get_map():
-        wait = PING_SECONDS if deadline is None else max(0.0, min(PING_SECONDS, deadline - time.monotonic()))
-        if deadline is not None and time.monotonic() >= deadline and not timed_out:
+        now = time.monotonic()
+        if deadline is not None and now >= deadline and not timed_out:
             timed_out = True
             _kill_group(pid)
-        events = sel.select(PING_SECONDS if timed_out else wait)
-        if not events:
+        if exited_at is None and (code := poll()) is not None:
+            exited_at = now
+        if exited_at is not None and now - exited_at >= EXIT_GRACE:
+            break
+        if now - last_sent >= PING_SECONDS:
             stream.send({"t": p.EVENT_PING})
-        for key, _ in events:
+            last_sent = now
+        for key, _ in sel.select(POLL_SECONDS):
             data = os.read(key.fd, CHUNK)
             kind = key.data
             if not data:
                 sel.unregister(key.fileobj)
                 os.close(key.fd)
-                tail = decoders[kind].decode(b"", final=True)
-                if tail:
-                    stream.send({"t": kind, "d": tail})
+                data_tail = decoders[kind].decode(b"", final=True)
+                if data_tail:
+                    stream.send({"t": kind, "d": data_tail})
                 continue
             text = decoders[kind].decode(data)
             if text:
                 stream.send({"t": kind, "d": text})
+                last_sent = now
+    for key in list(sel.get_map().values()):  # held open by something in the background
+        sel.unregister(key.fileobj)
+        os.close(key.fd)
     sel.close()
-    return timed_out
+    return code, timed_out
 
 
 def _kill_group(pid: int) -> None:

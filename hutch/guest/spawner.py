@@ -9,12 +9,14 @@ Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import marshal
 import os
 import socket
 import struct
 import subprocess
 import threading
+import time
 from typing import Any
 
 _LEN = struct.Struct("!I")
@@ -59,7 +61,14 @@ def exit_code(returncode: int) -> int:
 
 
 class Spawner:
-    """The agent's handle on the helper. Thread-safe."""
+    """The agent's handle on the helper. Thread-safe.
+
+    The helper runs as the box user, so that user can kill or stop it. Each helper is a
+    generation: when one dies its commands report 255 rather than being waited for forever, and
+    the next spawn starts a new one. A helper that stops answering fails the spawn after a while.
+    """
+
+    REPLY_TIMEOUT = 10.0
 
     def __init__(self, uid: int, gid: int) -> None:
         self.uid, self.gid = uid, gid
@@ -67,7 +76,11 @@ class Spawner:
         self._cond = threading.Condition()
         self._replies: dict[int, dict[str, Any]] = {}
         self._exits: dict[int, int] = {}
+        self._born_in: dict[int, int] = {}  # command pid -> the generation that started it
+        self._dead: set[int] = set()
+        self._generation = 0
         self._next = 0
+        self.sock: socket.socket | None = None
         self._start()
 
     def _start(self) -> None:
@@ -83,10 +96,11 @@ class Spawner:
             finally:
                 os._exit(0)
         theirs.close()
+        self._generation += 1
         self.pid, self.sock = pid, ours
-        threading.Thread(target=self._read, args=(ours,), daemon=True).start()
+        threading.Thread(target=self._read, args=(ours, self._generation, pid), daemon=True).start()
 
-    def _read(self, sock: socket.socket) -> None:
+    def _read(self, sock: socket.socket, generation: int, helper: int) -> None:
         while True:
             try:
                 msg, _ = _recv(sock)
@@ -98,36 +112,57 @@ class Spawner:
                 else:
                     self._replies[msg["id"]] = msg
                 self._cond.notify_all()
-        with self._cond:  # the helper is gone: fail whoever waits
-            self.sock = None  # type: ignore[assignment]
+        with self._cond:  # the helper is gone: fail whoever waits on it
+            self._dead.add(generation)
+            if self.sock is sock:
+                self.sock = None
             self._cond.notify_all()
+        sock.close()
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(helper, 0)
 
     def spawn(self, argv: list[str], cwd: str, env: dict[str, str], stdio: list[int]) -> int:
         """Start a command in a new session; return its pid. Raises OSError as Popen would."""
         with self._lock:
             if self.sock is None:
                 self._start()
+            assert self.sock is not None
             self._next += 1
-            req_id = self._next
+            req_id, generation = self._next, self._generation
             _send(self.sock, {"id": req_id, "argv": argv, "cwd": cwd, "env": env}, stdio)
+        deadline = time.monotonic() + self.REPLY_TIMEOUT
         with self._cond:
             while req_id not in self._replies:
-                if self.sock is None:
+                if generation in self._dead:
                     raise OSError("the spawner ended")
-                self._cond.wait()
+                if not self._cond.wait(max(0.0, deadline - time.monotonic())):
+                    raise OSError("the spawner does not answer")
             reply = self._replies.pop(req_id)
-        if "errno" in reply:
-            raise OSError(reply["errno"], reply["message"], reply.get("filename"))
-        pid: int = reply["pid"]
-        return pid
+            if "errno" in reply:
+                raise OSError(reply["errno"], reply["message"], reply.get("filename"))
+            pid: int = reply["pid"]
+            self._born_in[pid] = generation
+            return pid
+
+    def poll(self, pid: int) -> int | None:
+        """The command's exit code once it has ended (255 if its helper died first), else None."""
+        with self._cond:
+            return self._poll(pid)
+
+    def _poll(self, pid: int) -> int | None:
+        if pid in self._exits:
+            self._born_in.pop(pid, None)
+            return self._exits.pop(pid)
+        if self._born_in.get(pid) in self._dead:
+            self._born_in.pop(pid, None)
+            return 255
+        return None
 
     def wait(self, pid: int) -> int:
         with self._cond:
-            while pid not in self._exits:
-                if self.sock is None:
-                    return 255
+            while (code := self._poll(pid)) is None:
                 self._cond.wait()
-            return self._exits.pop(pid)
+            return code
 
 
 def _serve(sock: socket.socket) -> None:

@@ -84,7 +84,7 @@ class DataPlane:
             raise await self.sandboxes.box_unreachable(rec) from None
         if first["t"] == protocol.EVENT_ERROR:
             await resp.aclose()
-            status = 400 if first["code"] == protocol.ERR_BAD_CWD else 500
+            status = 400 if first["code"] == protocol.ERR_BAD_CWD else 503  # 503: e.g. the box is out of pids
             raise ApiError(status, first["code"], first["message"])
         return CommandStream(first["pid"], self._events(rec, resp, lines))
 
