@@ -186,13 +186,19 @@ class Store:
         wanted = (metadata or {}).items()
         return [r for r in recs if all(r.metadata.get(k) == v for k, v in wanted)]
 
-    def update_sandbox(self, sandbox_id: str, **values: Any) -> None:
+    def update_sandbox(self, sandbox_id: str, *, only_if_status: tuple[str, ...] | None = None,
+                       **values: Any) -> bool:
+        """Change a sandbox; with `only_if_status`, only while it is in one of those states.
+        Returns whether it changed."""
         for key in ("metadata", "env_vars"):
             if key in values:
                 values[key] = json.dumps(values[key])
         values["updated_at"] = time.time()
+        q = sandboxes.update().where(sandboxes.c.id == sandbox_id)
+        if only_if_status is not None:
+            q = q.where(sandboxes.c.status.in_(only_if_status))
         with self._tx() as c:
-            c.execute(sandboxes.update().where(sandboxes.c.id == sandbox_id).values(**values))
+            return bool(c.execute(q.values(**values)).rowcount)
 
     # --- templates ------------------------------------------------------------------------------
 

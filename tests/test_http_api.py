@@ -128,3 +128,26 @@ def test_sdk_sees_the_same_box_the_raw_api_made(made: dict[str, Any]) -> None:
     sb = Sandbox.connect(made["id"])
     assert sb.commands.run("hostname").exit_code == 0
     sb.close()
+
+
+def test_json_mode_output_is_capped_and_streaming_is_not(made: dict[str, Any]) -> None:
+    url, headers = made["data_plane_url"], {"X-Access-Token": made["access_token"]}
+    flood = {"command": "head -c 70000000 /dev/zero | tr '\\0' x"}
+    r = httpx.post(f"{url}/commands/run", json=flood, headers=headers, timeout=120)
+    assert r.status_code == 413 and _code(r) == "output_too_large"
+    sb = Sandbox.connect(made["id"])
+    try:
+        assert len(sb.commands.run(flood["command"]).stdout) == 70_000_000
+    finally:
+        sb.close()
+
+
+def test_a_chunked_json_body_over_the_limit_is_413(api: httpx.Client) -> None:
+    def body() -> Any:
+        yield b'{"name": "'
+        for _ in range(40):
+            yield b"x" * 65536
+        yield b'"}'
+
+    r = api.post("/v1/sandboxes", content=body(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and _code(r) == "payload_too_large"

@@ -45,7 +45,10 @@ def test_the_runtime_and_agent_mounts_are_read_only_and_the_channel_is_root_only
         assert "Read-only file system" in r.stderr and r.stderr.count("touch:") == 2
         assert sb.commands.run("ls /.hutch/chan").exit_code != 0, "the box user must not reach the agent socket"
         r = sb.commands.run("head -c 4194304 /dev/zero > /.hutch/chan/fill", user="root")
-        assert r.exit_code != 0, "the channel directory is a tiny tmpfs: root in the box cannot fill the host disk"
+        assert r.exit_code != 0 and "No space left" in r.stderr, "root in the box cannot fill the host's disk"
+        r = sb.commands.run("rm -f /.hutch/chan/fill; for i in $(seq 200); do touch /.hutch/chan/f$i || exit 1; done",
+                            user="root")
+        assert r.exit_code != 0 and "No space left" in r.stderr, "nor its inodes"
     finally:
         sb.kill()
 

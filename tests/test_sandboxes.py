@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -113,3 +114,26 @@ def test_bad_create_arguments_make_nothing(sdk: Any) -> None:
         sdk.create(name="ok", from_template="no/such-template")
     assert nf.value.code == "template_not_found"
     assert len(sdk.list()) == before
+
+
+def test_killing_a_box_while_a_command_streams_ends_the_call_cleanly(sdk: Any) -> None:
+    import threading
+
+    from hutch import SandboxError
+
+    sb = sdk.create(name="killed-mid-stream")
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            sb.commands.run("echo started; sleep 60")
+        except BaseException as e:  # checked below
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(1.0)
+    sdk.kill_by_id(sb.id)
+    t.join(60)
+    assert not t.is_alive() and len(errors) == 1 and isinstance(errors[0], SandboxError), errors
+    assert sb.id not in {i.id for i in sdk.list()}, "a killed box must not come back as failed"

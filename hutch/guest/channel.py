@@ -243,12 +243,20 @@ class Handler(http1.Handler):
                 for name in sorted(files):
                     full = os.path.join(top, name)
                     try:
-                        st = os.lstat(full)
-                        if not stat.S_ISREG(st.st_mode):
-                            continue  # links, devices and pipes could point anywhere or never end
-                        zf.write(full, os.path.normpath(os.path.join(rel_top, name)))
+                        # one open, without following links and without blocking on a FIFO, then
+                        # fstat: swapping the file after a check cannot make the zip read forever
+                        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
                     except OSError:
                         continue
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        os.close(fd)
+                        continue  # devices and pipes could never end
+                    with open(fd, "rb") as f:
+                        info = zipfile.ZipInfo.from_file(full, os.path.normpath(os.path.join(rel_top, name)))
+                        info.compress_type = zipfile.ZIP_DEFLATED
+                        with zf.open(info, "w") as dst:
+                            while data := f.read(CHUNK):
+                                dst.write(data)
         out.flush_all()
         self._end_chunked()
         return None

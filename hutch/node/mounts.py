@@ -19,7 +19,7 @@ MNT_DETACH = 2
 def mount_channel_tmpfs(path: Path, size: str = "1m") -> None:
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
-    rc = _libc.mount(b"hutch-chan", str(path).encode(), b"tmpfs", flags, f"size={size},mode=0700".encode())
+    rc = _libc.mount(b"hutch-chan", str(path).encode(), b"tmpfs", flags, f"size={size},nr_inodes=64,mode=0700".encode())
     if rc != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount tmpfs on {path}: {os.strerror(err)}")

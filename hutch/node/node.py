@@ -23,6 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -197,7 +198,7 @@ class Node:
             await asyncio.sleep(0.002)
         while True:
             try:
-                (await box.agent.get(protocol.HEALTH)).raise_for_status()
+                (await box.agent.get(protocol.HEALTH, timeout=2.0)).raise_for_status()
                 return
             except httpx.TransportError:
                 if time.monotonic() > deadline:
@@ -229,8 +230,8 @@ class Node:
             await self.runsc.checkpoint(runtime_id, image_dir)
         except BaseException:
             self._stopping.discard(runtime_id)
-            if await self.is_alive(runtime_id):
-                state = await self.runsc.state(runtime_id) or {}
+            state = await self._state(runtime_id)
+            if state and state.get("status") == "running":
                 self._watch(runtime_id, int(state.get("pid") or 0))
                 await self._relisten(box)
             shutil.rmtree(image_dir, ignore_errors=True)
@@ -270,8 +271,20 @@ class Node:
                 asyncio.get_running_loop().remove_reader(fd)
             os.close(fd)
 
+    async def _state(self, runtime_id: str) -> dict[str, Any] | None:
+        """runsc's state of a box, or None when runsc does not know it or cannot say."""
+        try:
+            return await self.runsc.state(runtime_id)
+        except RunscError as e:
+            log.warning("runsc state %s: %s", runtime_id, e)
+            return None
+
     async def is_alive(self, runtime_id: str) -> bool:
-        state = await self.runsc.state(runtime_id)
+        """False only when runsc says the box is gone or stopped; in doubt, alive."""
+        try:
+            state = await self.runsc.state(runtime_id)
+        except RunscError:
+            return True
         return bool(state) and state.get("status") == "running"  # type: ignore[union-attr]
 
     # --- stop -----------------------------------------------------------------------------------
@@ -297,10 +310,9 @@ class Node:
     async def adopt(self, running: dict[str, str]) -> set[str]:
         """After a restart: take back the boxes still running (runtime id -> key), and remove
         every other container and box directory. Returns the runtime ids found alive."""
-        alive: set[str] = set()
-        for runtime_id, key in running.items():
+        async def take(runtime_id: str, key: str) -> bool:
             box = Box(runtime_id, self.boxes_dir / key)
-            state = await self.runsc.state(runtime_id)
+            state = await self._state(runtime_id)
             ok = bool(state) and state.get("status") == "running"  # type: ignore[union-attr]
             if ok and state:
                 self._watch(runtime_id, int(state.get("pid") or 0))
@@ -310,10 +322,14 @@ class Node:
                     ok = False
             if ok:
                 self._boxes[runtime_id] = box
-                alive.add(runtime_id)
             else:
                 self._unwatch(runtime_id)
                 await self._remove(box)
+            return ok
+
+        # all at once: a box that never answers must not hold up the others, or the start
+        taken = await asyncio.gather(*(take(r, k) for r, k in running.items()))
+        alive = {r for r, ok in zip(running, taken, strict=True) if ok}
         try:
             strays = set(await self.runsc.list_ids()) - alive
         except RunscError:

@@ -34,6 +34,11 @@ class RunscConfig:
         return flags
 
 
+def _gone(e: RunscError) -> bool:
+    text = str(e).lower()
+    return "does not exist" in text or "not found" in text or "no such file" in text
+
+
 def find_runsc() -> str | None:
     return shutil.which("runsc") or next(
         (p for p in ("/usr/bin/runsc", "/usr/sbin/runsc", "/usr/local/bin/runsc") if os.path.exists(p)), None
@@ -84,11 +89,14 @@ class Runsc:
                          stderr_path=stderr_path)
 
     async def state(self, container_id: str) -> dict[str, Any] | None:
-        """runsc's view of a container, or None when it does not know it."""
+        """runsc's view of a container, or None when it does not know it. Any other failure (a
+        timeout under load) raises: it says nothing about whether the box is alive."""
         try:
             out = await self._call("state", container_id, timeout=15)
-        except RunscError:
-            return None
+        except RunscError as e:
+            if _gone(e):
+                return None
+            raise
         result: dict[str, Any] = json.loads(out)
         return result
 
@@ -115,5 +123,5 @@ class Runsc:
         try:
             await self._call("delete", "--force", container_id, timeout=30)
         except RunscError as e:
-            if "does not exist" not in str(e) and "not found" not in str(e).lower():
+            if not _gone(e):
                 raise

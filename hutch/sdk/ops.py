@@ -184,7 +184,13 @@ def run(dp: DataPlane, command: str, *, cwd: str | None, env: dict[str, str] | N
     out = _Output()
     event, data = "message", []
     while True:
-        line = yield NextLine()
+        try:
+            line = yield NextLine()
+        except httpx.TimeoutException as e:
+            raise SandboxTimeoutError("the command's stream went silent; the command may still be running "
+                                      "in the sandbox", code="stream_timeout") from e
+        except httpx.TransportError:
+            line = None  # the connection broke: an early end, said below
         if line is None:
             raise ServerError("the command's stream ended before it finished; the command may still "
                               "be running in the sandbox", code="stream_ended")

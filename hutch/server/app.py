@@ -225,8 +225,8 @@ class BodyLimit:
             nonlocal seen
             msg = await receive()
             seen += len(msg.get("body", b""))
-            if seen > self.limit:
-                raise ApiError(413, "payload_too_large", f"request bodies are limited to {self.limit} bytes")
+            if seen > self.limit:  # an HTTPException, which the body parser passes on unchanged
+                raise StarletteHTTPException(413, f"request bodies are limited to {self.limit} bytes")
             return msg
 
         await self.app(scope, counted, send)

@@ -1,13 +1,14 @@
 """The data plane's work: relaying commands and files between a client and a box's agent.
 
 Bodies stream through in both directions; nothing here holds a whole file or a command's whole
-output in memory.
+output in memory. What the agent sends is read as hostile too (root in a box can take the agent's
+place): lines and error bodies are bounded, and every event is checked before it is used.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,59 @@ from hutch.store import SandboxRecord
 # The agent pings every 10 s while a command runs: three missed pings mean the box is gone.
 EXEC_TIMEOUT = httpx.Timeout(connect=5.0, read=35.0, write=35.0, pool=10.0)
 FILE_TIMEOUT = httpx.Timeout(connect=5.0, read=120.0, write=120.0, pool=10.0)
+MAX_EVENT_BYTES = 8 * 2**20  # one event line (the agent sends at most 256 KiB of output in one)
+MAX_REPLY_BYTES = 64 * 2**10  # an error body or a small JSON answer
+MAX_COLLECTED_OUTPUT = 64 * 2**20  # a command's output gathered into one JSON answer
+
+
+class AgentProtocolError(Exception):
+    """The agent sent something that is not the protocol."""
+
+
+async def _read_capped(resp: httpx.Response, limit: int = MAX_REPLY_BYTES) -> bytes:
+    body = bytearray()
+    async for chunk in resp.aiter_raw():
+        body += chunk
+        if len(body) > limit:
+            raise AgentProtocolError("the agent's answer is too long")
+    return bytes(body)
+
+
+async def _lines(resp: httpx.Response) -> AsyncIterator[str]:
+    """The body's lines, none longer than MAX_EVENT_BYTES."""
+    buf = b""
+    async for chunk in resp.aiter_raw():
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            yield line.decode("utf-8", "replace")
+        if len(buf) > MAX_EVENT_BYTES:
+            raise AgentProtocolError("an event line from the agent is too long")
+    if buf:
+        yield buf.decode("utf-8", "replace")
+
+
+def _event(line: str) -> dict[str, Any]:
+    """One exec event, checked: its kind is known and its fields have their types."""
+    try:
+        ev = json.loads(line)
+        kind = ev["t"]
+        if kind in (protocol.EVENT_STDOUT, protocol.EVENT_STDERR):
+            ok = isinstance(ev["d"], str)
+        elif kind == protocol.EVENT_EXIT:
+            ok = (ev["code"] is None or type(ev["code"]) is int) and isinstance(ev["timed_out"], bool)
+        elif kind == protocol.EVENT_START:
+            ok = type(ev["pid"]) is int
+        elif kind == protocol.EVENT_ERROR:
+            ok = isinstance(ev["code"], str) and isinstance(ev["message"], str)
+        else:
+            ok = kind == protocol.EVENT_PING
+    except (ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise AgentProtocolError("the agent sent a malformed event")
+    result: dict[str, Any] = ev
+    return result
 
 
 def check_path(path: str) -> str:
@@ -32,11 +86,13 @@ def check_path(path: str) -> str:
 
 
 async def _agent_error(resp: httpx.Response) -> ApiError:
-    body = await resp.aread()
     try:
-        err = json.loads(body)
-        return ApiError(resp.status_code if resp.status_code < 500 else 502, err["code"], err["message"])
-    except (ValueError, KeyError, TypeError):
+        err = json.loads(await _read_capped(resp))
+        code, message = err["code"], err["message"]
+        if not (isinstance(code, str) and isinstance(message, str)) or not 400 <= resp.status_code < 600:
+            raise TypeError
+        return ApiError(resp.status_code if resp.status_code < 500 else 502, code[:64], message[:2000])
+    except (ValueError, KeyError, TypeError, AgentProtocolError, httpx.TransportError):
         return ApiError(502, "agent_error", f"the sandbox's agent answered {resp.status_code}")
 
 
@@ -45,7 +101,7 @@ class CommandStream:
     """A started command: its pid, then its events until it exits."""
 
     pid: int
-    events: AsyncIterator[dict[str, Any]]
+    events: AsyncGenerator[dict[str, Any], None]
 
 
 class DataPlane:
@@ -76,12 +132,17 @@ class DataPlane:
             check_path(cwd)
         body = {"cmd": req.command, "cwd": cwd, "env": env, "timeout": req.timeout_seconds, "user": req.user}
         resp = await self._open(rec, "POST", protocol.EXEC, json=body, timeout=EXEC_TIMEOUT)
-        lines = resp.aiter_lines()
+        lines = _lines(resp)
         try:
-            first = json.loads(await anext(lines))
-        except (StopAsyncIteration, ValueError, httpx.TransportError):
+            first = _event(await anext(lines))
+            if first["t"] not in (protocol.EVENT_START, protocol.EVENT_ERROR):
+                raise AgentProtocolError("the agent did not start with a start event")
+        except (StopAsyncIteration, httpx.TransportError):
             await resp.aclose()
             raise await self.sandboxes.box_unreachable(rec) from None
+        except AgentProtocolError as e:
+            await resp.aclose()
+            raise ApiError(502, "agent_error", str(e)) from None
         if first["t"] == protocol.EVENT_ERROR:
             await resp.aclose()
             status = 400 if first["code"] == protocol.ERR_BAD_CWD else 503  # 503: e.g. the box is out of pids
@@ -89,24 +150,28 @@ class DataPlane:
         return CommandStream(first["pid"], self._events(rec, resp, lines))
 
     async def _events(self, rec: SandboxRecord, resp: httpx.Response,
-                      lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
+                      lines: AsyncIterator[str]) -> AsyncGenerator[dict[str, Any], None]:
         try:
             async for line in lines:
                 if line:
-                    yield json.loads(line)
-        except httpx.TransportError:
-            pass
+                    yield _event(line)
+        except (httpx.TransportError, AgentProtocolError):
+            pass  # the stream ends without an exit event: the caller finds out why
         finally:
             await resp.aclose()  # if the client went away, the command runs on in the box
 
     async def run_to_end(self, stream: CommandStream, rec: SandboxRecord) -> CommandResult:
         out: list[str] = []
         err: list[str] = []
+        size = 0
         async for ev in stream.events:
-            if ev["t"] == protocol.EVENT_STDOUT:
-                out.append(ev["d"])
-            elif ev["t"] == protocol.EVENT_STDERR:
-                err.append(ev["d"])
+            if ev["t"] in (protocol.EVENT_STDOUT, protocol.EVENT_STDERR):
+                (out if ev["t"] == protocol.EVENT_STDOUT else err).append(ev["d"])
+                size += len(ev["d"])
+                if size > MAX_COLLECTED_OUTPUT:
+                    await stream.events.aclose()
+                    raise ApiError(413, "output_too_large", f"the command printed more than {MAX_COLLECTED_OUTPUT} "
+                                   "characters: ask for a stream (Accept: text/event-stream); it runs on in the box")
             elif ev["t"] == protocol.EVENT_EXIT:
                 return CommandResult(stdout="".join(out), stderr="".join(err), exit_code=ev["code"],
                                      timed_out=ev["timed_out"])
@@ -130,10 +195,14 @@ class DataPlane:
         params = {"path": path, **({"user": user} if user else {})}
         resp = await self._open(rec, "PUT", protocol.FILES, params=params, content=capped(), timeout=FILE_TIMEOUT)
         try:
-            result: dict[str, Any] = json.loads(await resp.aread())
+            result = json.loads(await _read_capped(resp))
+            if not isinstance(result, dict) or type(result.get("size")) is not int:
+                raise AgentProtocolError("a malformed answer to a file write")
+        except (ValueError, AgentProtocolError) as e:
+            raise ApiError(502, "agent_error", str(e)) from None
         finally:
             await resp.aclose()
-        return result
+        return {"path": path, "size": result["size"]}
 
     async def read_file(self, rec: SandboxRecord, path: str) -> tuple[httpx.Response, AsyncIterator[bytes]]:
         return await self._download(rec, protocol.FILES, path)

@@ -219,6 +219,8 @@ class Sandboxes:
         current = self.store.get_sandbox(rec.id)
         if current is not None and current.runtime_id != rec.runtime_id:
             return ApiError(409, "sandbox_paused", f"sandbox {rec.id} was paused while the call ran; call again")
+        if current is None:
+            return ApiError(404, "not_found", f"sandbox {rec.id} was deleted while the call ran")
         for _ in range(6):
             if not rec.runtime_id or not await self.node.is_alive(rec.runtime_id):
                 current = self.store.get_sandbox(rec.id)
@@ -229,7 +231,12 @@ class Sandboxes:
         return ApiError(503, "sandbox_unreachable", f"sandbox {rec.id} did not answer; try again")
 
     def mark_failed(self, sandbox_id: str, why: str) -> None:
-        self.store.update_sandbox(sandbox_id, status="failed", failure=why, pause_at=None)
+        """Record a box as failed (never one deleted meanwhile) and free what the host held."""
+        rec = self.store.get_sandbox(sandbox_id)
+        changed = self.store.update_sandbox(sandbox_id, only_if_status=("active", "pausing", "resuming"),
+                                            status="failed", failure=why, pause_at=None)
+        if changed and rec is not None and rec.runtime_id:
+            asyncio.get_running_loop().create_task(self.node.stop(rec.runtime_id, rec.id))
 
     def _box_ended(self, runtime_id: str) -> None:
         for rec in self.store.list_sandboxes(None, status="active"):
