@@ -9,6 +9,7 @@ import codecs
 import contextlib
 import json
 import os
+import select
 import selectors
 import signal
 import socket
@@ -470,6 +471,13 @@ def serve(spawner: Spawner) -> None:
     SPAWNER = spawner
     wake = threading.Event()
     signal.signal(signal.SIGUSR1, lambda _s, _f: wake.set())
+    # The kernel may hand SIGUSR1 to any thread, and Python runs the handler only when the main
+    # thread next runs: a wakeup fd makes the main thread's select return at once, wherever the
+    # signal landed (a timed wait alone was seen to miss it after a restore).
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     sock = os.path.join(p.CHANNEL_DIR, p.SOCKET_NAME)
     while True:
         with contextlib.suppress(OSError):
@@ -477,10 +485,12 @@ def serve(spawner: Spawner) -> None:
         old = os.umask(0o077)  # only root in the box may talk to the agent
         server = ChannelServer(sock)
         os.umask(old)
-        wake.clear()
         server.serve_forever(poll_interval=0.05)  # returns on quiesce
+        wake.clear()  # a wake-up that came while serving is stale: wait for the one after restore
         server.close_all()
         with contextlib.suppress(OSError):
             os.unlink(sock)  # the host waits for this: then nothing of the host is held
-        while not wake.wait(0.2):
-            pass
+        while not wake.is_set():
+            select.select([wake_r], [], [], 0.5)
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 512)

@@ -154,9 +154,8 @@ class Node:
         async def boot() -> None:
             await self.runsc.restore_detached(box.runtime_id, box.dir, image_dir, box.dir / "runsc.err",
                                               box.dir / "sandbox.pid")
-            await self.runsc.kill(box.runtime_id, "USR1")  # to the agent: listen again
 
-        return await self._launch(box, boot())
+        return await self._launch(box, boot(), wake=True)
 
     def _prepare(self, key: str, rootfs: Path, limits: Limits) -> Box:
         box = Box(new_runtime_id(), self.boxes_dir / key)
@@ -168,12 +167,12 @@ class Node:
         (box.dir / "config.json").write_text(json.dumps(spec))
         return box
 
-    async def _launch(self, box: Box, boot: Awaitable[None]) -> Box:
+    async def _launch(self, box: Box, boot: Awaitable[None], wake: bool = False) -> Box:
         runtime_id = box.runtime_id
         try:
             await boot
             self._watch(runtime_id, int((box.dir / "sandbox.pid").read_text()))
-            await self._wait_for_agent(box)
+            await self._wait_for_agent(box, wake=wake)
             self._boxes[runtime_id] = box
             if runtime_id not in self._watch_fds:
                 raise RuntimeError("the box ended as it booted")
@@ -188,13 +187,20 @@ class Node:
             raise
         return box
 
-    async def _wait_for_agent(self, box: Box, timeout: float = BOOT_TIMEOUT) -> None:
+    async def _wait_for_agent(self, box: Box, timeout: float = BOOT_TIMEOUT, wake: bool = False) -> None:
+        """Wait for the agent's socket, pin it, and see the agent answer. With `wake`, the agent
+        is waiting for SIGUSR1 to listen again (after a restore): send it, and again every
+        0.25 s until it listens, since a signal sent as the restore completes can be lost."""
         deadline = time.monotonic() + timeout
+        next_wake = 0.0
         while not box.pin_socket():
             if box.runtime_id not in self._watch_fds:
                 raise RuntimeError("the box ended as it booted")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the agent did not listen within {BOOT_TIMEOUT:.0f} s")
+                raise TimeoutError(f"the agent did not listen within {timeout:.0f} s")
+            if wake and time.monotonic() >= next_wake:
+                await self.runsc.kill(box.runtime_id, "USR1")
+                next_wake = time.monotonic() + 0.25
             await asyncio.sleep(0.002)
         while True:
             try:
@@ -241,8 +247,7 @@ class Node:
         self._stopping.discard(runtime_id)
 
     async def _relisten(self, box: Box) -> None:
-        await self.runsc.kill(box.runtime_id, "USR1")
-        await self._wait_for_agent(box)
+        await self._wait_for_agent(box, wake=True)
 
     # --- watch ----------------------------------------------------------------------------------
 
