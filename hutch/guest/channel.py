@@ -38,6 +38,7 @@ SPAWNER: Spawner  # set by serve()
 CHUNK = 256 * 1024
 PING_SECONDS = 10.0
 POLL_SECONDS = 0.05  # how often a running command's exit is looked for
+WAKE_POLL_SECONDS = 0.01  # how often a quiesced agent looks for the wake file (it is not running while paused)
 EXIT_GRACE = 0.1  # output still read after the command exits, from what it left running
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -142,8 +143,7 @@ class Handler(http1.Handler):
         elif route == p.QUIESCE:
             self._json(200, {"quiescing": True})
             self.close_connection = True
-            # shutdown() waits for the accept loop, which runs on the main thread: not from here
-            threading.Thread(target=self.server.shutdown, daemon=True).start()
+            threading.Thread(target=_stop_serving, args=(self.server,), daemon=True).start()
         else:
             self._error(404, p.ERR_BAD_REQUEST, "no such route")
 
@@ -460,6 +460,16 @@ def _make_dirs(path: str, uid: int, gid: int) -> None:
         os.chown(d, uid, gid)
 
 
+def _stop_serving(server: socketserver.BaseServer) -> None:
+    """End the accept loop at once: shutdown() only takes effect when the loop wakes, so wake it
+    with a connection of our own. (Called off the main thread, which runs the loop.)"""
+    stopper = threading.Thread(target=server.shutdown, daemon=True)
+    stopper.start()
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as s:
+        s.connect(server.server_address)
+    stopper.join()
+
+
 def serve(spawner: Spawner) -> None:
     """Answer the host on the channel socket until the box ends.
 
@@ -485,12 +495,15 @@ def serve(spawner: Spawner) -> None:
         old = os.umask(0o077)  # only root in the box may talk to the agent
         server = ChannelServer(sock)
         os.umask(old)
-        server.serve_forever(poll_interval=0.05)  # returns on quiesce
+        server.serve_forever()  # returns on quiesce
         wake.clear()  # a wake-up that came while serving is stale: wait for the one after restore
         server.close_all()
         with contextlib.suppress(OSError):
             os.unlink(sock)  # the host waits for this: then nothing of the host is held
-        while not wake.is_set():
-            select.select([wake_r], [], [], 0.5)
+        wake_file = os.path.join(p.CHANNEL_DIR, p.WAKE_FILE)
+        while not wake.is_set() and not os.path.exists(wake_file):
+            select.select([wake_r], [], [], WAKE_POLL_SECONDS)
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 512)
+        with contextlib.suppress(OSError):
+            os.unlink(wake_file)  # or the next quiesce would wake at once

@@ -24,7 +24,8 @@ HEALTH = f"/v{VERSION}/health"
 EXEC = f"/v{VERSION}/exec"
 FILES = f"/v{VERSION}/files"
 DIR_ZIP = f"/v{VERSION}/dir-zip"
-QUIESCE = f"/v{VERSION}/quiesce"  # close every host socket before a checkpoint; SIGUSR1 reopens
+QUIESCE = f"/v{VERSION}/quiesce"  # close every host socket before a checkpoint
+WAKE_FILE = "wake"  # in the channel dir after a restore (or SIGUSR1): the agent listens again
 
 # Exec streams one JSON object a line; "t" names the event.
 EVENT_START = "start"  # {"t": "start", "pid": int}

@@ -116,6 +116,7 @@ class Node:
         self._stopping: set[str] = set()
         mounts.become_subreaper()
         self._reaper: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
 
     def reap(self) -> None:
         """Collect the exit of every adopted runsc process that has ended (never a runsc call in
@@ -149,19 +150,21 @@ class Node:
 
     async def restore(self, key: str, rootfs: Path, limits: Limits, image_dir: Path) -> Box:
         """Bring a paused box back from its checkpoint, under a new runtime id."""
-        box = self._prepare(key, rootfs, limits)
+        box = self._prepare(key, rootfs, limits, wake=True)
 
         async def boot() -> None:
             await self.runsc.restore_detached(box.runtime_id, box.dir, image_dir, box.dir / "runsc.err",
                                               box.dir / "sandbox.pid")
 
-        return await self._launch(box, boot(), wake=True)
+        return await self._launch(box, boot())
 
-    def _prepare(self, key: str, rootfs: Path, limits: Limits) -> Box:
+    def _prepare(self, key: str, rootfs: Path, limits: Limits, wake: bool = False) -> Box:
         box = Box(new_runtime_id(), self.boxes_dir / key)
         box.dir.mkdir(mode=0o700, exist_ok=True)
         if not mounts.is_mount(box.channel_dir):
             mounts.mount_channel_tmpfs(box.channel_dir)
+        if wake:  # a restored agent sees it at once and listens again: no signal to race with
+            (box.channel_dir / protocol.WAKE_FILE).touch()
         spec = box_spec(rootfs=rootfs, channel_dir=box.channel_dir, agent_dir=AGENT_DIR,
                         runtime=self.runtime, hostname="sandbox", limits=limits)
         (box.dir / "config.json").write_text(json.dumps(spec))
@@ -243,8 +246,20 @@ class Node:
             shutil.rmtree(image_dir, ignore_errors=True)
             raise
         self._boxes.pop(runtime_id, None)
-        await self._remove(box)  # the container stopped at its checkpoint; free what is left
-        self._stopping.discard(runtime_id)
+        mounts.unmount(box.channel_dir)
+        shutil.rmtree(box.dir, ignore_errors=True)
+        # the container stopped at its checkpoint: its runsc state goes in the background
+        task = asyncio.get_running_loop().create_task(self._forget(runtime_id))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _forget(self, runtime_id: str) -> None:
+        try:
+            await self.runsc.delete(runtime_id)
+        except RunscError as e:
+            log.warning("runsc delete %s after its checkpoint: %s", runtime_id, e)
+        finally:
+            self._stopping.discard(runtime_id)
 
     async def _relisten(self, box: Box) -> None:
         await self._wait_for_agent(box, wake=True)
@@ -352,6 +367,8 @@ class Node:
         """Let go of the boxes without stopping them: they outlive the server."""
         if self._reaper is not None:
             self._reaper.cancel()
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
         for runtime_id in list(self._boxes):
             self._unwatch(runtime_id)
             await self._boxes.pop(runtime_id).release()

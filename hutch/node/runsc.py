@@ -21,6 +21,9 @@ class RunscConfig:
     binary: str = "runsc"
     platform: str | None = None  # None: runsc's default (systrap)
     timeout_seconds: float = 60.0
+    # "none": an idle box's image is ~20 MB instead of ~5 MB, and pause and resume are each
+    # ~60 ms faster; "flate-best-speed" when disk matters more than latency.
+    checkpoint_compression: str = "none"
 
     def global_flags(self) -> list[str]:
         flags = [
@@ -112,6 +115,7 @@ class Runsc:
     async def checkpoint(self, container_id: str, image_dir: Path) -> None:
         """Save a container to `image_dir`; the container stops once saved."""
         await self._call("checkpoint", f"--image-path={image_dir}", "--exclude-committed-zero-pages",
+                         f"--compression={self.config.checkpoint_compression}",
                          container_id, timeout=300)
 
     async def kill(self, container_id: str, signal: str = "KILL") -> None:

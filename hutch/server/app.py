@@ -58,7 +58,8 @@ class State:
         binary = find_runsc()
         if binary is None:
             raise RuntimeError("runsc (gVisor) is not installed: see the README's set-up command")
-        runsc = Runsc(RunscConfig(config.run_dir / "runsc", binary=binary, platform=config.runsc_platform))
+        runsc = Runsc(RunscConfig(config.run_dir / "runsc", binary=binary, platform=config.runsc_platform,
+                                  checkpoint_compression=config.checkpoint_compression))
         self.node = Node(config.run_dir, runsc, AgentRuntime.find(base_root))
         self.signer = TokenSigner(load_or_create_key(config.data_dir / "server.key"))
         self.sandboxes = Sandboxes(config, self.store, self.node, self.signer)

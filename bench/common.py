@@ -1,0 +1,134 @@
+"""What the benchmarks share: a server of their own, raw runsc with hutch's flags, and the figures."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from hutch.node.runsc import RunscConfig, find_runsc
+from hutch.node.spec import AgentRuntime, Limits, box_spec
+from hutch.server.config import ServerConfig
+
+
+def stats(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return {"min": ordered[0] * 1000, "median": statistics.median(ordered) * 1000, "p95": p95 * 1000}
+
+
+def timed(fn: Callable[[], object], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+class RawRunsc:
+    """runsc by hand, with the flags and root hutch uses, for the floors."""
+
+    def __init__(self, work: Path, rootfs: Path) -> None:
+        self.work, self.rootfs = work, rootfs
+        binary = find_runsc() or "runsc"
+        self.cmd = [binary, *RunscConfig(work / "state").global_flags()]
+        (work / "chan").mkdir(parents=True)
+
+    def bundle(self, args: list[str]) -> Path:
+        b = self.work / f"bundle-{secrets.token_hex(4)}"
+        b.mkdir()
+        spec = box_spec(rootfs=self.rootfs, channel_dir=self.work / "chan", agent_dir=self.work / "chan",
+                        runtime=AgentRuntime.find(self.rootfs), hostname="raw", limits=Limits())
+        spec["process"]["args"] = args
+        (b / "config.json").write_text(json.dumps(spec))
+        return b
+
+    def run_true(self, bundle: Path) -> None:
+        cid = "r" + secrets.token_hex(12)
+        subprocess.run([*self.cmd, "run", f"--bundle={bundle}", cid], check=True, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, timeout=60)
+        subprocess.run([*self.cmd, "delete", "--force", cid], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def start_idle(self, bundle: Path) -> str:
+        cid = "r" + secrets.token_hex(12)
+        subprocess.run([*self.cmd, "run", "--detach", f"--bundle={bundle}", cid], check=True,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, timeout=60)
+        return cid
+
+    def exec(self, cid: str, *args: str, data: bytes | None = None) -> bytes:
+        out = subprocess.run([*self.cmd, "exec", cid, *args], input=data, capture_output=True, check=True, timeout=60)
+        return out.stdout
+
+    def delete(self, cid: str) -> None:
+        subprocess.run([*self.cmd, "delete", "--force", cid], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def start_server(root: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = root / "data"
+    proc = subprocess.Popen([sys.executable, "-m", "hutch.cli", "--data-dir", str(data), "serve", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    key = next(line.split("=", 1)[1] for line in (data / "client.env").read_text().splitlines()
+               if line.startswith("HUTCH_API_KEY="))
+    return proc, url, key
+
+
+@contextmanager
+def bench_env(rootfs: Path) -> Iterator[tuple[dict[str, str], RawRunsc]]:
+    """A server on loopback with a temporary data dir, and raw runsc beside it; all removed after."""
+    root = Path(tempfile.mkdtemp(prefix="hutch-b", dir="/tmp"))
+    proc, url, key = start_server(root)
+    raw = RawRunsc(root / "raw", rootfs)
+    try:
+        yield {"api_key": key, "base_url": url}, raw
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        for line in subprocess.run([*raw.cmd, "list", "--quiet"], capture_output=True, text=True).stdout.split():
+            raw.delete(line)
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(ServerConfig(data_dir=root / "data").run_dir, ignore_errors=True)
+
+
+def report(title: str, n: int, figures: dict[str, dict[str, float]], pairs: list[tuple[str, str]],
+           extra: dict[str, float] | None = None) -> None:
+    version = subprocess.run([find_runsc() or "runsc", "--version"], capture_output=True, text=True).stdout.split()[2]
+    print(f"hutch {title} benchmark, N={n}, runsc {version}")
+    print(f"{'figure (ms)':<34}{'min':>9}{'median':>9}{'p95':>9}   ratio to floor (median)")
+    for name, floor in pairs:
+        for label in (name, floor):
+            f = figures[label]
+            ratio = f"{figures[name]['median'] / figures[floor]['median']:.2f}x" if label == name else "floor"
+            print(f"{label:<34}{f['min']:>9.1f}{f['median']:>9.1f}{f['p95']:>9.1f}   {ratio}")
+    for label, f in figures.items():
+        if not any(label in pair for pair in pairs):
+            print(f"{label:<34}{f['min']:>9.1f}{f['median']:>9.1f}{f['p95']:>9.1f}")
+    for label, value in (extra or {}).items():
+        print(f"{label:<34}{value:>9.1f}")
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    path = out / f"{title}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"n": n, "figures_ms": figures, "extra": extra or {}}, indent=2))
+    print(f"wrote {path}")
