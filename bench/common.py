@@ -76,12 +76,13 @@ class RawRunsc:
         subprocess.run([*self.cmd, "delete", "--force", cid], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def start_server(root: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+def start_server(root: Path, warm_pool: int) -> tuple[subprocess.Popen[bytes], str, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     data = root / "data"
-    proc = subprocess.Popen([sys.executable, "-m", "hutch.cli", "--data-dir", str(data), "serve", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "hutch.cli", "--data-dir", str(data), "serve", "--port", str(port),
+                             "--warm-pool", str(warm_pool)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
@@ -96,10 +97,10 @@ def start_server(root: Path) -> tuple[subprocess.Popen[bytes], str, str]:
 
 
 @contextmanager
-def bench_env(rootfs: Path) -> Iterator[tuple[dict[str, str], RawRunsc]]:
+def bench_env(rootfs: Path, warm_pool: int = 0) -> Iterator[tuple[dict[str, str], RawRunsc]]:
     """A server on loopback with a temporary data dir, and raw runsc beside it; all removed after."""
     root = Path(tempfile.mkdtemp(prefix="hutch-b", dir="/tmp"))
-    proc, url, key = start_server(root)
+    proc, url, key = start_server(root, warm_pool)
     raw = RawRunsc(root / "raw", rootfs)
     try:
         yield {"api_key": key, "base_url": url}, raw
@@ -110,6 +111,11 @@ def bench_env(rootfs: Path) -> Iterator[tuple[dict[str, str], RawRunsc]]:
             raw.delete(line)
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(ServerConfig(data_dir=root / "data").run_dir, ignore_errors=True)
+
+
+def wait_for_pool(base_url: str, size: int) -> None:
+    while httpx.get(f"{base_url}/health").json()["warm_pool"] < size:
+        time.sleep(0.02)
 
 
 def report(title: str, n: int, figures: dict[str, dict[str, float]], pairs: list[tuple[str, str]],

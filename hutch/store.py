@@ -46,6 +46,7 @@ sandboxes = sa.Table(
     sa.Column("timeout_seconds", sa.Integer),
     sa.Column("auto_delete_seconds", sa.Integer),
     sa.Column("runtime_id", sa.String(32)),
+    sa.Column("box_key", sa.String(64), nullable=False),  # the box's host directory, for its whole life
     sa.Column("token_generation", sa.Integer, nullable=False, default=1),
     sa.Column("memory_mib", sa.Integer, nullable=False),
     sa.Column("vcpu", sa.Integer, nullable=False),
@@ -87,6 +88,7 @@ class SandboxRecord:
     timeout_seconds: int | None = None
     auto_delete_seconds: int | None = None
     runtime_id: str | None = None
+    box_key: str = ""
     token_generation: int = 1
     failure: str | None = None
     pause_at: float | None = None

@@ -38,6 +38,7 @@ def free_port() -> int:
 class Server:
     data_dir: Path
     port: int
+    args: tuple[str, ...] = ()  # more `hutch serve` options
     proc: subprocess.Popen[bytes] | None = None
     log: Path = field(init=False)
 
@@ -50,7 +51,8 @@ class Server:
 
     def start(self) -> None:
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([*HUTCH, "--data-dir", str(self.data_dir), "serve", "--port", str(self.port)],
+            self.proc = subprocess.Popen([*HUTCH, "--data-dir", str(self.data_dir), "serve", "--port", str(self.port),
+                                          *self.args],
                                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 300  # the first start may build the base template
         while time.monotonic() < deadline:
@@ -94,10 +96,10 @@ class Server:
                 Sandbox.kill_by_id(info.id, api_key=key, base_url=self.url)
 
 
-def make_server() -> Server:
+def make_server(*args: str) -> Server:
     # short paths: the boxes' channel sockets must stay under the 108-byte limit
     root = Path(tempfile.mkdtemp(prefix="hutch-t", dir="/tmp"))
-    return Server(root / "data", free_port())
+    return Server(root / "data", free_port(), args)
 
 
 @dataclass

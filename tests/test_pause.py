@@ -13,6 +13,7 @@ import pytest
 
 from hutch import AuthenticationError, NotFoundError, Sandbox
 from hutch.server.config import ServerConfig
+from hutch.store import Store
 from tests.conftest import Env, wait_for
 
 COUNTER = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &"
@@ -72,7 +73,10 @@ def test_any_call_resumes_a_paused_box_and_the_token_rotates(sdk: Any, box: Any)
 def test_a_paused_box_costs_no_running_processes(env: Env) -> None:
     sb = Sandbox.create(name="cheap")
     try:
-        record_dir = ServerConfig(data_dir=env.server.data_dir).run_dir / "boxes" / sb.id
+        config = ServerConfig(data_dir=env.server.data_dir)
+        rec = Store(config.db_url).get_sandbox(sb.id)
+        assert rec is not None
+        record_dir = config.run_dir / "boxes" / rec.box_key
         assert record_dir.exists()
         sb.pause()
         assert not record_dir.exists(), "nothing of a paused box stays on the host but its image"

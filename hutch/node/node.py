@@ -291,6 +291,10 @@ class Node:
                 asyncio.get_running_loop().remove_reader(fd)
             os.close(fd)
 
+    def is_running(self, runtime_id: str) -> bool:
+        """Whether the node holds this box and has not seen its sandbox process end."""
+        return runtime_id in self._boxes and runtime_id in self._watch_fds
+
     async def _state(self, runtime_id: str) -> dict[str, Any] | None:
         """runsc's state of a box, or None when runsc does not know it or cannot say."""
         try:

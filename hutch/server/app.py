@@ -20,7 +20,7 @@ from hutch.guest import protocol
 from hutch.node import base_image
 from hutch.node.node import Node
 from hutch.node.runsc import Runsc, RunscConfig, find_runsc
-from hutch.node.spec import AgentRuntime
+from hutch.node.spec import AgentRuntime, Limits
 from hutch.server import errors
 from hutch.server.config import ServerConfig
 from hutch.server.dataplane import DataPlane
@@ -34,6 +34,7 @@ from hutch.server.models import (
     SandboxInfo,
     UpdateSandbox,
 )
+from hutch.server.pool import WarmPool
 from hutch.server.sandboxes import Sandboxes, register_base_template
 from hutch.server.tokens import TokenSigner, load_or_create_key
 from hutch.store import SandboxRecord, Store
@@ -63,6 +64,9 @@ class State:
         self.node = Node(config.run_dir, runsc, AgentRuntime.find(base_root))
         self.signer = TokenSigner(load_or_create_key(config.data_dir / "server.key"))
         self.sandboxes = Sandboxes(config, self.store, self.node, self.signer)
+        self.pool = WarmPool(self.node, config.warm_pool, base_root,
+                             Limits(memory_mib=config.memory_mib, pids=config.pids, cpu_shares=1024 * config.vcpu))
+        self.sandboxes.pool = self.pool
         self.data = DataPlane(self.sandboxes, config.max_file_bytes)
 
 
@@ -149,8 +153,8 @@ def control_routes(app: FastAPI) -> None:
         return st.sandboxes.access(await st.sandboxes.resume(team_id, sandbox_id))
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    async def health(st: StateDep) -> dict[str, Any]:
+        return {"status": "ok", "warm_pool": len(st.pool)}
 
 
 # --- data plane -----------------------------------------------------------------------------------
@@ -247,12 +251,14 @@ def create_app(config: ServerConfig) -> FastAPI:
         app.state.hutch = st
         st.node.start_reaping()
         await st.sandboxes.reconcile()
+        st.pool.start()
         lifetimes = asyncio.get_running_loop().create_task(st.sandboxes.run_lifetimes())
         try:
             yield
         finally:
             lifetimes.cancel()
-            await st.node.close()  # the boxes outlive the server; a restart takes them back
+            await st.pool.close()  # nobody's boxes: not worth keeping
+            await st.node.close()  # the sandboxes outlive the server; a restart takes them back
 
     app = FastAPI(title="hutch", version="0.1.0", lifespan=lifespan,
                   description="Self-hosted gVisor sandboxes for AI agents.")

@@ -26,6 +26,7 @@ class ServerConfig:
     pids: int = 1024
     max_file_bytes: int = 4 * 2**30
     runsc_platform: str | None = None
+    warm_pool: int = 2  # base-template boxes booted ahead, so creates only claim one
     checkpoint_compression: str = "none"  # or "flate-best-speed": a quarter of the disk, slower pause/resume
 
     @property

@@ -25,6 +25,7 @@ from hutch.node.spec import Limits
 from hutch.server.config import ServerConfig
 from hutch.server.errors import ApiError, not_found
 from hutch.server.models import CreateSandbox, SandboxAccess, SandboxInfo, UpdateSandbox, timestamp
+from hutch.server.pool import WarmPool
 from hutch.server.tokens import TokenSigner
 from hutch.store import SandboxRecord, Store, TemplateRecord
 
@@ -39,6 +40,7 @@ class Sandboxes:
         self.config, self.store, self.node, self.signer = config, store, node, signer
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._starting = 0
+        self.pool: WarmPool | None = None
         node.on_exit = self._box_ended
 
     # --- views ----------------------------------------------------------------------------------
@@ -97,17 +99,18 @@ class Sandboxes:
         rootfs, limits = self._limits(rec)
         self._starting += 1
         try:
-            box = await self.node.start(rec.id, rootfs, limits)
+            box = await self.pool.claim(rootfs, limits) if self.pool else None
+            box = box or await self.node.start(rec.id, rootfs, limits)
         except BoxStartError as e:
             log.error("a box failed to start: %s", e)
             raise ApiError(503, "boot_failed", f"the sandbox could not start: {e}") from e
         finally:
             self._starting -= 1
-        rec.runtime_id = box.runtime_id
+        rec.runtime_id, rec.box_key = box.runtime_id, box.dir.name
         try:
             self.store.insert_sandbox(rec)
         except BaseException:
-            await self.node.stop(box.runtime_id, rec.id)  # never a box without a record
+            await self.node.stop(box.runtime_id, rec.box_key)  # never a box without a record
             raise
         return rec
 
@@ -167,7 +170,7 @@ class Sandboxes:
             image = self.image_dir(rec.id)
             self.store.update_sandbox(rec.id, status="resuming")
             try:
-                box = await self.node.restore(rec.id, rootfs, limits, image)
+                box = await self.node.restore(rec.box_key, rootfs, limits, image)
             except BoxStartError as e:
                 log.error("resuming %s failed: %s", rec.id, e)
                 self.store.update_sandbox(rec.id, status="paused")  # the image is still there: try again
@@ -191,7 +194,7 @@ class Sandboxes:
         async with self._locks[sandbox_id]:
             rec = self.get(team_id, sandbox_id)
             if rec.runtime_id:
-                await self.node.stop(rec.runtime_id, rec.id)
+                await self.node.stop(rec.runtime_id, rec.box_key)
             shutil.rmtree(self.image_dir(rec.id), ignore_errors=True)
             self.store.update_sandbox(rec.id, status="deleted", runtime_id=None, pause_at=None, delete_at=None)
         self._locks.pop(sandbox_id, None)
@@ -236,7 +239,7 @@ class Sandboxes:
         changed = self.store.update_sandbox(sandbox_id, only_if_status=("active", "pausing", "resuming"),
                                             status="failed", failure=why, pause_at=None)
         if changed and rec is not None and rec.runtime_id:
-            asyncio.get_running_loop().create_task(self.node.stop(rec.runtime_id, rec.id))
+            asyncio.get_running_loop().create_task(self.node.stop(rec.runtime_id, rec.box_key))
 
     def _box_ended(self, runtime_id: str) -> None:
         for rec in self.store.list_sandboxes(None, status="active"):
@@ -277,7 +280,7 @@ class Sandboxes:
             elif rec.status == "resuming":
                 self.store.update_sandbox(rec.id, status="paused")  # the image was kept until resumed
         live = [r for r in self.store.list_sandboxes(None, status="active") if r.runtime_id]
-        alive = await self.node.adopt({r.runtime_id: r.id for r in live if r.runtime_id})
+        alive = await self.node.adopt({r.runtime_id: r.box_key for r in live if r.runtime_id})
         for rec in live:
             if rec.runtime_id not in alive:
                 self.mark_failed(rec.id, "the sandbox was not running when the server started")
@@ -291,7 +294,7 @@ class Sandboxes:
         image = self.image_dir(rec.id)
         if (image / CHECKPOINT_DONE).exists():
             if rec.runtime_id:
-                await self.node.stop(rec.runtime_id, rec.id)
+                await self.node.stop(rec.runtime_id, rec.box_key)
             self.store.update_sandbox(rec.id, status="paused", runtime_id=None, pause_at=None,
                                       delete_at=self._deadline(rec.auto_delete_seconds))
         elif rec.runtime_id and await self.node.is_alive(rec.runtime_id):

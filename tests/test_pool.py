@@ -1,0 +1,86 @@
+"""The warm pool: creates claim pre-booted boxes, which are never shared, and the pool refills."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from typing import Any
+
+import httpx
+
+from hutch import Sandbox
+from hutch.node.runsc import find_runsc
+from hutch.server.config import ServerConfig
+from hutch.store import Store
+from tests.conftest import Env, wait_for
+
+
+def _pool(env: Env) -> int:
+    return int(httpx.get(f"{env.url}/health").json()["warm_pool"])
+
+
+def test_a_create_claims_from_the_pool_and_the_pool_refills(env: Env) -> None:
+    wait_for(lambda: _pool(env) == 2, timeout=30, what="a full pool")
+    sb = Sandbox.create(name="from-pool")
+    try:
+        assert _pool(env) == 1, "the create took a pooled box"
+        assert sb.commands.run("id -un").stdout == "user\n"
+        wait_for(lambda: _pool(env) == 2, timeout=30, what="the pool to refill")
+    finally:
+        sb.kill()
+
+
+def test_a_claimed_box_carries_nothing_of_an_earlier_one(env: Env) -> None:
+    for round_ in range(3):
+        wait_for(lambda: _pool(env) == 2, timeout=30, what="a full pool")
+        sb = Sandbox.create(name=f"claim-{round_}", env_vars={"ROUND": str(round_)})
+        try:
+            r = sb.commands.run("ls /tmp/left-behind* 2>/dev/null; pgrep -f '^left-behind'; echo $ROUND")
+            assert r.stdout == f"{round_}\n", "no file, process or env of an earlier box"
+            sb.commands.run("touch /tmp/left-behind-$ROUND; nohup sh -c 'exec -a left-behind sleep 600' "
+                            ">/dev/null 2>&1 &")
+        finally:
+            sb.kill()
+
+
+def test_an_empty_pool_only_means_a_cold_boot(env: Env) -> None:
+    made: list[Any] = []
+    errors: list[BaseException] = []
+
+    def create(i: int) -> None:
+        try:
+            made.append(Sandbox.create(name=f"burst-{i}"))
+        except BaseException as e:  # checked below
+            errors.append(e)
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    try:
+        assert not errors and len(made) == 4
+        assert len({sb.id for sb in made}) == 4
+        outputs = {sb.commands.run("cat /proc/sys/kernel/random/boot_id").stdout for sb in made}
+        assert len(outputs) == 4, "four boxes, four kernels: no box was handed out twice"
+    finally:
+        for sb in made:
+            sb.kill()
+
+
+def test_a_pooled_box_that_died_is_never_handed_out(env: Env) -> None:
+    wait_for(lambda: _pool(env) == 2, timeout=30, what="a full pool")
+    config = ServerConfig(data_dir=env.server.data_dir)
+    root = f"--root={config.run_dir / 'runsc'}"
+    runsc = find_runsc() or "runsc"
+    owned = {r.runtime_id for r in Store(config.db_url).list_sandboxes(None) if r.runtime_id}
+    pooled = set(subprocess.run([runsc, root, "list", "--quiet"], capture_output=True, text=True).stdout.split()) - owned
+    assert len(pooled) == 2
+    for runtime_id in pooled:
+        subprocess.run([runsc, root, "kill", runtime_id, "KILL"], capture_output=True, timeout=30)
+    sb = Sandbox.create(name="after-pool-death")
+    try:
+        assert sb.commands.run("echo fine").stdout == "fine\n"
+    finally:
+        sb.kill()
+    wait_for(lambda: _pool(env) == 2, timeout=30, what="the pool to refill with live boxes")
