@@ -56,7 +56,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from hutch.store import Store
 
     config = ServerConfig(data_dir=args.data_dir, cache_dir=args.cache_dir, host=args.host, port=args.port,
-                          warm_pool=args.warm_pool)
+                          warm_pool=args.warm_pool, max_sandboxes=args.max_sandboxes)
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if not base_image.is_built(config.cache_dir):
         base_image.build(config.cache_dir, progress=lambda line: print(line, flush=True))
@@ -227,6 +227,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     s.add_argument("--warm-pool", type=int, default=2, metavar="N",
                    help="base-template boxes kept booted so creates are instant (default %(default)s; 0: none)")
+    s.add_argument("--max-sandboxes", type=int, default=256, metavar="N",
+                   help="running sandboxes this node takes before it answers 429 (default %(default)s)")
     s.set_defaults(fn=cmd_serve)
 
     s = sub.add_parser("build-base", help="build the base template (Debian) if it is not built")

@@ -202,6 +202,11 @@ class Store:
         with self._tx() as c:
             return bool(c.execute(q.values(**values)).rowcount)
 
+    def count_by_status(self) -> dict[str, int]:
+        with self._tx() as c:
+            rows = c.execute(sa.select(sandboxes.c.status, sa.func.count()).group_by(sandboxes.c.status))
+            return {str(status): int(n) for status, n in rows}
+
     # --- templates ------------------------------------------------------------------------------
 
     def put_template(self, rec: TemplateRecord) -> None:

@@ -151,3 +151,16 @@ def test_a_chunked_json_body_over_the_limit_is_413(api: httpx.Client) -> None:
 
     r = api.post("/v1/sandboxes", content=body(), headers={"Content-Type": "application/json"})
     assert r.status_code == 413 and _code(r) == "payload_too_large"
+
+
+def test_metrics_count_creates_commands_errors_and_boxes(env: Env, made: dict[str, Any]) -> None:
+    httpx.post(f"{made['data_plane_url']}/commands/run", json={"command": "true"},
+               headers={"X-Access-Token": made["access_token"]})
+    httpx.get(f"{env.url}/v1/sandboxes/nope", headers={"Authorization": f"Bearer {env.key_a}"})
+    text = httpx.get(f"{env.url}/metrics").text
+    samples = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line and line[0] != "#"}
+    assert sum(v for k, v in samples.items() if k.startswith("hutch_sandbox_create_seconds_count")) >= 1
+    assert samples["hutch_command_seconds_count"] >= 1
+    assert samples['hutch_api_errors_total{code="not_found",status="404"}'] >= 1
+    assert samples['hutch_sandboxes{status="active"}'] >= 1
+    assert "hutch_warm_pool_boxes" in samples

@@ -67,6 +67,7 @@ class State:
         self.pool = WarmPool(self.node, config.warm_pool, base_root,
                              Limits(memory_mib=config.memory_mib, pids=config.pids, cpu_shares=1024 * config.vcpu))
         self.sandboxes.pool = self.pool
+        self.metrics = self.sandboxes.metrics
         self.data = DataPlane(self.sandboxes, config.max_file_bytes)
 
 
@@ -151,6 +152,12 @@ def control_routes(app: FastAPI) -> None:
     @app.post("/v1/sandboxes/{sandbox_id}/resume", response_model=SandboxAccess)
     async def resume_sandbox(sandbox_id: str, st: StateDep, team_id: TeamDep) -> SandboxAccess:
         return st.sandboxes.access(await st.sandboxes.resume(team_id, sandbox_id))
+
+    @app.get("/metrics", response_class=Response)
+    async def metrics(st: StateDep) -> Response:
+        """Prometheus metrics (text format)."""
+        body = st.metrics.render(st.store.count_by_status, len(st.pool))
+        return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/health")
     async def health(st: StateDep) -> dict[str, Any]:

@@ -20,7 +20,7 @@ class ServerConfig:
     port: int = DEFAULT_PORT
     database_url: str | None = None  # default: SQLite in the data dir
     public_url: str | None = None  # how clients reach this server; default http://host:port
-    max_sandboxes: int = 64  # running boxes per node; more is refused with 429
+    max_sandboxes: int = 256  # running boxes per node (an idle one takes ~50 MB); more is refused with 429
     memory_mib: int = 1024  # per box, unless the template says otherwise
     vcpu: int = 1
     pids: int = 1024

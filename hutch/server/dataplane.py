@@ -8,6 +8,7 @@ place): lines and error bodies are bounded, and every event is checked before it
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -131,6 +132,7 @@ class DataPlane:
         if cwd is not None:
             check_path(cwd)
         body = {"cmd": req.command, "cwd": cwd, "env": env, "timeout": req.timeout_seconds, "user": req.user}
+        started = time.perf_counter()
         resp = await self._open(rec, "POST", protocol.EXEC, json=body, timeout=EXEC_TIMEOUT)
         lines = _lines(resp)
         try:
@@ -147,14 +149,17 @@ class DataPlane:
             await resp.aclose()
             status = 400 if first["code"] == protocol.ERR_BAD_CWD else 503  # 503: e.g. the box is out of pids
             raise ApiError(status, first["code"], first["message"])
-        return CommandStream(first["pid"], self._events(rec, resp, lines))
+        return CommandStream(first["pid"], self._events(resp, lines, started))
 
-    async def _events(self, rec: SandboxRecord, resp: httpx.Response,
-                      lines: AsyncIterator[str]) -> AsyncGenerator[dict[str, Any], None]:
+    async def _events(self, resp: httpx.Response, lines: AsyncIterator[str],
+                      started: float) -> AsyncGenerator[dict[str, Any], None]:
         try:
             async for line in lines:
                 if line:
-                    yield _event(line)
+                    ev = _event(line)
+                    if ev["t"] == protocol.EVENT_EXIT:
+                        self.sandboxes.metrics.command_seconds.observe(time.perf_counter() - started)
+                    yield ev
         except (httpx.TransportError, AgentProtocolError):
             pass  # the stream ends without an exit event: the caller finds out why
         finally:

@@ -24,6 +24,7 @@ from hutch.node.node import Box, BoxStartError, Node
 from hutch.node.spec import Limits
 from hutch.server.config import ServerConfig
 from hutch.server.errors import ApiError, not_found
+from hutch.server.metrics import Metrics
 from hutch.server.models import CreateSandbox, SandboxAccess, SandboxInfo, UpdateSandbox, timestamp
 from hutch.server.pool import WarmPool
 from hutch.server.tokens import TokenSigner
@@ -41,6 +42,7 @@ class Sandboxes:
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._starting = 0
         self.pool: WarmPool | None = None
+        self.metrics = Metrics()
         node.on_exit = self._box_ended
 
     # --- views ----------------------------------------------------------------------------------
@@ -98,14 +100,17 @@ class Sandboxes:
         )
         rootfs, limits = self._limits(rec)
         self._starting += 1
+        started = time.perf_counter()
         try:
             box = await self.pool.claim(rootfs, limits) if self.pool else None
+            source = "warm_pool" if box else "boot"
             box = box or await self.node.start(rec.id, rootfs, limits)
         except BoxStartError as e:
             log.error("a box failed to start: %s", e)
             raise ApiError(503, "boot_failed", f"the sandbox could not start: {e}") from e
         finally:
             self._starting -= 1
+        self.metrics.create_seconds.labels(source).observe(time.perf_counter() - started)
         rec.runtime_id, rec.box_key = box.runtime_id, box.dir.name
         try:
             self.store.insert_sandbox(rec)
@@ -141,8 +146,10 @@ class Sandboxes:
                                f"sandbox {rec.id} is {rec.status} and cannot be paused")
             self.store.update_sandbox(rec.id, status="pausing")
             image = self.image_dir(rec.id)
+            started = time.perf_counter()
             try:
                 await self.node.pause(rec.runtime_id, image)
+                self.metrics.pause_seconds.observe(time.perf_counter() - started)
                 (image / CHECKPOINT_DONE).touch()
             except Exception as e:
                 alive = await self.node.is_alive(rec.runtime_id) and self.node.get(rec.runtime_id) is not None
@@ -169,8 +176,10 @@ class Sandboxes:
             rootfs, limits = self._limits(rec)
             image = self.image_dir(rec.id)
             self.store.update_sandbox(rec.id, status="resuming")
+            started = time.perf_counter()
             try:
                 box = await self.node.restore(rec.box_key, rootfs, limits, image)
+                self.metrics.resume_seconds.observe(time.perf_counter() - started)
             except BoxStartError as e:
                 log.error("resuming %s failed: %s", rec.id, e)
                 self.store.update_sandbox(rec.id, status="paused")  # the image is still there: try again

@@ -1,0 +1,39 @@
+"""Prometheus metrics: what creates, commands, pauses and errors cost, and how many boxes there are.
+
+One registry per server, read at `GET /metrics`; counts of sandboxes and of the warm pool are
+taken from the store and the pool at scrape time, so they are never out of step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# Latency buckets from a few ms (a command) to a minute (a large restore).
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+STATUSES = ("active", "pausing", "paused", "resuming", "failed")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.create_seconds = Histogram("hutch_sandbox_create_seconds", "Time to create a sandbox, ready for commands",
+                                        ["source"], buckets=BUCKETS, registry=r)
+        self.command_seconds = Histogram("hutch_command_seconds", "Time from a command's request to its exit",
+                                         buckets=BUCKETS, registry=r)
+        self.pause_seconds = Histogram("hutch_sandbox_pause_seconds", "Time to pause a sandbox", buckets=BUCKETS,
+                                       registry=r)
+        self.resume_seconds = Histogram("hutch_sandbox_resume_seconds", "Time to resume a sandbox", buckets=BUCKETS,
+                                        registry=r)
+        self.errors = Counter("hutch_api_errors", "Error answers of the API", ["code", "status"], registry=r)
+        self.sandboxes = Gauge("hutch_sandboxes", "Sandboxes by status", ["status"], registry=r)
+        self.warm_pool = Gauge("hutch_warm_pool_boxes", "Boxes booted and waiting in the warm pool", registry=r)
+
+    def render(self, count_by_status: Callable[[], dict[str, int]], pool_size: int) -> bytes:
+        counts = count_by_status()
+        for status in STATUSES:
+            self.sandboxes.labels(status).set(counts.get(status, 0))
+        self.warm_pool.set(pool_size)
+        return generate_latest(self.registry)
