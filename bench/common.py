@@ -120,21 +120,28 @@ def wait_for_pool(base_url: str, size: int) -> None:
 
 def report(title: str, n: int, figures: dict[str, dict[str, float]], pairs: list[tuple[str, str]],
            extra: dict[str, float] | None = None) -> None:
+    """One table: each figure with its ratio to each of its floors (medians), then the floors,
+    then the figures that have none; and the same as JSON in bench/results/."""
     version = subprocess.run([find_runsc() or "runsc", "--version"], capture_output=True, text=True).stdout.split()[2]
     print(f"hutch {title} benchmark, N={n}, runsc {version}")
-    print(f"{'figure (ms)':<34}{'min':>9}{'median':>9}{'p95':>9}   ratio to floor (median)")
+    row = "{:<38}{:>9}{:>9}{:>9}   {}"
+    print(row.format("figure (ms)", "min", "median", "p95", "median vs its floor"))
+    floors = {floor for _, floor in pairs}
+    compared: dict[str, list[str]] = {}
     for name, floor in pairs:
-        for label in (name, floor):
-            f = figures[label]
-            ratio = f"{figures[name]['median'] / figures[floor]['median']:.2f}x" if label == name else "floor"
-            print(f"{label:<34}{f['min']:>9.1f}{f['median']:>9.1f}{f['p95']:>9.1f}   {ratio}")
-    for label, f in figures.items():
-        if not any(label in pair for pair in pairs):
-            print(f"{label:<34}{f['min']:>9.1f}{f['median']:>9.1f}{f['p95']:>9.1f}")
+        ratio = figures[name]["median"] / figures[floor]["median"]
+        compared.setdefault(name, []).append(f"{ratio:.2f}x {floor}")
+    ordered = [*compared, *sorted(floors - set(compared)), *[k for k in figures if k not in compared and k not in floors]]
+    for label in ordered:
+        f = figures[label]
+        note = ", ".join(compared.get(label, [])) or ("(floor)" if label in floors else "")
+        print(row.format(label, f"{f['min']:.1f}", f"{f['median']:.1f}", f"{f['p95']:.1f}", note))
     for label, value in (extra or {}).items():
-        print(f"{label:<34}{value:>9.1f}")
+        print(f"{label:<38}{value:>9.1f}")
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     path = out / f"{title}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"n": n, "figures_ms": figures, "extra": extra or {}}, indent=2))
+    ratios = {f"{name}/{floor}": figures[name]["median"] / figures[floor]["median"] for name, floor in pairs}
+    path.write_text(json.dumps({"n": n, "runsc": version, "figures_ms": figures, "median_ratios": ratios,
+                                "extra": extra or {}}, indent=2))
     print(f"wrote {path}")

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import subprocess
+import threading
 import time
 
 from bench.common import bench_env, report, stats, timed, wait_for_pool
@@ -21,12 +23,25 @@ from hutch.node import base_image
 from hutch.server.config import DEFAULT_CACHE_DIR
 
 MB10 = os.urandom(10 * 2**20)
+MB100 = os.urandom(100 * 2**20)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("-n", type=int, default=20)
-    n = ap.parse_args().n
+def socket_floor(data: bytes, n: int) -> list[float]:
+    """The same bytes through a local socket pair, from one thread to another: a transfer's floor."""
+    def once() -> None:
+        a, b = socket.socketpair()
+        sender = threading.Thread(target=lambda: (a.sendall(data), a.close()))
+        sender.start()
+        got = 0
+        while chunk := b.recv(1 << 20):
+            got += len(chunk)
+        sender.join()
+        b.close()
+        assert got == len(data)
+    return timed(once, n)
+
+
+def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]], dict[str, float]]:
     figures: dict[str, dict[str, float]] = {}
     rootfs = base_image.build(DEFAULT_CACHE_DIR)
     with bench_env(rootfs, warm_pool=2) as (kw, _raw):
@@ -67,12 +82,25 @@ def main() -> None:
             lambda: raw.exec(idle, "/bin/sh", "-c", "cat > /tmp/f.bin", data=MB10), n))
         figures["raw_runsc_exec_cat_out_10mb"] = stats(timed(lambda: raw.exec(idle, "/bin/cat", "/tmp/f.bin"), n))
         raw.delete(idle)
+        big_n = max(3, n // 4)  # 100 MB moves take a second each
+        figures["file_write_100mb"] = stats(timed(lambda: sb.files.write("/tmp/g.bin", MB100), big_n))
+        figures["file_read_100mb"] = stats(timed(lambda: sb.files.read("/tmp/g.bin"), big_n))
         sb.kill()
-    report("core", n, figures, [("create_to_first_exec", "raw_runsc_run_true"),
-                                ("create_to_first_exec_warm_pool", "raw_runsc_run_true"),
-                                ("commands_run_true", "raw_runsc_exec_true"),
-                                ("file_write_10mb", "raw_runsc_exec_cat_in_10mb"),
-                                ("file_read_10mb", "raw_runsc_exec_cat_out_10mb")])
+    figures["local_socket_10mb"] = stats(socket_floor(MB10, n))
+    figures["local_socket_100mb"] = stats(socket_floor(MB100, max(3, n // 4)))
+    pairs = [("create_to_first_exec", "raw_runsc_run_true"), ("create_to_first_exec_warm_pool", "raw_runsc_run_true"),
+             ("commands_run_true", "raw_runsc_exec_true"), ("commands_run_true", "host_subprocess_true"),
+             ("file_write_10mb", "raw_runsc_exec_cat_in_10mb"), ("file_write_10mb", "local_socket_10mb"),
+             ("file_read_10mb", "raw_runsc_exec_cat_out_10mb"), ("file_read_10mb", "local_socket_10mb"),
+             ("file_write_100mb", "local_socket_100mb"), ("file_read_100mb", "local_socket_100mb")]
+    return figures, pairs, {}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-n", type=int, default=20)
+    n = ap.parse_args().n
+    report("core", n, *measure(n))
 
 
 if __name__ == "__main__":

@@ -65,10 +65,7 @@ def raw_cycle(raw: RawRunsc, mib: int, n: int) -> tuple[list[float], list[float]
     return checkpoints, restores, size
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("-n", type=int, default=20)
-    n = ap.parse_args().n
+def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]], dict[str, float]]:
     figures: dict[str, dict[str, float]] = {}
     extra: dict[str, float] = {}
     with bench_env(base_image.build(DEFAULT_CACHE_DIR)) as (kw, raw):
@@ -88,10 +85,16 @@ def main() -> None:
             extra[f"image_mib_{label}"] = size / 2**20
     free = shutil.disk_usage("/var/lib" if Path("/var/lib").exists() else "/").free
     extra["paused_idle_boxes_that_fit_on_disk"] = free / max(1.0, extra["image_mib_idle"] * 2**20)
-    report("pause", n, figures, [("pause_idle", "raw_runsc_checkpoint_idle"),
-                                 ("resume_to_first_exec_idle", "raw_runsc_restore_idle"),
-                                 ("pause_256mb", "raw_runsc_checkpoint_256mb"),
-                                 ("resume_to_first_exec_256mb", "raw_runsc_restore_256mb")], extra)
+    return figures, [("pause_idle", "raw_runsc_checkpoint_idle"), ("resume_to_first_exec_idle", "raw_runsc_restore_idle"),
+                     ("pause_256mb", "raw_runsc_checkpoint_256mb"),
+                     ("resume_to_first_exec_256mb", "raw_runsc_restore_256mb")], extra
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-n", type=int, default=20)
+    n = ap.parse_args().n
+    report("pause", n, *measure(n))
 
 
 if __name__ == "__main__":

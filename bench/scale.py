@@ -1,0 +1,156 @@
+"""Scale: how many idle active boxes this host holds, a burst of creates at once, and many agents
+running commands in parallel.
+
+    .venv/bin/python -m bench.scale [--boxes 200] [--burst 50] [--agents 20] [--commands 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+from pathlib import Path
+
+from bench.common import bench_env, report, stats
+from hutch import Sandbox, SandboxError
+from hutch.node import base_image
+from hutch.server.config import DEFAULT_CACHE_DIR
+
+
+def used_memory_mib() -> float:
+    info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    return (int(info["MemTotal"].split()[0]) - int(info["MemAvailable"].split()[0])) / 1024
+
+
+def runsc_pss_mib() -> dict[str, float]:
+    """Proportional memory of every runsc sandbox and gofer process, by kind (shared pages split)."""
+    totals = {"sandbox": 0.0, "gofer": 0.0}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+            kind = "sandbox" if args[0].endswith(b"runsc-sandbox") else "gofer" if args[0].endswith(b"runsc-gofer") else ""
+            if not kind:
+                continue
+            for line in (proc / "smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    totals[kind] += int(line.split()[1]) / 1024
+        except OSError:
+            continue
+    return totals
+
+
+def idle_boxes(kw: dict[str, str], cap: int) -> tuple[dict[str, float], list[Sandbox]]:
+    """Create boxes until a create fails, creates get 2x slower than the first ten, or the cap."""
+    boxes: list[Sandbox] = []
+    latencies: list[float] = []
+    before = used_memory_mib()
+    reason = "cap"
+    while len(boxes) < cap:
+        t = time.perf_counter()
+        try:
+            boxes.append(Sandbox.create(name=f"idle-{len(boxes)}", **kw))
+        except SandboxError as e:
+            reason = f"create failed: {e.code}"
+            break
+        latencies.append(time.perf_counter() - t)
+        if len(latencies) >= 20 and statistics.median(latencies[-10:]) > 2 * statistics.median(latencies[:10]):
+            reason = "creates 2x slower"
+            break
+    n = len(boxes)
+    pss = runsc_pss_mib()
+    print(f"idle active boxes: {n} ({reason}); first ten creates {statistics.median(latencies[:10]) * 1000:.0f} ms, "
+          f"last ten {statistics.median(latencies[-10:]) * 1000:.0f} ms median")
+    return {
+        "idle_active_boxes": float(n),
+        "host_mib_per_idle_box": (used_memory_mib() - before) / max(1, n),
+        "sandbox_pss_mib_per_box": pss["sandbox"] / max(1, n),
+        "gofer_pss_mib_per_box": pss["gofer"] / max(1, n),
+    }, boxes
+
+
+def burst(kw: dict[str, str], size: int) -> list[float]:
+    latencies: list[float] = []
+    made: list[Sandbox] = []
+    lock = threading.Lock()
+
+    def one() -> None:
+        t = time.perf_counter()
+        sb = Sandbox.create(name="burst", **kw)
+        sb.commands.run("true")
+        with lock:
+            latencies.append(time.perf_counter() - t)
+            made.append(sb)
+
+    threads = [threading.Thread(target=one) for _ in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for sb in made:
+        sb.kill()
+    if len(latencies) != size:
+        raise SystemExit(f"burst: only {len(latencies)} of {size} creates succeeded")
+    return latencies
+
+
+def agents(kw: dict[str, str], count: int, commands: int) -> tuple[list[float], float, int]:
+    boxes = [Sandbox.create(name=f"agent-{i}", **kw) for i in range(count)]
+    latencies: list[float] = []
+    errors = 0
+    lock = threading.Lock()
+
+    def agent(sb: Sandbox) -> None:
+        nonlocal errors
+        for i in range(commands):
+            t = time.perf_counter()
+            try:
+                ok = sb.commands.run(f"echo {i}").stdout == f"{i}\n"
+            except SandboxError:
+                ok = False
+            with lock:
+                latencies.append(time.perf_counter() - t)
+                errors += not ok
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=agent, args=(sb,)) for sb in boxes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    took = time.perf_counter() - started
+    for sb in boxes:
+        sb.kill()
+    return latencies, len(latencies) / took, errors
+
+
+def measure(boxes: int = 200, burst_size: int = 50, agent_count: int = 20,
+            commands: int = 50) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]], dict[str, float]]:
+    figures: dict[str, dict[str, float]] = {}
+    with bench_env(base_image.build(DEFAULT_CACHE_DIR)) as (kw, _raw):
+        extra, idle = idle_boxes(kw, boxes)
+        for sb in idle:
+            sb.kill()
+        figures[f"burst_{burst_size}_creates_to_first_exec"] = stats(burst(kw, burst_size))
+        latencies, throughput, errors = agents(kw, agent_count, commands)
+        figures[f"{agent_count}_agents_command_round_trip"] = stats(latencies)
+        extra[f"{agent_count}_agents_commands_per_second"] = throughput
+        extra[f"{agent_count}_agents_errors"] = float(errors)
+    return figures, [], extra
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--boxes", type=int, default=200)
+    ap.add_argument("--burst", type=int, default=50)
+    ap.add_argument("--agents", type=int, default=20)
+    ap.add_argument("--commands", type=int, default=50)
+    a = ap.parse_args()
+    figures, pairs, extra = measure(a.boxes, a.burst, a.agents, a.commands)
+    report("scale", a.commands, figures, pairs, extra)
+
+
+if __name__ == "__main__":
+    main()
