@@ -75,8 +75,13 @@ class Server:
                 self.proc.wait()
 
     def remove(self) -> None:
-        """Delete the data dir and the run dir (runsc state) once the server is down."""
-        shutil.rmtree(ServerConfig(data_dir=self.data_dir).run_dir, ignore_errors=True)
+        """Once the server is down: end any box still running from its run dir (a server killed
+        with SIGKILL leaves its warm pool behind), then delete the run dir and the data dir."""
+        run_dir = ServerConfig(data_dir=self.data_dir).run_dir
+        subprocess.run(["pkill", "-9", "-f", f"root={run_dir}/runsc"], capture_output=True)
+        for chan in run_dir.glob("boxes/*/chan"):
+            subprocess.run(["umount", "-l", str(chan)], capture_output=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
         shutil.rmtree(self.data_dir.parent, ignore_errors=True)
 
     def admin_key(self) -> str:
