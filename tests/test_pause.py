@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hutch import AuthenticationError, NotFoundError, Sandbox
+from hutch import AuthenticationError, NotFoundError, Sandbox, SandboxError
 from hutch.server.config import ServerConfig
 from hutch.store import Store
 from tests.conftest import Env, wait_for
@@ -223,3 +223,30 @@ def test_paused_and_active_boxes_survive_a_server_kill(tmp_path: Path) -> None:
     finally:
         server.stop()
         server.remove()
+
+
+def test_pausing_while_a_command_streams_keeps_the_command(env: Env) -> None:
+    """A pause cuts the live stream (its connection cannot be checkpointed) but not the command."""
+    sb = Sandbox.create(name="pause-mid-stream")
+    errors: list[BaseException] = []
+
+    def stream() -> None:
+        try:
+            sb.commands.run("for i in $(seq 1 40); do echo $i > /tmp/progress; echo $i; sleep 0.1; done")
+        except BaseException as e:  # checked below
+            errors.append(e)
+
+    t = threading.Thread(target=stream)
+    t.start()
+    try:
+        progress = lambda: sb.commands.run("cat /tmp/progress 2>/dev/null || true").stdout.strip()
+        wait_for(lambda: progress() not in ("", "1"), what="the command to run")
+        Sandbox.connect(sb.id).pause()
+        assert sb.get_info().status == "paused"
+        t.join(30)
+        wait_for(lambda: progress() == "40", timeout=30,
+                 what="the command to finish after the resume")
+        assert len(errors) <= 1  # the cut stream may end the call with a typed error
+        assert all(isinstance(e, SandboxError) for e in errors), errors
+    finally:
+        sb.kill()

@@ -72,7 +72,10 @@ class ChannelServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             for conn in self.connections:
                 with contextlib.suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)
-                conn.close()
+                # close() would leave the fd open while a handler's file objects hold the socket:
+                # detach and close the fd itself, so no host socket is left to checkpoint
+                with contextlib.suppress(OSError):
+                    os.close(conn.detach())
             self.connections.clear()
 
 

@@ -144,22 +144,27 @@ class Node:
     async def start(self, key: str, rootfs: Path, limits: Limits) -> Box:
         """Boot a box from a template root. `key` names its host directory for its whole life,
         across pauses (each run of it gets a new runtime id)."""
-        box = self._prepare(key, rootfs, limits)
-        return await self._launch(box, self.runsc.run_detached(box.runtime_id, box.dir, box.dir / "runsc.err",
-                                                               box.dir / "sandbox.pid"))
+        box = Box(new_runtime_id(), self.boxes_dir / key)
+
+        async def boot() -> None:
+            self._prepare(box, rootfs, limits)
+            await self.runsc.run_detached(box.runtime_id, box.dir, box.dir / "runsc.err", box.dir / "sandbox.pid")
+
+        return await self._launch(box, boot())
 
     async def restore(self, key: str, rootfs: Path, limits: Limits, image_dir: Path) -> Box:
         """Bring a paused box back from its checkpoint, under a new runtime id."""
-        box = self._prepare(key, rootfs, limits, wake=True)
+        box = Box(new_runtime_id(), self.boxes_dir / key)
 
         async def boot() -> None:
+            self._prepare(box, rootfs, limits, wake=True)
             await self.runsc.restore_detached(box.runtime_id, box.dir, image_dir, box.dir / "runsc.err",
                                               box.dir / "sandbox.pid")
 
         return await self._launch(box, boot())
 
-    def _prepare(self, key: str, rootfs: Path, limits: Limits, wake: bool = False) -> Box:
-        box = Box(new_runtime_id(), self.boxes_dir / key)
+    def _prepare(self, box: Box, rootfs: Path, limits: Limits, wake: bool = False) -> None:
+        """The box's host directory: its channel tmpfs and its OCI spec."""
         box.dir.mkdir(mode=0o700, exist_ok=True)
         if not mounts.is_mount(box.channel_dir):
             mounts.mount_channel_tmpfs(box.channel_dir)
@@ -168,7 +173,6 @@ class Node:
         spec = box_spec(rootfs=rootfs, channel_dir=box.channel_dir, agent_dir=AGENT_DIR,
                         runtime=self.runtime, hostname="sandbox", limits=limits)
         (box.dir / "config.json").write_text(json.dumps(spec))
-        return box
 
     async def _launch(self, box: Box, boot: Awaitable[None], wake: bool = False) -> Box:
         runtime_id = box.runtime_id
@@ -209,7 +213,7 @@ class Node:
             try:
                 (await box.agent.get(protocol.HEALTH, timeout=2.0)).raise_for_status()
                 return
-            except httpx.TransportError:
+            except httpx.HTTPError:  # no answer, or a wrong one (something else on the socket)
                 if time.monotonic() > deadline:
                     raise TimeoutError("the agent's socket never answered") from None
                 await asyncio.sleep(0.002)

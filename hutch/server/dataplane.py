@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from hutch.guest import protocol
+from hutch.node.node import ChannelError
 from hutch.server.errors import ApiError
 from hutch.server.models import CommandResult, RunCommand
 from hutch.server.sandboxes import Sandboxes
@@ -27,6 +28,10 @@ FILE_TIMEOUT = httpx.Timeout(connect=5.0, read=120.0, write=120.0, pool=10.0)
 MAX_EVENT_BYTES = 8 * 2**20  # one event line (the agent sends at most 256 KiB of output in one)
 MAX_REPLY_BYTES = 64 * 2**10  # an error body or a small JSON answer
 MAX_COLLECTED_OUTPUT = 64 * 2**20  # a command's output gathered into one JSON answer
+
+
+AGENT_CODES = {protocol.ERR_BAD_PATH, protocol.ERR_NOT_FOUND, protocol.ERR_IS_DIR, protocol.ERR_NOT_DIR,
+               protocol.ERR_NOT_REGULAR, protocol.ERR_BAD_REQUEST, protocol.ERR_BAD_CWD, protocol.ERR_IO}
 
 
 class AgentProtocolError(Exception):
@@ -92,7 +97,9 @@ async def _agent_error(resp: httpx.Response) -> ApiError:
         code, message = err["code"], err["message"]
         if not (isinstance(code, str) and isinstance(message, str)) or not 400 <= resp.status_code < 600:
             raise TypeError
-        return ApiError(resp.status_code if resp.status_code < 500 else 502, code[:64], message[:2000])
+        if code not in AGENT_CODES:  # the agent's word, so only the codes we know
+            code = "agent_error"
+        return ApiError(resp.status_code if resp.status_code < 500 else 502, code, message[:2000])
     except (ValueError, KeyError, TypeError, AgentProtocolError, httpx.TransportError):
         return ApiError(502, "agent_error", f"the sandbox's agent answered {resp.status_code}")
 
@@ -111,12 +118,18 @@ class DataPlane:
         self.max_file_bytes = max_file_bytes
 
     async def _open(self, rec: SandboxRecord, method: str, route: str, **kwargs: Any) -> httpx.Response:
-        box = await self.sandboxes.running_box(rec)
-        request = box.agent.build_request(method, route, **kwargs)
-        try:
-            resp = await box.agent.send(request, stream=True)
-        except httpx.TransportError:
-            raise await self.sandboxes.box_unreachable(rec) from None
+        for _ in range(2):  # a pause may take the channel between finding the box and using it
+            box = await self.sandboxes.running_box(rec)
+            try:
+                request = box.agent.build_request(method, route, **kwargs)
+                resp = await box.agent.send(request, stream=True)
+                break
+            except ChannelError:
+                continue
+            except httpx.TransportError:
+                raise await self.sandboxes.box_unreachable(rec) from None
+        else:
+            raise ApiError(409, "sandbox_paused", f"sandbox {rec.id} was paused while the call ran; call again")
         if resp.status_code != 200:
             err = await _agent_error(resp)
             await resp.aclose()
@@ -147,8 +160,10 @@ class DataPlane:
             raise ApiError(502, "agent_error", str(e)) from None
         if first["t"] == protocol.EVENT_ERROR:
             await resp.aclose()
-            status = 400 if first["code"] == protocol.ERR_BAD_CWD else 503  # 503: e.g. the box is out of pids
-            raise ApiError(status, first["code"], first["message"])
+            if first["code"] == protocol.ERR_BAD_CWD:
+                raise ApiError(400, protocol.ERR_BAD_CWD, first["message"][:2000])
+            # 503: e.g. the box is out of pids. The code is the agent's word: never a new metrics label
+            raise ApiError(503, "command_start_failed", first["message"][:2000])
         return CommandStream(first["pid"], self._events(resp, lines, started))
 
     async def _events(self, resp: httpx.Response, lines: AsyncIterator[str],

@@ -29,8 +29,8 @@ def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
 
 def _counted(request: Request, code: str, status: int) -> None:
     metrics = getattr(getattr(request.app.state, "hutch", None), "metrics", None)
-    if metrics is not None:
-        metrics.errors.labels(code, str(status)).inc()
+    if metrics is not None:  # codes are ours: few and fixed, so the label set stays small
+        metrics.errors.labels(code[:64], str(status)).inc()
 
 
 async def api_error_handler(request: Request, exc: Exception) -> JSONResponse:

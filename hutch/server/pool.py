@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from hutch.guest import protocol
-from hutch.node.node import Box, BoxStartError, Node
+from hutch.node.node import Box, Node
 from hutch.node.spec import Limits
 
 log = logging.getLogger("hutch.pool")
@@ -74,11 +74,15 @@ class WarmPool:
             while len(self._ready) < self.size:
                 try:
                     box = await self.node.start(f"pool-{secrets.token_hex(8)}", self.rootfs, self.limits)
-                except BoxStartError as e:
+                except Exception as e:  # BoxStartError, or the host refused a mount: try later
                     log.error("the warm pool could not boot a box: %s", e)
                     await asyncio.sleep(RETRY_SECONDS)
                     continue
-                await self._warm_up(box)
+                try:
+                    await self._warm_up(box)
+                except BaseException:  # cancelled at shutdown: it is in no list yet, so stop it here
+                    await asyncio.shield(self.node.stop(box.runtime_id, box.dir.name))
+                    raise
                 self._ready.append(box)
             self._wanted.clear()
             await self._wanted.wait()

@@ -34,6 +34,7 @@ log = logging.getLogger("hutch.server")
 
 BASE_TEMPLATE = "hutch/base"
 CHECKPOINT_DONE = "hutch-checkpoint-complete"  # written into an image directory once it is whole
+PAUSE_RETRY_SECONDS = 60  # after an automatic pause failed
 
 
 class Sandboxes:
@@ -78,6 +79,13 @@ class Sandboxes:
         return Path(template.rootfs), Limits(memory_mib=rec.memory_mib, pids=self.config.pids,
                                              cpu_shares=1024 * rec.vcpu)
 
+    def _check_capacity(self) -> None:
+        counts = self.store.count_by_status()
+        running = counts.get("active", 0) + counts.get("resuming", 0) + self._starting
+        if running >= self.config.max_sandboxes:
+            raise ApiError(429, "too_many_sandboxes",
+                           f"this node runs at most {self.config.max_sandboxes} sandboxes; kill or pause one")
+
     @staticmethod
     def _deadline(seconds: int | None) -> float | None:
         return None if seconds is None else time.time() + seconds
@@ -88,10 +96,7 @@ class Sandboxes:
         template = self.store.get_template(req.from_template or BASE_TEMPLATE)
         if template is None:
             raise ApiError(404, "template_not_found", f"template {req.from_template!r} does not exist")
-        running = len(self.store.list_sandboxes(None, status="active")) + self._starting
-        if running >= self.config.max_sandboxes:
-            raise ApiError(429, "too_many_sandboxes",
-                           f"this node runs at most {self.config.max_sandboxes} sandboxes; kill or pause one")
+        self._check_capacity()
         rec = SandboxRecord(
             id=str(uuid.uuid4()), team_id=team_id, name=req.name, template=template.name, status="active",
             memory_mib=template.memory_mib, vcpu=template.vcpu, metadata=req.metadata or {},
@@ -135,10 +140,13 @@ class Sandboxes:
 
     # --- pause, resume --------------------------------------------------------------------------
 
-    async def pause(self, team_id: str | None, sandbox_id: str) -> None:
-        """Checkpoint the box to disk and free its memory. Idempotent."""
+    async def pause(self, team_id: str | None, sandbox_id: str, *, only_if_due: bool = False) -> None:
+        """Checkpoint the box to disk and free its memory. Idempotent. With `only_if_due` (the
+        scheduler), only if the box is still active and past its deadline once the lock is held."""
         async with self._locks[sandbox_id]:
             rec = self.get(team_id, sandbox_id)
+            if only_if_due and not (rec.status == "active" and rec.pause_at is not None and rec.pause_at <= time.time()):
+                return
             if rec.status == "paused":
                 return
             if rec.status != "active" or not rec.runtime_id:
@@ -154,15 +162,16 @@ class Sandboxes:
             except Exception as e:
                 alive = await self.node.is_alive(rec.runtime_id) and self.node.get(rec.runtime_id) is not None
                 log.error("pausing %s failed: %s", rec.id, e)
-                if alive:
-                    self.store.update_sandbox(rec.id, status="active")
+                if alive:  # try again later, not every second: a pause cuts the box's streams
+                    self.store.update_sandbox(rec.id, status="active", pause_at=self._deadline(PAUSE_RETRY_SECONDS)
+                                              if rec.pause_at is not None else None)
                 else:
                     self.mark_failed(rec.id, f"the pause failed: {e}")
                 raise ApiError(503, "pause_failed", f"the sandbox could not be paused: {e}") from e
-            self.store.update_sandbox(rec.id, status="paused", runtime_id=None, pause_at=None,
-                                      delete_at=self._deadline(rec.auto_delete_seconds))
+            self.store.update_sandbox(rec.id, only_if_status=("pausing",), status="paused", runtime_id=None,
+                                      pause_at=None, delete_at=self._deadline(rec.auto_delete_seconds))
         if rec.auto_delete_seconds == 0:
-            await self.kill(team_id, sandbox_id)
+            await self.kill(team_id, sandbox_id, only_if_due=True)
 
     async def resume(self, team_id: str | None, sandbox_id: str) -> SandboxRecord:
         """Restore a paused box (a no-op for an active one); the access token rotates."""
@@ -173,6 +182,7 @@ class Sandboxes:
             if rec.status != "paused":
                 raise ApiError(409, "sandbox_failed" if rec.status == "failed" else "invalid_state",
                                f"sandbox {rec.id} is {rec.status}: {rec.failure or 'it cannot be resumed'}")
+            self._check_capacity()
             rootfs, limits = self._limits(rec)
             image = self.image_dir(rec.id)
             self.store.update_sandbox(rec.id, status="resuming")
@@ -180,7 +190,7 @@ class Sandboxes:
             try:
                 box = await self.node.restore(rec.box_key, rootfs, limits, image)
                 self.metrics.resume_seconds.observe(time.perf_counter() - started)
-            except BoxStartError as e:
+            except Exception as e:
                 log.error("resuming %s failed: %s", rec.id, e)
                 self.store.update_sandbox(rec.id, status="paused")  # the image is still there: try again
                 raise ApiError(503, "resume_failed", f"the sandbox could not be resumed: {e}") from e
@@ -199,9 +209,13 @@ class Sandboxes:
 
     # --- kill -----------------------------------------------------------------------------------
 
-    async def kill(self, team_id: str | None, sandbox_id: str) -> None:
+    async def kill(self, team_id: str | None, sandbox_id: str, *, only_if_due: bool = False) -> None:
+        """Delete a sandbox and all it holds. With `only_if_due` (auto-delete), only if it is
+        still paused past its deadline once the lock is held: a call may have resumed it since."""
         async with self._locks[sandbox_id]:
             rec = self.get(team_id, sandbox_id)
+            if only_if_due and not (rec.status == "paused" and rec.delete_at is not None and rec.delete_at <= time.time()):
+                return
             if rec.runtime_id:
                 await self.node.stop(rec.runtime_id, rec.box_key)
             shutil.rmtree(self.image_dir(rec.id), ignore_errors=True)
@@ -213,13 +227,12 @@ class Sandboxes:
     async def running_box(self, rec: SandboxRecord) -> Box:
         """The live box behind a record, resumed first if it is paused (or pausing, or resuming:
         the lock makes this wait for that to finish)."""
-        if rec.status in ("pausing", "paused", "resuming"):
-            rec = await self.resume(None, rec.id)
-        if rec.status == "failed":
-            raise ApiError(409, "sandbox_failed", f"sandbox {rec.id} has failed: {rec.failure or 'unknown'}")
-        box = self.node.get(rec.runtime_id) if rec.runtime_id and rec.status == "active" else None
+        current = self.get(None, rec.id)  # the caller's record may be older than a pause
+        if current.status != "active":
+            current = await self.resume(None, rec.id)  # a failed box raises here
+        box = self.node.get(current.runtime_id) if current.runtime_id else None
         if box is None:
-            raise ApiError(409, "sandbox_not_running", f"sandbox {rec.id} is {rec.status}")
+            raise ApiError(409, "sandbox_not_running", f"sandbox {rec.id} is {current.status}")
         return box
 
     async def box_unreachable(self, rec: SandboxRecord) -> ApiError:
@@ -229,12 +242,15 @@ class Sandboxes:
         reports it gone, so look a few times before calling it merely unreachable.
         """
         current = self.store.get_sandbox(rec.id)
-        if current is not None and current.runtime_id != rec.runtime_id:
-            return ApiError(409, "sandbox_paused", f"sandbox {rec.id} was paused while the call ran; call again")
         if current is None:
             return ApiError(404, "not_found", f"sandbox {rec.id} was deleted while the call ran")
+        if current.status == "failed":
+            return ApiError(409, "sandbox_failed", f"sandbox {rec.id} has failed: {current.failure or 'unknown'}")
+        if current.status != "active":
+            return ApiError(409, "sandbox_paused", f"sandbox {rec.id} was paused while the call ran; call again")
+        runtime_id = current.runtime_id
         for _ in range(6):
-            if not rec.runtime_id or not await self.node.is_alive(rec.runtime_id):
+            if not runtime_id or not await self.node.is_alive(runtime_id):
                 current = self.store.get_sandbox(rec.id)
                 why = (current.failure if current else None) or "the sandbox's runtime ended"
                 self.mark_failed(rec.id, why)
@@ -268,10 +284,10 @@ class Sandboxes:
                 try:
                     if rec.status == "active" and rec.pause_at is not None and rec.pause_at <= now:
                         log.info("sandbox %s reached its timeout: pausing", rec.id)
-                        await self.pause(None, rec.id)
+                        await self.pause(None, rec.id, only_if_due=True)
                     elif rec.status == "paused" and rec.delete_at is not None and rec.delete_at <= now:
                         log.info("sandbox %s was paused past its auto-delete: deleting", rec.id)
-                        await self.kill(None, rec.id)
+                        await self.kill(None, rec.id, only_if_due=True)
                 except ApiError as e:
                     log.warning("lifetime action on %s failed: %s", rec.id, e.message)
                 except Exception:
