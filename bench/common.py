@@ -82,7 +82,7 @@ def start_server(root: Path, warm_pool: int) -> tuple[subprocess.Popen[bytes], s
         port = s.getsockname()[1]
     data = root / "data"
     proc = subprocess.Popen([sys.executable, "-m", "hutch.cli", "--data-dir", str(data), "serve", "--port", str(port),
-                             "--warm-pool", str(warm_pool)],
+                             "--warm-pool", str(warm_pool), "--max-sandboxes", "1000", "--team-max-sandboxes", "1000"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):

@@ -56,7 +56,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from hutch.store import Store
 
     config = ServerConfig(data_dir=args.data_dir, cache_dir=args.cache_dir, host=args.host, port=args.port,
-                          warm_pool=args.warm_pool, max_sandboxes=args.max_sandboxes)
+                          warm_pool=args.warm_pool, max_sandboxes=args.max_sandboxes,
+                          team_max_sandboxes=args.team_max_sandboxes)
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if not base_image.is_built(config.cache_dir):
         base_image.build(config.cache_dir, progress=lambda line: print(line, flush=True))
@@ -229,6 +230,8 @@ def parser() -> argparse.ArgumentParser:
                    help="base-template boxes kept booted so creates are instant (default %(default)s; 0: none)")
     s.add_argument("--max-sandboxes", type=int, default=256, metavar="N",
                    help="running sandboxes this node takes before it answers 429 (default %(default)s)")
+    s.add_argument("--team-max-sandboxes", type=int, default=64, metavar="N",
+                   help="running sandboxes one team may have (default %(default)s)")
     s.set_defaults(fn=cmd_serve)
 
     s = sub.add_parser("build-base", help="build the base template (Debian) if it is not built")

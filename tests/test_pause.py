@@ -250,3 +250,30 @@ def test_pausing_while_a_command_streams_keeps_the_command(env: Env) -> None:
         assert all(isinstance(e, SandboxError) for e in errors), errors
     finally:
         sb.kill()
+
+
+def test_quotas_count_running_boxes_and_hold_on_resume() -> None:
+    from hutch import RateLimitError
+    from tests.conftest import make_server
+
+    server = make_server("--warm-pool", "0", "--team-max-sandboxes", "1")
+    server.start()
+    try:
+        kw = {"api_key": server.admin_key(), "base_url": server.url}
+        first = Sandbox.create(name="first", **kw)
+        with pytest.raises(RateLimitError) as err:
+            Sandbox.create(name="second", **kw)
+        assert err.value.code == "too_many_sandboxes"
+        first.pause()  # a paused box does not count
+        second = Sandbox.create(name="second", **kw)
+        with pytest.raises(RateLimitError):
+            first.resume()  # and resuming it would go over
+        assert first.get_info().status == "paused"
+        other = Sandbox.create(name="other-team", api_key=server.new_team("other"), base_url=server.url)
+        assert other.commands.run("echo mine").stdout == "mine\n", "the quota is per team"
+        second.kill()
+        first.resume()
+        assert first.get_info().status == "active"
+    finally:
+        server.stop()
+        server.remove()

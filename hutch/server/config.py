@@ -21,6 +21,7 @@ class ServerConfig:
     database_url: str | None = None  # default: SQLite in the data dir
     public_url: str | None = None  # how clients reach this server; default http://host:port
     max_sandboxes: int = 256  # running boxes per node (an idle one takes ~50 MB); more is refused with 429
+    team_max_sandboxes: int = 64  # running boxes per team, so one team cannot take the whole node
     memory_mib: int = 1024  # per box, unless the template says otherwise
     vcpu: int = 1
     pids: int = 1024

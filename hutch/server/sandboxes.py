@@ -79,12 +79,16 @@ class Sandboxes:
         return Path(template.rootfs), Limits(memory_mib=rec.memory_mib, pids=self.config.pids,
                                              cpu_shares=1024 * rec.vcpu)
 
-    def _check_capacity(self) -> None:
+    def _check_capacity(self, team_id: str) -> None:
         counts = self.store.count_by_status()
         running = counts.get("active", 0) + counts.get("resuming", 0) + self._starting
         if running >= self.config.max_sandboxes:
             raise ApiError(429, "too_many_sandboxes",
                            f"this node runs at most {self.config.max_sandboxes} sandboxes; kill or pause one")
+        mine = sum(1 for r in self.store.list_sandboxes(team_id) if r.status in ("active", "resuming"))
+        if mine >= self.config.team_max_sandboxes:
+            raise ApiError(429, "too_many_sandboxes",
+                           f"a team runs at most {self.config.team_max_sandboxes} sandboxes; kill or pause one")
 
     @staticmethod
     def _deadline(seconds: int | None) -> float | None:
@@ -96,7 +100,7 @@ class Sandboxes:
         template = self.store.get_template(req.from_template or BASE_TEMPLATE)
         if template is None:
             raise ApiError(404, "template_not_found", f"template {req.from_template!r} does not exist")
-        self._check_capacity()
+        self._check_capacity(team_id)
         rec = SandboxRecord(
             id=str(uuid.uuid4()), team_id=team_id, name=req.name, template=template.name, status="active",
             memory_mib=template.memory_mib, vcpu=template.vcpu, metadata=req.metadata or {},
@@ -182,7 +186,7 @@ class Sandboxes:
             if rec.status != "paused":
                 raise ApiError(409, "sandbox_failed" if rec.status == "failed" else "invalid_state",
                                f"sandbox {rec.id} is {rec.status}: {rec.failure or 'it cannot be resumed'}")
-            self._check_capacity()
+            self._check_capacity(rec.team_id)
             rootfs, limits = self._limits(rec)
             image = self.image_dir(rec.id)
             self.store.update_sandbox(rec.id, status="resuming")
