@@ -226,6 +226,32 @@ def make_box(sdk: Any) -> Iterator[Callable[..., Any]]:
         sb.kill()
 
 
+@dataclass
+class Background:
+    """A call run on a thread, keeping whatever it raised, for tests that act while it runs."""
+
+    thread: threading.Thread
+    errors: list[BaseException]
+
+    def join(self, timeout: float = 60) -> None:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the call did not end"
+
+
+def in_background(fn: Callable[[], object]) -> Background:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as e:  # kept for the test to check
+            errors.append(e)
+
+    bg = Background(threading.Thread(target=run), errors)
+    bg.thread.start()
+    return bg
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

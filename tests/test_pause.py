@@ -14,7 +14,7 @@ import pytest
 from hutch import AuthenticationError, NotFoundError, Sandbox, SandboxError
 from hutch.server.config import ServerConfig
 from hutch.store import Store
-from tests.conftest import Env, wait_for
+from tests.conftest import Env, in_background, wait_for
 
 COUNTER = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &"
 HOLDER = ("nohup python3 -c 'import time\nsecret = sum(range(1000))\nwhile True:\n"
@@ -228,26 +228,17 @@ def test_paused_and_active_boxes_survive_a_server_kill(tmp_path: Path) -> None:
 def test_pausing_while_a_command_streams_keeps_the_command(env: Env) -> None:
     """A pause cuts the live stream (its connection cannot be checkpointed) but not the command."""
     sb = Sandbox.create(name="pause-mid-stream")
-    errors: list[BaseException] = []
-
-    def stream() -> None:
-        try:
-            sb.commands.run("for i in $(seq 1 40); do echo $i > /tmp/progress; echo $i; sleep 0.1; done")
-        except BaseException as e:  # checked below
-            errors.append(e)
-
-    t = threading.Thread(target=stream)
-    t.start()
+    bg = in_background(lambda: sb.commands.run("for i in $(seq 1 40); do echo $i > /tmp/progress; echo $i; sleep 0.1; done"))
     try:
         progress = lambda: sb.commands.run("cat /tmp/progress 2>/dev/null || true").stdout.strip()
         wait_for(lambda: progress() not in ("", "1"), what="the command to run")
         Sandbox.connect(sb.id).pause()
         assert sb.get_info().status == "paused"
-        t.join(30)
+        bg.join(30)
         wait_for(lambda: progress() == "40", timeout=30,
                  what="the command to finish after the resume")
-        assert len(errors) <= 1  # the cut stream may end the call with a typed error
-        assert all(isinstance(e, SandboxError) for e in errors), errors
+        assert len(bg.errors) <= 1  # the cut stream may end the call with a typed error
+        assert all(isinstance(e, SandboxError) for e in bg.errors), bg.errors
     finally:
         sb.kill()
 

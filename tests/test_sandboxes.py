@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from hutch import AuthenticationError, NotFoundError, Sandbox, ValidationError
-from tests.conftest import Env
+from hutch import AuthenticationError, NotFoundError, Sandbox, SandboxError, ValidationError
+from tests.conftest import Env, in_background
 
 
 def test_create_returns_a_ready_box(sdk: Any, env: Env) -> None:
@@ -117,23 +117,10 @@ def test_bad_create_arguments_make_nothing(sdk: Any) -> None:
 
 
 def test_killing_a_box_while_a_command_streams_ends_the_call_cleanly(sdk: Any) -> None:
-    import threading
-
-    from hutch import SandboxError
-
     sb = sdk.create(name="killed-mid-stream")
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            sb.commands.run("echo started; sleep 60")
-        except BaseException as e:  # checked below
-            errors.append(e)
-
-    t = threading.Thread(target=run)
-    t.start()
+    bg = in_background(lambda: sb.commands.run("echo started; sleep 60"))
     time.sleep(1.0)
     sdk.kill_by_id(sb.id)
-    t.join(60)
-    assert not t.is_alive() and len(errors) == 1 and isinstance(errors[0], SandboxError), errors
+    bg.join(60)
+    assert len(bg.errors) == 1 and isinstance(bg.errors[0], SandboxError), bg.errors
     assert sb.id not in {i.id for i in sdk.list()}, "a killed box must not come back as failed"
