@@ -103,3 +103,17 @@ def test_a_100_mb_file_streams_through_without_filling_server_memory(box: Any, e
     assert hashlib.sha256(back).digest() == hashlib.sha256(data).digest()
     grown_mib = (_server_peak_rss_kib(env) - before) / 1024
     assert grown_mib < 50, f"the server's peak memory grew by {grown_mib:.0f} MiB for a 100 MiB file"
+
+
+def test_a_link_the_box_user_planted_does_not_steer_a_write(box: Any) -> None:
+    box.commands.run("ln -s /etc /home/user/evil && mkdir -p /home/user/real && ln -s real /home/user/alias")
+    with pytest.raises(ValidationError) as err:
+        box.files.write("/home/user/evil/planted", "x")
+    assert err.value.code == "unsafe_path"
+    assert box.commands.run("ls /etc/planted").exit_code != 0
+    with pytest.raises(ValidationError):
+        box.files.write("/home/user/alias/x", "x")  # even a harmless one: links of the user are not followed
+    box.files.write("/lib/hutch-test.txt", "y")  # the template's own links are: /lib -> usr/lib
+    assert box.commands.run("cat /usr/lib/hutch-test.txt").stdout == "y"
+    box.files.write("/home/user/real/deep/er/f.txt", "z")  # and new directories are made as before
+    assert box.files.read_text("/home/user/real/deep/er/f.txt") == "z"

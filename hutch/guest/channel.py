@@ -198,25 +198,36 @@ class Handler(http1.Handler):
             return
         as_root = self._query().get("user") == "root"
         uid, gid = (0, 0) if as_root else (p.BOX_UID, p.BOX_GID)
-        parent = os.path.dirname(path)
         try:
-            _make_dirs(parent, uid, gid)
-            if os.path.isdir(path):
-                return self._error(400, p.ERR_IS_DIR, f"is a directory: {path}")
-            tmp = f"{path}.hutch-{os.getpid()}-{time.monotonic_ns()}"
+            dir_fd, name = _open_parent(path, uid, gid)
+        except _UnsafePath as e:
+            return self._error(400, p.ERR_UNSAFE_PATH, f"{path} goes through a link the box's user made ({e})")
+        except NotADirectoryError:
+            return self._error(400, p.ERR_NOT_DIR, f"a parent of {path} is not a directory")
+        except OSError as e:
+            return self._error(400, p.ERR_IO, f"{path}: {e.strerror}")
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                    return self._error(400, p.ERR_IS_DIR, f"is a directory: {path}")
+            tmp = f".{name[:200]}.hutch-{os.getpid()}-{time.monotonic_ns()}"
             size = 0
             try:
-                with open(tmp, "wb") as f:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                             dir_fd=dir_fd)
+                with open(fd, "wb") as f:
                     for data in self.body():
                         f.write(data)
                         size += len(data)
-                os.chown(tmp, uid, gid)
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, path)  # readers never see half a file
+                    os.fchown(fd, uid, gid)
+                    os.fchmod(fd, 0o644)
+                os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # readers never see half a file
             except BaseException:
                 with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+                    os.unlink(tmp, dir_fd=dir_fd)
                 raise
+            finally:
+                os.close(dir_fd)
         except NotADirectoryError:
             return self._error(400, p.ERR_NOT_DIR, f"a parent of {path} is not a directory")
         except ConnectionError:
@@ -450,17 +461,53 @@ class _ChunkWriter:
         return False
 
 
-def _make_dirs(path: str, uid: int, gid: int) -> None:
-    """mkdir -p, giving each directory it creates to the writing user."""
-    missing = []
-    while not os.path.isdir(path):
-        if os.path.lexists(path):
-            raise NotADirectoryError(path)
-        missing.append(path)
-        path = os.path.dirname(path)
-    for d in reversed(missing):
-        os.mkdir(d, 0o755)
-        os.chown(d, uid, gid)
+class _UnsafePath(OSError):
+    pass
+
+
+def _open_parent(path: str, uid: int, gid: int) -> tuple[int, str]:
+    """Open the directory that is to hold `path` (an fd) and return it with the file's name,
+    making missing directories on the way (given to uid/gid), like mkdir -p.
+
+    The walk goes one name at a time, relative to the directory opened last, and follows only
+    links owned by root (the template's own, like /lib -> usr/lib). The agent writes as root on
+    the owner's behalf; a link the box's user planted (~/proj -> /etc) must not steer that write.
+    """
+    *parts, name = path.split("/")
+    queue = [c for c in parts if c]
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    links = 0
+    try:
+        while queue:
+            part = queue.pop(0)
+            if part == ".":
+                continue
+            try:
+                st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                os.mkdir(part, 0o755, dir_fd=fd)
+                os.chown(part, uid, gid, dir_fd=fd, follow_symlinks=False)
+            else:
+                if stat.S_ISLNK(st.st_mode):
+                    links += 1
+                    if st.st_uid != 0:
+                        raise _UnsafePath(part)
+                    if links > 40:
+                        raise OSError(40, "too many levels of links")
+                    target = os.readlink(part, dir_fd=fd)
+                    queue = [c for c in target.split("/") if c] + queue
+                    if target.startswith("/"):
+                        os.close(fd)
+                        fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                    continue
+            # O_NOFOLLOW: a name swapped for a link since the check fails here instead of being followed
+            next_fd = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+        return fd, name
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _stop_serving(server: socketserver.BaseServer) -> None:

@@ -41,6 +41,7 @@ ERR_NOT_FOUND = "file_not_found"
 ERR_IS_DIR = "is_a_directory"
 ERR_NOT_DIR = "not_a_directory"
 ERR_NOT_REGULAR = "not_a_regular_file"
+ERR_UNSAFE_PATH = "unsafe_path"  # the path goes through a link the box's user made
 ERR_BAD_REQUEST = "invalid_request"
 ERR_BAD_CWD = "invalid_cwd"
 ERR_IO = "io_error"

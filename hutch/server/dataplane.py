@@ -31,7 +31,8 @@ MAX_COLLECTED_OUTPUT = 64 * 2**20  # a command's output gathered into one JSON a
 
 
 AGENT_CODES = {protocol.ERR_BAD_PATH, protocol.ERR_NOT_FOUND, protocol.ERR_IS_DIR, protocol.ERR_NOT_DIR,
-               protocol.ERR_NOT_REGULAR, protocol.ERR_BAD_REQUEST, protocol.ERR_BAD_CWD, protocol.ERR_IO}
+               protocol.ERR_NOT_REGULAR, protocol.ERR_BAD_REQUEST, protocol.ERR_BAD_CWD, protocol.ERR_IO,
+               protocol.ERR_UNSAFE_PATH}
 
 
 class AgentProtocolError(Exception):
