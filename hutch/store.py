@@ -45,7 +45,7 @@ sandboxes = sa.Table(
     sa.Column("env_vars", sa.Text, nullable=False),
     sa.Column("timeout_seconds", sa.Integer),
     sa.Column("auto_delete_seconds", sa.Integer),
-    sa.Column("runtime_id", sa.String(32)),
+    sa.Column("runtime_id", sa.String(32), index=True),
     sa.Column("box_key", sa.String(64), nullable=False),  # the box's host directory, for its whole life
     sa.Column("token_generation", sa.Integer, nullable=False, default=1),
     sa.Column("memory_mib", sa.Integer, nullable=False),
@@ -202,10 +202,25 @@ class Store:
         with self._tx() as c:
             return bool(c.execute(q.values(**values)).rowcount)
 
-    def count_by_status(self) -> dict[str, int]:
+    def count_by_status(self, team_id: str | None = None) -> dict[str, int]:
+        q = sa.select(sandboxes.c.status, sa.func.count()).group_by(sandboxes.c.status)
+        if team_id is not None:
+            q = q.where(sandboxes.c.team_id == team_id)
         with self._tx() as c:
-            rows = c.execute(sa.select(sandboxes.c.status, sa.func.count()).group_by(sandboxes.c.status))
-            return {str(status): int(n) for status, n in rows}
+            return {str(status): int(n) for status, n in c.execute(q)}
+
+    def sandbox_by_runtime(self, runtime_id: str) -> SandboxRecord | None:
+        with self._tx() as c:
+            row = c.execute(sa.select(sandboxes).where(sandboxes.c.runtime_id == runtime_id)).first()
+        return SandboxRecord.from_row(row) if row else None
+
+    def due(self, now: float) -> tuple[list[str], list[str]]:
+        """Ids of active sandboxes past their pause deadline, and of paused ones past deletion."""
+        c_ = sandboxes.c
+        with self._tx() as c:
+            to_pause = c.execute(sa.select(c_.id).where(c_.status == "active", c_.pause_at <= now)).scalars().all()
+            to_delete = c.execute(sa.select(c_.id).where(c_.status == "paused", c_.delete_at <= now)).scalars().all()
+        return list(to_pause), list(to_delete)
 
     # --- templates ------------------------------------------------------------------------------
 

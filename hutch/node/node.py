@@ -20,7 +20,7 @@ import secrets
 import shutil
 import stat
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -252,10 +252,17 @@ class Node:
         self._boxes.pop(runtime_id, None)
         mounts.unmount(box.channel_dir)
         shutil.rmtree(box.dir, ignore_errors=True)
-        # the container stopped at its checkpoint: its runsc state goes in the background
-        task = asyncio.get_running_loop().create_task(self._forget(runtime_id))
+        self._in_background(self._forget(runtime_id))  # the container stopped at its checkpoint
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` without waiting for it, kept until done (and awaited by close())."""
+        task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    def stop_later(self, runtime_id: str, key: str) -> None:
+        """stop(), without waiting for it: for callers that must not block on runsc."""
+        self._in_background(self.stop(runtime_id, key))
 
     async def _forget(self, runtime_id: str) -> None:
         try:

@@ -49,7 +49,7 @@ class WarmPool:
                 box = self._ready.pop(0)
                 if self.node.is_running(box.runtime_id) and await self._answers(box):
                     return box
-                asyncio.get_running_loop().create_task(self.node.stop(box.runtime_id, box.dir.name))
+                self.node.stop_later(box.runtime_id, box.dir.name)
             return None
         finally:
             self._wanted.set()

@@ -80,13 +80,13 @@ class Sandboxes:
                                              cpu_shares=1024 * rec.vcpu)
 
     def _check_capacity(self, team_id: str) -> None:
-        counts = self.store.count_by_status()
-        running = counts.get("active", 0) + counts.get("resuming", 0) + self._starting
-        if running >= self.config.max_sandboxes:
+        def running(counts: dict[str, int]) -> int:
+            return counts.get("active", 0) + counts.get("resuming", 0)
+
+        if running(self.store.count_by_status()) + self._starting >= self.config.max_sandboxes:
             raise ApiError(429, "too_many_sandboxes",
                            f"this node runs at most {self.config.max_sandboxes} sandboxes; kill or pause one")
-        mine = sum(1 for r in self.store.list_sandboxes(team_id) if r.status in ("active", "resuming"))
-        if mine >= self.config.team_max_sandboxes:
+        if running(self.store.count_by_status(team_id)) >= self.config.team_max_sandboxes:
             raise ApiError(429, "too_many_sandboxes",
                            f"a team runs at most {self.config.team_max_sandboxes} sandboxes; kill or pause one")
 
@@ -268,13 +268,13 @@ class Sandboxes:
         changed = self.store.update_sandbox(sandbox_id, only_if_status=("active", "pausing", "resuming"),
                                             status="failed", failure=why, pause_at=None)
         if changed and rec is not None and rec.runtime_id:
-            asyncio.get_running_loop().create_task(self.node.stop(rec.runtime_id, rec.box_key))
+            self.node.stop_later(rec.runtime_id, rec.box_key)
 
     def _box_ended(self, runtime_id: str) -> None:
-        for rec in self.store.list_sandboxes(None, status="active"):
-            if rec.runtime_id == runtime_id:
-                log.warning("sandbox %s failed: its box ended (memory limit, crash or outside kill)", rec.id)
-                self.mark_failed(rec.id, "the sandbox's runtime ended (out of memory, crashed, or killed)")
+        rec = self.store.sandbox_by_runtime(runtime_id)
+        if rec is not None and rec.status == "active":
+            log.warning("sandbox %s failed: its box ended (memory limit, crash or outside kill)", rec.id)
+            self.mark_failed(rec.id, "the sandbox's runtime ended (out of memory, crashed, or killed)")
 
     # --- lifetimes ------------------------------------------------------------------------------
 
@@ -283,19 +283,19 @@ class Sandboxes:
         deadlines are in the store, so a restarted server keeps them."""
         while True:
             await asyncio.sleep(every)
-            now = time.time()
-            for rec in self.store.list_sandboxes(None):
+            to_pause, to_delete = self.store.due(time.time())
+            for sandbox_id in to_pause + to_delete:
                 try:
-                    if rec.status == "active" and rec.pause_at is not None and rec.pause_at <= now:
-                        log.info("sandbox %s reached its timeout: pausing", rec.id)
-                        await self.pause(None, rec.id, only_if_due=True)
-                    elif rec.status == "paused" and rec.delete_at is not None and rec.delete_at <= now:
-                        log.info("sandbox %s was paused past its auto-delete: deleting", rec.id)
-                        await self.kill(None, rec.id, only_if_due=True)
+                    if sandbox_id in to_pause:
+                        log.info("sandbox %s reached its timeout: pausing", sandbox_id)
+                        await self.pause(None, sandbox_id, only_if_due=True)
+                    else:
+                        log.info("sandbox %s was paused past its auto-delete: deleting", sandbox_id)
+                        await self.kill(None, sandbox_id, only_if_due=True)
                 except ApiError as e:
-                    log.warning("lifetime action on %s failed: %s", rec.id, e.message)
+                    log.warning("lifetime action on %s failed: %s", sandbox_id, e.message)
                 except Exception:
-                    log.exception("lifetime action on %s failed", rec.id)
+                    log.exception("lifetime action on %s failed", sandbox_id)
 
     # --- restart --------------------------------------------------------------------------------
 
