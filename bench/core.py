@@ -3,7 +3,8 @@
     bench/run   (or .venv/bin/python bench/core.py [-n 20])
 
 Starts its own `hutch serve` on loopback, then for N runs each measures: create-to-first-exec,
-`commands.run("true")`, a 10 MB file write and read; and as floors, raw `runsc run` of `true`
+`commands.run("true")`, spawning and attaching to a process and a line through its stdin and
+back, a 10 MB file write and read; and as floors, raw `runsc run` of `true`
 (same root, same flags), raw `runsc exec true` in a running box, and 10 MB through
 `runsc exec cat`. Prints min/median/p95 and writes JSON to bench/results/.
 """
@@ -18,7 +19,7 @@ import threading
 import time
 
 from bench.common import bench_env, report, stats, timed, wait_for_pool
-from hutch import Sandbox
+from hutch import Process, Sandbox
 from hutch.node import base_image
 from hutch.server.config import DEFAULT_CACHE_DIR
 
@@ -39,6 +40,25 @@ def socket_floor(data: bytes, n: int) -> list[float]:
         b.close()
         assert got == len(data)
     return timed(once, n)
+
+
+def process_figures(sb: Sandbox, n: int) -> dict[str, dict[str, float]]:
+    """A spawned process: spawn and attach, and a line through `cat` and back (stdin to stdout)."""
+    spawned: list[Process] = []
+    spawn = timed(lambda: spawned.append(sb.commands.spawn("cat")), n)
+    for proc in spawned:
+        proc.kill()
+    echoed = threading.Event()
+    proc = sb.commands.spawn("cat", on_stdout=lambda _t: echoed.set())
+
+    def echo() -> None:
+        echoed.clear()
+        proc.stdin.write("x\n")
+        echoed.wait(30)
+
+    round_trip = timed(echo, n)
+    proc.kill()
+    return {"spawn_and_attach": stats(spawn), "stdin_to_stdout_round_trip": stats(round_trip)}
 
 
 def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]], dict[str, float]]:
@@ -75,6 +95,7 @@ def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]],
         figures["raw_runsc_exec_true"] = stats(timed(lambda: raw.exec(idle, "/bin/true"), n))
         figures["host_subprocess_true"] = stats(timed(lambda: subprocess.run(["/bin/sh", "-c", "true"], check=True), n))
         figures["get_info"] = stats(timed(sb.get_info, n))
+        figures.update(process_figures(sb, n))
 
         figures["file_write_10mb"] = stats(timed(lambda: sb.files.write("/tmp/f.bin", MB10), n))
         figures["file_read_10mb"] = stats(timed(lambda: sb.files.read("/tmp/f.bin"), n))

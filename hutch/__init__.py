@@ -1,11 +1,15 @@
 """hutch: self-hosted gVisor sandboxes for AI agents. `from hutch import Sandbox, AsyncSandbox`."""
 
 from hutch.sdk import (
+    AsyncProcess,
     AsyncSandbox,
     AuthenticationError,
     CommandResult,
     ConflictError,
     NotFoundError,
+    Process,
+    ProcessInfo,
+    PtySize,
     RateLimitError,
     Sandbox,
     SandboxError,
@@ -17,6 +21,7 @@ from hutch.sdk import (
 
 __version__ = "0.1.0"
 __all__ = [
-    "AsyncSandbox", "AuthenticationError", "CommandResult", "ConflictError", "NotFoundError", "RateLimitError",
-    "Sandbox", "SandboxError", "SandboxInfo", "SandboxTimeoutError", "ServerError", "ValidationError",
+    "AsyncProcess", "AsyncSandbox", "AuthenticationError", "CommandResult", "ConflictError", "NotFoundError",
+    "Process", "ProcessInfo", "PtySize", "RateLimitError", "Sandbox", "SandboxError", "SandboxInfo",
+    "SandboxTimeoutError", "ServerError", "ValidationError",
 ]

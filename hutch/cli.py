@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from hutch.sdk import Sandbox, SandboxError, SandboxInfo
+from hutch.sdk import ProcessInfo, Sandbox, SandboxError, SandboxInfo
 from hutch.server.config import DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, DEFAULT_PORT
 
 CLIENT_ENV = "client.env"
@@ -71,8 +71,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
           f"  (also in {env_file})", flush=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per channel request is noise
+    from hutch.server.attach import MAX_FRAME
+
+    # A WebSocket frame is held whole before the app sees it: keep frames and the queue small.
     uvicorn.run(create_app(config), host=config.host, port=config.port, log_level="warning",
-                access_log=False, timeout_graceful_shutdown=5)
+                access_log=False, timeout_graceful_shutdown=5, ws_max_size=MAX_FRAME + 4096, ws_max_queue=4)
     return 0
 
 
@@ -116,7 +119,7 @@ def _pairs(items: Sequence[str] | None, what: str) -> dict[str, str]:
     return result
 
 
-def _info_json(info: SandboxInfo) -> dict[str, Any]:
+def _info_json(info: SandboxInfo | ProcessInfo) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(json.dumps(asdict(info), default=str))
     return data
 
@@ -177,6 +180,35 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(asdict(result)))
     return result.exit_code if 0 <= result.exit_code < 256 else 1
+
+
+def cmd_shell(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from hutch.shell import run_shell
+
+    if not os.isatty(sys.stdin.fileno()) and not args.command:
+        raise SystemExit("hutch: shell needs a terminal (or a command after --)")
+    import shlex
+
+    line = None if not args.command else args.command[0] if len(args.command) == 1 else shlex.join(args.command)
+    code = asyncio.run(run_shell(args.id, line, args.user))
+    return code if 0 <= code < 256 else 1
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    sb = Sandbox.connect(args.id)
+    try:
+        procs = sb.commands.list()
+    finally:
+        sb.close()
+    if args.json:
+        print(json.dumps([_info_json(p) for p in procs]))
+        return 0
+    rows = [[str(p.pid), p.user, "yes" if p.pty else "no", p.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+             p.command.replace("\n", " ")[:80]] for p in procs]
+    print(_table(rows, ["PID", "USER", "TTY", "STARTED", "COMMAND"]))
+    return 0
 
 
 def cmd_cp(args: argparse.Namespace) -> int:
@@ -268,6 +300,16 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("command", nargs="*", help="everything after --")
     s.set_defaults(fn=cmd_exec)
 
+    s = sub.add_parser("shell", help="an interactive terminal in a sandbox: hutch shell ID [-- CMD ...]")
+    s.add_argument("id")
+    s.add_argument("--user", choices=["user", "root"])
+    s.add_argument("command", nargs="*", help="everything after -- (default: a login shell)")
+    s.set_defaults(fn=cmd_shell)
+
+    s = sub.add_parser("ps", help="the processes spawned in a sandbox that still run")
+    s.add_argument("id")
+    s.set_defaults(fn=cmd_ps)
+
     s = sub.add_parser("cp", help="copy a file: hutch cp LOCAL ID:/path, or hutch cp ID:/path LOCAL ('-' is stdio)")
     s.add_argument("src")
     s.add_argument("dst")
@@ -284,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # everything after the first `--` is the command, whatever options it holds
     rest = argv[argv.index("--") + 1:] if "--" in argv else []
     args = parser().parse_args(argv[: len(argv) - len(rest) - 1] if "--" in argv else argv)
-    if args.cmd == "exec" and rest:
+    if args.cmd in ("exec", "shell") and rest:
         args.command = rest
     if args.cmd not in ("serve", "build-base", "team-create"):
         _client_env(args.data_dir)

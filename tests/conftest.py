@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from hutch import AsyncSandbox, Sandbox
+from hutch.sdk.process import AsyncProcess, AsyncProcessStdin
 from hutch.sdk.sandbox import AsyncCommands, AsyncFiles
 from hutch.server.config import ServerConfig
 
@@ -162,7 +163,7 @@ class _Loop:
 class Blocking:
     """Runs every call of an async SDK object to completion, so one test body serves both SDKs."""
 
-    WRAP = (AsyncSandbox, AsyncCommands, AsyncFiles)
+    WRAP = (AsyncSandbox, AsyncCommands, AsyncFiles, AsyncProcess, AsyncProcessStdin)
 
     def __init__(self, target: Any, loop: _Loop) -> None:
         self._target, self._loop = target, loop

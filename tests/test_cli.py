@@ -6,9 +6,11 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.conftest import Env
+from tests.conftest import wait_for as wait_until
 
 
 def hutch(env: Env, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -61,3 +63,60 @@ def test_cli_usage_errors_are_clear(env: Env) -> None:
     assert r.returncode != 0 and b"one side must be ID:/path" in r.stderr
     r = hutch(env, "create", "-m", "novalue")
     assert r.returncode != 0 and b"KEY=VALUE" in r.stderr
+
+
+def _tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=30, check=True).stdout
+
+
+def test_hutch_shell_in_a_real_terminal(env: Env) -> None:
+    box = hutch(env, "create", "--name", "shell-box").stdout.decode().strip()
+    session = f"hutch-shell-{os.getpid()}"
+    command = (f"env HUTCH_API_KEY={env.key_a} HUTCH_BASE_URL={env.url} {sys.executable} -m hutch.cli shell {box}; "
+               "echo SHELL-EXITED=$?; sleep 600")
+    _tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "40", command)
+    try:
+        _tmux("set-option", "-t", session, "status", "off")
+
+        def screen() -> str:
+            return _tmux("capture-pane", "-p", "-J", "-S", "-200", "-t", session)
+
+        def keys(*typed: str) -> None:
+            _tmux("send-keys", "-t", session, *typed)
+
+        def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "") -> None:
+            try:
+                wait_until(predicate, timeout, what)
+            except AssertionError as e:
+                raise AssertionError(f"{e}; the screen:\n{screen()}") from None
+
+        wait_for(lambda: "$ " in screen(), timeout=60, what="the box's prompt")
+        keys("tty; stty size", "Enter")
+        rows, cols = _tmux("display-message", "-p", "-t", session, "#{pane_height} #{pane_width}").split()
+        wait_for(lambda: "/dev/pts/" in screen() and f"\n{rows} {cols}" in screen(), what="tty and stty answers")
+        _tmux("resize-window", "-t", session, "-x", "100", "-y", "30")
+        keys("clear; stty size", "Enter")
+        wait_for(lambda: "30 100" in screen(), what="the new size inside the box")
+        keys("sleep 300", "Enter")
+        keys("C-c")  # ^C reaches the box's foreground job, not hutch
+        keys("echo after-interrupt", "Enter")
+        wait_for(lambda: "\nafter-interrupt" in screen(), what="the shell back after ^C")
+        keys("exit 5", "Enter")
+        wait_for(lambda: "SHELL-EXITED=5" in screen(), what="the exit code passed through")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        hutch(env, "kill", box)
+
+
+def test_ps_lists_spawned_processes(env: Env) -> None:
+    from hutch import Sandbox
+
+    sb = Sandbox.create(name="ps", api_key=env.key_a, base_url=env.url)
+    try:
+        proc = sb.commands.spawn("sleep 300")
+        table = hutch(env, "ps", sb.id).stdout.decode()
+        assert table.splitlines()[0].split()[:3] == ["PID", "USER", "TTY"] and "sleep 300" in table
+        listed = json.loads(hutch(env, "--json", "ps", sb.id).stdout)
+        assert [p["pid"] for p in listed] == [proc.pid]
+    finally:
+        sb.kill()

@@ -6,9 +6,11 @@ import asyncio
 import time
 from typing import Any
 
+import httpx
 import pytest
 
-from hutch import AsyncSandbox, SandboxTimeoutError, ValidationError
+from hutch import AsyncSandbox, Sandbox, SandboxTimeoutError, ValidationError
+from tests.conftest import Env, in_background
 
 
 def test_stdout_stderr_and_a_nonzero_exit_is_a_result(box: Any) -> None:
@@ -139,3 +141,21 @@ def test_the_box_user_killing_everything_it_owns_does_not_break_commands(box: An
     box.commands.run("kill -9 -1")  # takes the spawner with it
     for _ in range(2):
         assert box.commands.run("echo alive").stdout == "alive\n"
+
+
+def test_a_command_may_run_longer_than_three_minutes(env: Env) -> None:
+    """No hidden cap between client and box: the SDK's stream (keep-alives every 10 s) and a plain
+    JSON request both wait as long as the command runs."""
+    sb = Sandbox.create(name="long")
+    try:
+        url, headers = sb._dp.url, sb._dp.headers()
+        answers: list[httpx.Response] = []
+        raw = in_background(lambda: answers.append(httpx.post(
+            f"{url}/commands/run", json={"command": "sleep 190; echo json-still-here"}, headers=headers, timeout=None)))
+        started = time.monotonic()
+        result = sb.commands.run("sleep 190; echo still-here")
+        assert result.stdout == "still-here\n" and time.monotonic() - started >= 190
+        raw.join(60)
+        assert not raw.errors and answers[0].json()["stdout"] == "json-still-here\n"
+    finally:
+        sb.kill()

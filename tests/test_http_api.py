@@ -8,6 +8,8 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect as ws_connect
 
 from hutch import Sandbox
 from tests.conftest import Env
@@ -164,3 +166,54 @@ def test_metrics_count_creates_commands_errors_and_boxes(env: Env, made: dict[st
     assert samples['hutch_api_errors_total{code="not_found",status="404"}'] >= 1
     assert samples['hutch_sandboxes{status="active"}'] >= 1
     assert "hutch_warm_pool_boxes" in samples
+
+
+def _attach(url: str, pid: Any, token: str | None) -> Any:
+    headers = {"X-Access-Token": token} if token else {}
+    return ws_connect(url.replace("http", "ws", 1) + f"/commands/{pid}/ws", additional_headers=headers, open_timeout=30)
+
+
+def test_process_attach_takes_only_the_boxes_own_token(api: httpx.Client, made: dict[str, Any]) -> None:
+    url, token = made["data_plane_url"], made["access_token"]
+    r = httpx.post(f"{url}/commands/spawn", json={"command": "cat"}, headers={"X-Access-Token": token})
+    assert r.status_code == 200
+    pid = r.json()["pid"]
+    other = api.post("/v1/sandboxes", json={"name": "other"}).json()
+    try:
+        for target, tok, status, code in [(url, None, 401, "unauthorized"), (url, other["access_token"], 401,
+                                           "invalid_access_token"), (url, token, 404, "process_not_found")]:
+            with pytest.raises(InvalidStatus) as refused:
+                _attach(target, pid if code != "process_not_found" else "abc", tok).close()
+            assert refused.value.response.status_code == status
+            assert json.loads(bytes(refused.value.response.body or b""))["error"]["code"] == code
+        r = httpx.post(f"{other['data_plane_url']}/commands/{pid}/signal", json={"signal": 9},
+                       headers={"X-Access-Token": other["access_token"]})
+        assert r.status_code == 404, "a pid names a process of the token's own box only"
+    finally:
+        api.delete(f"/v1/sandboxes/{other['id']}")
+    with _attach(url, pid, token) as ws:
+        ws.send(b"raw bytes\n")
+        ws.send(json.dumps({"t": "bogus", "id": 1}))
+        frames = [json.loads(ws.recv(timeout=30)), json.loads(ws.recv(timeout=30))]  # in either order
+        assert {"t": "stdout", "d": "raw bytes\n"} in frames
+        err = next(f for f in frames if f["t"] == "error")
+        assert err["code"] == "invalid_message" and err["id"] == 1 and err["status"] == 400
+        ws.send(json.dumps({"t": "resize", "rows": 0, "cols": 5, "id": 2}))
+        assert json.loads(ws.recv(timeout=30))["code"] == "invalid_message"
+        ws.send("not json")
+        assert json.loads(ws.recv(timeout=30))["code"] == "invalid_message"
+        ws.send(json.dumps({"t": "close_stdin"}))
+        assert json.loads(ws.recv(timeout=30)) == {"t": "exit", "exit_code": 0}
+
+
+def test_spawn_rejects_bad_bodies_and_starts_nothing(made: dict[str, Any]) -> None:
+    url, headers = made["data_plane_url"], {"X-Access-Token": made["access_token"]}
+    for body in ({"command": ""}, {"command": "true", "pty": {"rows": 0, "cols": 80}}, {"command": "true", "x": 1},
+                 {"command": "a\x00b"}, {"command": "true", "user": "admin"}):
+        r = httpx.post(f"{url}/commands/spawn", json=body, headers=headers)
+        assert r.status_code == 400 and _code(r) == "invalid_request", (body, r.text)
+    r = httpx.post(f"{url}/commands/0/signal", json={"signal": 9}, headers=headers)
+    assert r.status_code == 400
+    r = httpx.post(f"{url}/commands/5/signal", json={"signal": 99}, headers=headers)
+    assert r.status_code == 400
+    assert httpx.get(f"{url}/commands", headers=headers).json() == []

@@ -5,42 +5,40 @@ Standard library only; started by `agent.py`.
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import json
 import os
 import select
-import selectors
 import signal
 import socket
 import socketserver
 import stat
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from typing import IO, Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 try:
     from hutch.guest import http1
+    from hutch.guest import launch as L
     from hutch.guest import protocol as p
-    from hutch.guest.spawner import Spawner, exit_code
+    from hutch.guest.procs import Proc, ProcError, ProcTable, parse_resize, parse_signal
+    from hutch.guest.spawner import Spawner
 except ImportError:  # in the box: run as a script beside its modules, without the hutch package
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import http1  # type: ignore[import-not-found, no-redef]
+    import launch as L  # type: ignore[import-not-found, no-redef]
     import protocol as p  # type: ignore[import-not-found, no-redef]
-    from spawner import Spawner, exit_code  # type: ignore[import-not-found, no-redef]
+    from procs import Proc, ProcError, ProcTable, parse_resize, parse_signal  # type: ignore[import-not-found, no-redef]
+    from spawner import Spawner  # type: ignore[import-not-found, no-redef]
 
 SPAWNER: Spawner  # set by serve()
+PROCS: ProcTable
 
-CHUNK = 256 * 1024
-PING_SECONDS = 10.0
-POLL_SECONDS = 0.05  # how often a running command's exit is looked for
+CHUNK = L.CHUNK
 WAKE_POLL_SECONDS = 0.01  # how often a quiesced agent looks for the wake file (it is not running while paused)
-EXIT_GRACE = 0.1  # output still read after the command exits, from what it left running
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+MAX_STDIN_BODY = 1 * 2**20
 
 
 class ChannelServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -130,6 +128,10 @@ class Handler(http1.Handler):
             self._read_file()
         elif route == p.DIR_ZIP:
             self._zip_dir()
+        elif route == p.PROCS:
+            self._json(200, {"procs": [proc.info() for proc in PROCS.running()]})
+        elif route.startswith(p.PROCS + "/"):
+            self._proc_route(route, "GET")
         else:
             self._error(404, p.ERR_BAD_REQUEST, "no such route")
 
@@ -143,6 +145,10 @@ class Handler(http1.Handler):
         route = urlsplit(self.path).path
         if route == p.EXEC:
             self._exec()
+        elif route == p.PROCS:
+            self._spawn()
+        elif route.startswith(p.PROCS + "/"):
+            self._proc_route(route, "POST")
         elif route == p.QUIESCE:
             self._json(200, {"quiescing": True})
             self.close_connection = True
@@ -278,42 +284,100 @@ class Handler(http1.Handler):
 
     # --- exec -----------------------------------------------------------------------------------
 
-    def _exec(self) -> None:
+    def _command_request(self) -> dict[str, Any] | None:
+        """The body of an exec or spawn: a JSON object with a string `cmd` (else answered 400)."""
         try:
             req = json.loads(b"".join(self.body()))
-            cmd = req["cmd"]
-            if not isinstance(cmd, str):
-                raise TypeError("cmd must be a string")
-        except (ValueError, KeyError, TypeError) as e:
-            return self._error(400, p.ERR_BAD_REQUEST, f"bad exec request: {e}")
+            if not isinstance(req, dict) or not isinstance(req.get("cmd"), str):
+                raise ValueError("a JSON object with a string cmd is needed")
+        except ValueError as e:
+            self._error(400, p.ERR_BAD_REQUEST, f"bad command request: {e}")
+            return None
+        return req
+
+    def _exec(self) -> None:
+        req = self._command_request()
+        if req is None:
+            return None
+        cmd = req["cmd"]
         as_root = req.get("user") == "root"
-        home = "/root" if as_root else p.BOX_HOME
-        env = {"PATH": DEFAULT_PATH, "HOME": home, "USER": "root" if as_root else p.BOX_USER,
-               "LOGNAME": "root" if as_root else p.BOX_USER, "SHELL": "/bin/sh", "LANG": "C.UTF-8"}
-        env.update({str(k): str(v) for k, v in (req.get("env") or {}).items()})
+        env, home = L.command_env(as_root, req.get("env"))
         cwd = req.get("cwd") or (home if os.path.isdir(home) else "/")
-        timeout = req.get("timeout")
         self._start_chunked("application/x-ndjson")
         stream = _EventStream(self)
         try:
-            pid, poll, out_fd, err_fd = _launch(["/bin/sh", "-c", cmd], cwd, env, as_root)
-        except (FileNotFoundError, NotADirectoryError):
-            stream.send({"t": p.EVENT_ERROR, "code": p.ERR_BAD_CWD, "message": f"no such directory: {cwd}"})
-            return stream.close()
-        except PermissionError:
-            stream.send({"t": p.EVENT_ERROR, "code": p.ERR_BAD_CWD, "message": f"no permission to enter {cwd}"})
-            return stream.close()
+            cmd_ = L.launch(SPAWNER, ["/bin/sh", "-c", cmd], cwd, env, as_root)
         except OSError as e:
-            stream.send({"t": p.EVENT_ERROR, "code": p.ERR_IO, "message": f"could not start: {e}"})
+            code, message = L.start_problem(e, cwd)
+            stream.send({"t": p.EVENT_ERROR, "code": code, "message": message})
             return stream.close()
-        stream.send({"t": p.EVENT_START, "pid": pid})
-        code, timed_out = _pump(pid, poll, out_fd, err_fd, stream, timeout)
-        if code is None:  # both pipes closed before the exit was seen
-            while (code := poll()) is None:
-                time.sleep(0.002)
-        stream.send({"t": p.EVENT_EXIT, "code": None if timed_out else code, "timed_out": timed_out})
+        stream.send({"t": p.EVENT_START, "pid": cmd_.pid})
+        exit_code, timed_out = L.pump(cmd_, stream, req.get("timeout"))
+        stream.send({"t": p.EVENT_EXIT, "code": None if timed_out else exit_code, "timed_out": timed_out})
         stream.close()
         return None
+
+    # --- spawned processes ----------------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        req = self._command_request()
+        if req is None:
+            return None
+        try:
+            proc = PROCS.start(req)
+        except ProcError as e:
+            return self._error(e.status, e.code, e.message)
+        self._json(200, proc.info())
+        return None
+
+    def _proc_route(self, route: str, method: str) -> None:
+        _, _, rest = route.partition(p.PROCS + "/")
+        pid_text, _, action = rest.partition("/")
+        try:
+            if not pid_text.isdigit() or len(pid_text) > 9:
+                return self._error(404, p.ERR_BAD_REQUEST, "no such route")
+            proc = PROCS.get(int(pid_text))
+            if method == "GET" and action == p.PROC_EVENTS:
+                return self._follow(proc)
+            if method != "POST":
+                return self._error(404, p.ERR_BAD_REQUEST, "no such route")
+            body = bytearray()
+            for part in self.body():
+                body += part
+                if len(body) > MAX_STDIN_BODY:
+                    return self._error(413, p.ERR_BAD_REQUEST, f"requests are limited to {MAX_STDIN_BODY} bytes")
+            if action == p.PROC_STDIN:
+                proc.write_stdin(bytes(body))
+                return self._json(200, {})
+            if action == p.PROC_STDIN_CLOSE:
+                proc.close_stdin()
+                return self._json(200, {})
+            req = json.loads(body or b"{}")
+            if action == p.PROC_SIGNAL:
+                return self._json(200, {"signalled": proc.signal(parse_signal(req))})
+            if action == p.PROC_RESIZE:
+                proc.resize(*parse_resize(req))
+                return self._json(200, {})
+            return self._error(404, p.ERR_BAD_REQUEST, "no such route")
+        except ProcError as e:
+            return self._error(e.status, e.code, e.message)
+        except ValueError as e:
+            return self._error(400, p.ERR_BAD_REQUEST, f"bad request: {e}")
+
+    def _follow(self, proc: Proc) -> None:
+        """Replay the process' buffered output from `after`, then stream on until it exits."""
+        after = self._query().get("after", "-1")
+        cursor = int(after) + 1 if after.lstrip("-").isdigit() else 0
+        self._start_chunked("application/x-ndjson")
+        stream = _EventStream(self)
+        done = False
+        while stream.alive and not done:
+            batch, cursor, done = proc.read(cursor, L.PING_SECONDS)
+            for ev in batch:
+                stream.send(ev)
+            if not batch:
+                stream.send({"t": p.EVENT_PING})
+        stream.close()
 
 
 class _EventStream:
@@ -339,97 +403,6 @@ class _EventStream:
                 self.handler._end_chunked()
             except OSError:
                 self.handler.close_connection = True
-
-
-def _launch(argv: list[str], cwd: str, env: dict[str, str], as_root: bool) -> tuple[int, Callable[[], int | None], int, int]:
-    """Start a command in its own session; return its pid, how to poll for its exit code, and its
-    output fds."""
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    try:
-        if as_root:  # the agent itself is root: Popen may use vfork
-            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out_w,
-                                    stderr=err_w, start_new_session=True, close_fds=True)
-            pid = proc.pid
-
-            def poll() -> int | None:
-                code = proc.poll()
-                return None if code is None else exit_code(code)
-        else:
-            null = os.open(os.devnull, os.O_RDONLY)
-            try:
-                pid = SPAWNER.spawn(argv, cwd, env, [null, out_w, err_w])
-            finally:
-                os.close(null)
-
-            def poll() -> int | None:
-                return SPAWNER.poll(pid)
-    except BaseException:
-        os.close(out_r)
-        os.close(err_r)
-        raise
-    finally:
-        os.close(out_w)
-        os.close(err_w)
-    return pid, poll, out_r, err_r
-
-
-def _pump(pid: int, poll: Callable[[], int | None], out_fd: int, err_fd: int, stream: _EventStream,
-          timeout: float | None) -> tuple[int | None, bool]:
-    """Relay a command's output until it has exited and its pipes are drained; kill its process
-    group at the deadline. Returns its exit code and whether it timed out.
-
-    Something it left in the background (`server &`) may hold the pipes open for ever: once the
-    command itself has exited, what is left is read for a moment and the pipes are let go. A ping
-    goes to the host after a few seconds of silence, so a hung box shows as a dead stream.
-    """
-    deadline = time.monotonic() + timeout if timeout else None
-    sel = selectors.DefaultSelector()
-    decoders = {}
-    for fd, kind in ((out_fd, p.EVENT_STDOUT), (err_fd, p.EVENT_STDERR)):
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ, kind)
-        decoders[kind] = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    timed_out = False
-    code: int | None = None
-    exited_at: float | None = None
-    last_sent = time.monotonic()
-    while sel.get_map():
-        now = time.monotonic()
-        if deadline is not None and now >= deadline and not timed_out:
-            timed_out = True
-            _kill_group(pid)
-        if exited_at is None and (code := poll()) is not None:
-            exited_at = now
-        if exited_at is not None and now - exited_at >= EXIT_GRACE:
-            break
-        if now - last_sent >= PING_SECONDS:
-            stream.send({"t": p.EVENT_PING})
-            last_sent = now
-        for key, _ in sel.select(POLL_SECONDS):
-            data = os.read(key.fd, CHUNK)
-            kind = key.data
-            if not data:
-                sel.unregister(key.fileobj)
-                os.close(key.fd)
-                data_tail = decoders[kind].decode(b"", final=True)
-                if data_tail:
-                    stream.send({"t": kind, "d": data_tail})
-                continue
-            text = decoders[kind].decode(data)
-            if text:
-                stream.send({"t": kind, "d": text})
-                last_sent = now
-    for key in list(sel.get_map().values()):  # held open by something in the background
-        sel.unregister(key.fileobj)
-        os.close(key.fd)
-    sel.close()
-    return code, timed_out
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 class _ChunkWriter:
@@ -527,8 +500,9 @@ def serve(spawner: Spawner) -> None:
     connection and removes the socket; the host checkpoints; after a restore it sends SIGUSR1 and
     the agent listens again. Commands, files and memory carry on untouched across it.
     """
-    global SPAWNER
+    global SPAWNER, PROCS
     SPAWNER = spawner
+    PROCS = ProcTable(spawner)
     wake = threading.Event()
     signal.signal(signal.SIGUSR1, lambda _s, _f: wake.set())
     # The kernel may hand SIGUSR1 to any thread, and Python runs the handler only when the main

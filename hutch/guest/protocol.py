@@ -24,6 +24,12 @@ HEALTH = f"/v{VERSION}/health"
 EXEC = f"/v{VERSION}/exec"
 FILES = f"/v{VERSION}/files"
 DIR_ZIP = f"/v{VERSION}/dir-zip"
+PROCS = f"/v{VERSION}/procs"  # spawned processes: POST to start, GET to list, /{pid}/... below
+PROC_EVENTS = "events"  # GET /procs/{pid}/events?after=SEQ: replay what is buffered, then follow
+PROC_STDIN = "stdin"  # POST raw bytes
+PROC_STDIN_CLOSE = "stdin-close"
+PROC_SIGNAL = "signal"  # POST {"signal": int}, to the process group
+PROC_RESIZE = "resize"  # POST {"rows": int, "cols": int}
 QUIESCE = f"/v{VERSION}/quiesce"  # close every host socket before a checkpoint
 WAKE_FILE = "wake"  # in the channel dir after a restore (or SIGUSR1): the agent listens again
 
@@ -34,6 +40,8 @@ EVENT_STDERR = "stderr"  # {"t": "stderr", "d": str}
 EVENT_EXIT = "exit"  # {"t": "exit", "code": int | None, "timed_out": bool}
 EVENT_ERROR = "error"  # {"t": "error", "code": str, "message": str}: the command could not start
 EVENT_PING = "ping"  # {"t": "ping"}: the command is still running, and so is the box
+EVENT_DROPPED = "dropped"  # {"t": "dropped", "chars": int}: a spawned process' buffer lost this much output
+# A spawned process' events also carry "s", their sequence number.
 
 # Error codes the agent answers with (JSON body {"code", "message"}).
 ERR_BAD_PATH = "invalid_path"
@@ -45,6 +53,11 @@ ERR_UNSAFE_PATH = "unsafe_path"  # the path goes through a link the box's user m
 ERR_BAD_REQUEST = "invalid_request"
 ERR_BAD_CWD = "invalid_cwd"
 ERR_IO = "io_error"
+ERR_NO_PROCESS = "process_not_found"
+ERR_NOT_TTY = "not_a_terminal"
+ERR_STDIN_CLOSED = "stdin_closed"
+ERR_STDIN_FULL = "stdin_full"  # the process has not read its stdin for a while
+ERR_TOO_MANY_PROCS = "too_many_processes"
 
 
 def path_problem(path: str) -> str | None:

@@ -121,15 +121,16 @@ class Spawner:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(helper, 0)
 
-    def spawn(self, argv: list[str], cwd: str, env: dict[str, str], stdio: list[int]) -> int:
-        """Start a command in a new session; return its pid. Raises OSError as Popen would."""
+    def spawn(self, argv: list[str], cwd: str, env: dict[str, str], stdio: list[int], ctty: bool = False) -> int:
+        """Start a command in a new session; return its pid. Raises OSError as Popen would.
+        With `ctty`, its stdin (a terminal) becomes the session's controlling terminal."""
         with self._lock:
             if self.sock is None:
                 self._start()
             assert self.sock is not None
             self._next += 1
             req_id, generation = self._next, self._generation
-            _send(self.sock, {"id": req_id, "argv": argv, "cwd": cwd, "env": env}, stdio)
+            _send(self.sock, {"id": req_id, "argv": argv, "cwd": cwd, "env": env, "ctty": ctty}, stdio)
         deadline = time.monotonic() + self.REPLY_TIMEOUT
         with self._cond:
             while req_id not in self._replies:
@@ -165,6 +166,21 @@ class Spawner:
             return code
 
 
+def take_terminal() -> None:
+    """In the child, after setsid: make stdin (a pty) the controlling terminal, for job control."""
+    import fcntl
+    import termios
+
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def popen(argv: list[str], cwd: str, env: dict[str, str], stdio: list[int], ctty: bool) -> subprocess.Popen[bytes]:
+    """Start a command in a new session on the given stdio. A controlling terminal costs a real
+    fork (a preexec hook rules out vfork), so only terminals pay it."""
+    return subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2],
+                            start_new_session=True, close_fds=True, preexec_fn=take_terminal if ctty else None)
+
+
 def _serve(sock: socket.socket) -> None:
     send_lock = threading.Lock()
 
@@ -181,8 +197,7 @@ def _serve(sock: socket.socket) -> None:
         except (EOFError, OSError):
             return
         try:
-            proc = subprocess.Popen(req["argv"], cwd=req["cwd"], env=req["env"], stdin=fds[0],
-                                    stdout=fds[1], stderr=fds[2], start_new_session=True, close_fds=True)
+            proc = popen(req["argv"], req["cwd"], req["env"], fds, req.get("ctty", False))
         except OSError as e:
             reply({"id": req["id"], "errno": e.errno or 0, "message": e.strerror or str(e),
                    "filename": e.filename})

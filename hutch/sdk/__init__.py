@@ -13,10 +13,12 @@ from hutch.sdk.errors import (
     ServerError,
     ValidationError,
 )
-from hutch.sdk.ops import CommandResult, SandboxInfo
+from hutch.sdk.ops import CommandResult, ProcessInfo, SandboxInfo
+from hutch.sdk.process import AsyncProcess, Process, PtySize
 from hutch.sdk.sandbox import AsyncSandbox, Sandbox
 
 __all__ = [
-    "AsyncSandbox", "AuthenticationError", "CommandResult", "ConflictError", "NotFoundError", "RateLimitError",
-    "Sandbox", "SandboxError", "SandboxInfo", "SandboxTimeoutError", "ServerError", "ValidationError",
+    "AsyncProcess", "AsyncSandbox", "AuthenticationError", "CommandResult", "ConflictError", "NotFoundError",
+    "Process", "ProcessInfo", "PtySize", "RateLimitError", "Sandbox", "SandboxError", "SandboxInfo",
+    "SandboxTimeoutError", "ServerError", "ValidationError",
 ]

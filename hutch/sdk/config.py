@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import ssl
 from dataclasses import dataclass
+
+import certifi
 
 from hutch.sdk.errors import AuthenticationError
 
@@ -25,3 +29,9 @@ class ConnectionConfig:
             raise AuthenticationError("no API key: pass api_key= or set HUTCH_API_KEY", code="missing_api_key")
         url = base_url or os.environ.get("HUTCH_BASE_URL") or DEFAULT_BASE_URL
         return cls(api_key=key, base_url=url.rstrip("/"))
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """One TLS context for every client: loading the CA bundle costs ~20 ms each time."""
+    return ssl.create_default_context(cafile=os.environ.get("SSL_CERT_FILE") or certifi.where())

@@ -71,5 +71,9 @@ def error_from_response(status: int, body: bytes) -> SandboxError:
         code, message, details = str(err["code"]), str(err["message"]), err.get("details")
     except (ValueError, KeyError, TypeError):
         code, message, details = f"http_{status}", body.decode(errors="replace")[:500] or f"HTTP {status}", None
+    return error_for(status, code, message, details)
+
+
+def error_for(status: int, code: str, message: str, details: Any = None) -> SandboxError:
     cls = _BY_STATUS.get(status, ServerError if status >= 500 else SandboxError)
     return cls(message, status_code=status, code=code, details=details)

@@ -135,9 +135,14 @@ def send_data(dp: DataPlane, make: Callable[[], Call]) -> Flow[Reply]:
     except AuthenticationError as e:
         if e.code != "invalid_access_token":
             raise
+    yield from refresh_token(dp)
+    return (yield from send(make()))
+
+
+def refresh_token(dp: DataPlane) -> Flow[None]:
+    """Take the sandbox's current data-plane token (connect resumes it if it is paused)."""
     _info, fresh = yield from connect(dp.cfg, dp.sandbox_id)
     dp.url, dp.token = fresh.url, fresh.token
-    return (yield from send(make()))
 
 
 def get_info(cfg: ConnectionConfig, sandbox_id: str) -> Flow[SandboxInfo]:
@@ -232,6 +237,41 @@ def _on_event(event: str, payload: dict[str, Any], out: _Output, on_stdout: Call
         cls = ConflictError if payload.get("code") == "sandbox_failed" else ServerError
         raise cls(payload.get("message", "the command failed"), code=payload.get("code", "error"))
     return None
+
+
+@dataclass
+class ProcessInfo:
+    """A spawned process that is still running."""
+
+    pid: int
+    command: str
+    user: str
+    pty: bool
+    started_at: datetime
+
+
+def spawn(dp: DataPlane, command: str, *, cwd: str | None, env: dict[str, str] | None, user: str | None,
+          pty: tuple[int, int] | None) -> Flow[int]:
+    """Start a long-lived process; its pid. Attach to it with `hutch.sdk.process`."""
+    body = {"command": command, "cwd": cwd, "env": env, "user": user,
+            "pty": {"rows": pty[0], "cols": pty[1]} if pty else None}
+    reply = yield from send_data(dp, lambda: Call("POST", f"{dp.url}/commands/spawn", dp.headers(),
+                                                  json={k: v for k, v in body.items() if v is not None}))
+    pid: int = _json(reply.body)["pid"]
+    return pid
+
+
+def list_processes(dp: DataPlane) -> Flow[list[ProcessInfo]]:
+    reply = yield from send_data(dp, lambda: Call("GET", f"{dp.url}/commands", dp.headers()))
+    return [ProcessInfo(pid=d["pid"], command=d["command"], user=d["user"], pty=d["pty"],
+                        started_at=datetime.fromisoformat(d["started_at"])) for d in _json(reply.body)]
+
+
+def signal_process(dp: DataPlane, pid: int, signal: int) -> Flow[bool]:
+    """Signal a spawned process' group; False if it had already ended."""
+    reply = yield from send_data(dp, lambda: Call("POST", f"{dp.url}/commands/{pid}/signal", dp.headers(),
+                                                  json={"signal": int(signal)}))
+    return bool(_json(reply.body)["signalled"])
 
 
 def write_file(dp: DataPlane, path: str, data: bytes, user: str | None) -> Flow[None]:

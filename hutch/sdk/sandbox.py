@@ -6,19 +6,19 @@ once, in `ops`.
 
 from __future__ import annotations
 
-import functools
-import os
-import ssl
+import contextlib
+import signal as signals
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
-import certifi
 import httpx
 
 from hutch.sdk import ops
-from hutch.sdk.config import ConnectionConfig
+from hutch.sdk.config import ConnectionConfig, tls_context
+from hutch.sdk.errors import SandboxError, ValidationError
 from hutch.sdk.flow import Flow, run_async, run_sync
-from hutch.sdk.ops import UNSET, CommandResult, DataPlane, SandboxInfo
+from hutch.sdk.ops import UNSET, CommandResult, DataPlane, ProcessInfo, SandboxInfo
+from hutch.sdk.process import AsyncProcess, Process, PtySize
 
 ClientT = TypeVar("ClientT", httpx.Client, httpx.AsyncClient)
 OutputCallback = Callable[[str], Any]  # on the async SDK it may also return an awaitable
@@ -62,14 +62,8 @@ class _SandboxBase(Generic[ClientT]):
 
 # --- sync -----------------------------------------------------------------------------------------
 
-@functools.cache
-def _tls() -> ssl.SSLContext:
-    """One TLS context for every client: loading the CA bundle costs ~20 ms each time."""
-    return ssl.create_default_context(cafile=os.environ.get("SSL_CERT_FILE") or certifi.where())
-
-
 def _sync_client(cfg: ConnectionConfig) -> httpx.Client:
-    return httpx.Client(timeout=cfg.request_timeout, verify=_tls())
+    return httpx.Client(timeout=cfg.request_timeout, verify=tls_context())
 
 
 def _once_sync(cfg: ConnectionConfig, flow: Flow[Any]) -> Any:
@@ -177,6 +171,46 @@ class Commands:
             on_stdout=on_stdout, on_stderr=on_stderr))
         return result
 
+    def spawn(self, command: str, *, cwd: str | None = None, env: dict[str, str] | None = None,
+              user: str | None = None, pty: PtySize | tuple[int, int] | None = None,
+              on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None) -> Process:
+        """Start `command` (with /bin/sh) as a long-lived process and attach to it; returns once it
+        runs. Its stdin is a pipe, or with `pty=PtySize(rows, cols)` a terminal (stdout and stderr
+        then arrive together as stdout). It outlives this object: see `connect`."""
+        dp = self._sandbox._dp
+        pid: int = self._sandbox._run(ops.spawn(dp, command, cwd=cwd, env=env, user=user, pty=_pty(pty)))
+        try:
+            return self.connect(pid, on_stdout=on_stdout, on_stderr=on_stderr)
+        except BaseException:  # nobody could ever reach it: do not leave it running
+            with contextlib.suppress(SandboxError):
+                self.kill(pid, signals.SIGKILL)
+            raise
+
+    def connect(self, pid: int, *, on_stdout: OutputCallback | None = None,
+                on_stderr: OutputCallback | None = None) -> Process:
+        """Attach to a spawned process: the output kept since it started is replayed first."""
+        dp, cfg = self._sandbox._dp, self._sandbox._cfg
+        return Process.attach(dp, pid, lambda: _once_async(cfg, ops.refresh_token(dp)), on_stdout, on_stderr)
+
+    def list(self) -> list[ProcessInfo]:
+        """The spawned processes that are still running."""
+        result: list[ProcessInfo] = self._sandbox._run(ops.list_processes(self._sandbox._dp))
+        return result
+
+    def kill(self, pid: int, signal: int = signals.SIGTERM) -> bool:
+        """Signal a spawned process' group, attached or not; False if it had already ended."""
+        result: bool = self._sandbox._run(ops.signal_process(self._sandbox._dp, pid, signal))
+        return result
+
+
+def _pty(pty: PtySize | tuple[int, int] | None) -> tuple[int, int] | None:
+    if pty is None:
+        return None
+    rows, cols = pty
+    if not all(type(v) is int and 1 <= v <= 1000 for v in (rows, cols)):
+        raise ValidationError("pty takes rows and cols within 1..1000", code="invalid_argument")
+    return rows, cols
+
 
 class Files:
     def __init__(self, sandbox: Sandbox) -> None:
@@ -202,7 +236,7 @@ class Files:
 # --- async ----------------------------------------------------------------------------------------
 
 def _async_client(cfg: ConnectionConfig) -> httpx.AsyncClient:
-    return httpx.AsyncClient(timeout=cfg.request_timeout, verify=_tls())
+    return httpx.AsyncClient(timeout=cfg.request_timeout, verify=tls_context())
 
 
 async def _once_async(cfg: ConnectionConfig, flow: Flow[Any]) -> Any:
@@ -297,6 +331,33 @@ class AsyncCommands:
         result: CommandResult = await self._sandbox._run(ops.run(
             self._sandbox._dp, command, cwd=cwd, env=env, timeout_seconds=timeout_seconds, user=user,
             on_stdout=on_stdout, on_stderr=on_stderr))
+        return result
+
+    async def spawn(self, command: str, *, cwd: str | None = None, env: dict[str, str] | None = None,
+                    user: str | None = None, pty: PtySize | tuple[int, int] | None = None,
+                    on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None) -> AsyncProcess:
+        """As `Commands.spawn`; the callbacks may be coroutine functions."""
+        dp = self._sandbox._dp
+        pid: int = await self._sandbox._run(ops.spawn(dp, command, cwd=cwd, env=env, user=user, pty=_pty(pty)))
+        try:
+            return await self.connect(pid, on_stdout=on_stdout, on_stderr=on_stderr)
+        except BaseException:
+            with contextlib.suppress(SandboxError):
+                await self.kill(pid, signals.SIGKILL)
+            raise
+
+    async def connect(self, pid: int, *, on_stdout: OutputCallback | None = None,
+                      on_stderr: OutputCallback | None = None) -> AsyncProcess:
+        dp = self._sandbox._dp
+        return await AsyncProcess.attach(dp, pid, lambda: self._sandbox._run(ops.refresh_token(dp)),
+                                         on_stdout, on_stderr)
+
+    async def list(self) -> list[ProcessInfo]:
+        result: list[ProcessInfo] = await self._sandbox._run(ops.list_processes(self._sandbox._dp))
+        return result
+
+    async def kill(self, pid: int, signal: int = signals.SIGTERM) -> bool:
+        result: bool = await self._sandbox._run(ops.signal_process(self._sandbox._dp, pid, signal))
         return result
 
 

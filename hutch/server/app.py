@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl
 
-from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi import Depends, FastAPI, Header, Path, Query, Request, Response, WebSocket
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import StreamingResponse
@@ -22,6 +22,7 @@ from hutch.node.node import Node
 from hutch.node.runsc import Runsc, RunscConfig, find_runsc
 from hutch.node.spec import AgentRuntime, Limits
 from hutch.server import errors
+from hutch.server.attach import Attachment
 from hutch.server.config import ServerConfig
 from hutch.server.dataplane import DataPlane
 from hutch.server.errors import ApiError
@@ -29,9 +30,13 @@ from hutch.server.models import (
     CommandResult,
     CreateSandbox,
     FileWritten,
+    ProcessInfo,
     RunCommand,
     SandboxAccess,
     SandboxInfo,
+    Signalled,
+    SignalProcess,
+    SpawnCommand,
     UpdateSandbox,
 )
 from hutch.server.pool import WarmPool
@@ -98,6 +103,10 @@ TeamDep = Annotated[str, Depends(team)]
 def sandbox_by_token(sandbox_id: str, st: StateDep,
                      x_access_token: Annotated[str | None, Header()] = None) -> SandboxRecord:
     """The data plane takes only the sandbox's own access token, never an API key."""
+    return authorize_box(st, sandbox_id, x_access_token)
+
+
+def authorize_box(st: State, sandbox_id: str, x_access_token: str | None) -> SandboxRecord:
     rec = st.store.get_sandbox(sandbox_id)
     if rec is None:
         raise errors.not_found("sandbox", sandbox_id)
@@ -197,6 +206,41 @@ def data_routes(app: FastAPI) -> None:
 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.post(prefix + "/commands/spawn", response_model=ProcessInfo)
+    async def spawn_process(body: SpawnCommand, rec: BoxDep, st: StateDep) -> ProcessInfo:
+        """Start a long-lived process; attach to it with the WebSocket at /commands/{pid}/ws."""
+        return await st.data.spawn(rec, body)
+
+    @app.get(prefix + "/commands", response_model=list[ProcessInfo])
+    async def list_processes(rec: BoxDep, st: StateDep) -> list[ProcessInfo]:
+        """The spawned processes that are still running."""
+        return await st.data.list_processes(rec)
+
+    @app.post(prefix + "/commands/{pid}/signal", response_model=Signalled)
+    async def signal_process(pid: Annotated[int, Path(ge=1, le=2**31)], body: SignalProcess, rec: BoxDep,
+                             st: StateDep) -> Signalled:
+        """Signal a spawned process' group; `signalled` is false if it had already ended."""
+        answer = await st.data.process_call(rec, pid, protocol.PROC_SIGNAL, json={"signal": body.signal})
+        return Signalled(signalled=answer.get("signalled") is True)
+
+    @app.websocket(prefix + "/commands/{pid}/ws")
+    async def attach_process(websocket: WebSocket, sandbox_id: str, pid: str) -> None:
+        """Attach to a spawned process (see hutch.server.attach for the frames)."""
+        st: State = websocket.app.state.hutch
+        try:
+            if not pid.isdigit() or not 1 <= int(pid) <= 2**31:
+                raise ApiError(404, protocol.ERR_NO_PROCESS, f"no process {pid[:20]!r}")
+            rec = authorize_box(st, sandbox_id, websocket.headers.get("x-access-token"))
+            stream = await st.data.follow_process(rec, int(pid))
+        except ApiError as e:
+            await websocket.send_denial_response(errors.denial(websocket, e))
+            return
+        try:
+            await websocket.accept()
+            await Attachment(websocket, st.data, rec, int(pid)).run(stream.events)
+        finally:
+            await stream.aclose()  # the process runs on in the box
 
     @app.put(prefix + "/files", response_model=FileWritten)
     async def write_file(request: Request, rec: BoxDep, st: StateDep,

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from pydantic import ValidationError as PydanticValidationError
 
 from hutch.guest import protocol
 from hutch.node.node import ChannelError
 from hutch.server.errors import ApiError
-from hutch.server.models import CommandResult, RunCommand
+from hutch.server.models import CommandResult, ProcessInfo, RunCommand, SpawnCommand
 from hutch.server.sandboxes import Sandboxes
 from hutch.store import SandboxRecord
 
@@ -32,7 +33,8 @@ MAX_COLLECTED_OUTPUT = 64 * 2**20  # a command's output gathered into one JSON a
 
 AGENT_CODES = {protocol.ERR_BAD_PATH, protocol.ERR_NOT_FOUND, protocol.ERR_IS_DIR, protocol.ERR_NOT_DIR,
                protocol.ERR_NOT_REGULAR, protocol.ERR_BAD_REQUEST, protocol.ERR_BAD_CWD, protocol.ERR_IO,
-               protocol.ERR_UNSAFE_PATH}
+               protocol.ERR_UNSAFE_PATH, protocol.ERR_NO_PROCESS, protocol.ERR_NOT_TTY, protocol.ERR_STDIN_CLOSED,
+               protocol.ERR_TOO_MANY_PROCS, protocol.ERR_STDIN_FULL}
 
 
 class AgentProtocolError(Exception):
@@ -63,11 +65,13 @@ async def _lines(resp: httpx.Response) -> AsyncIterator[str]:
 
 
 def _event(line: str) -> dict[str, Any]:
-    """One exec event, checked: its kind is known and its fields have their types."""
+    """One exec or process event, checked: its kind is known and its fields have their types."""
     try:
         ev = json.loads(line)
         kind = ev["t"]
-        if kind in (protocol.EVENT_STDOUT, protocol.EVENT_STDERR):
+        if "s" in ev and type(ev["s"]) is not int:
+            ok = False
+        elif kind in (protocol.EVENT_STDOUT, protocol.EVENT_STDERR):
             ok = isinstance(ev["d"], str)
         elif kind == protocol.EVENT_EXIT:
             ok = (ev["code"] is None or type(ev["code"]) is int) and isinstance(ev["timed_out"], bool)
@@ -75,6 +79,8 @@ def _event(line: str) -> dict[str, Any]:
             ok = type(ev["pid"]) is int
         elif kind == protocol.EVENT_ERROR:
             ok = isinstance(ev["code"], str) and isinstance(ev["message"], str)
+        elif kind == protocol.EVENT_DROPPED:
+            ok = type(ev["chars"]) is int
         else:
             ok = kind == protocol.EVENT_PING
     except (ValueError, KeyError, TypeError):
@@ -103,6 +109,26 @@ async def _agent_error(resp: httpx.Response) -> ApiError:
         return ApiError(resp.status_code if resp.status_code < 500 else 502, code, message[:2000])
     except (ValueError, KeyError, TypeError, AgentProtocolError, httpx.TransportError):
         return ApiError(502, "agent_error", f"the sandbox's agent answered {resp.status_code}")
+
+
+def _process_info(d: Any) -> ProcessInfo:
+    try:
+        return ProcessInfo.model_validate(d)
+    except PydanticValidationError:
+        raise ApiError(502, "agent_error", "a malformed process description from the sandbox's agent") from None
+
+
+@dataclass
+class ProcessStream:
+    """A spawned process' events, from its buffered output on. `aclose` lets the agent's stream go
+    whether or not anything was read."""
+
+    events: AsyncGenerator[dict[str, Any], None]
+    response: httpx.Response
+
+    async def aclose(self) -> None:
+        await self.events.aclose()
+        await self.response.aclose()
 
 
 @dataclass
@@ -139,13 +165,32 @@ class DataPlane:
 
     # --- commands -------------------------------------------------------------------------------
 
-    async def start_command(self, rec: SandboxRecord, req: RunCommand) -> CommandStream:
+    def _context(self, rec: SandboxRecord, req: RunCommand | SpawnCommand) -> dict[str, Any]:
+        """What every command in the box starts with: the template's env and workdir, the
+        sandbox's env, then the call's own."""
         template = self.sandboxes.store.get_template(rec.template)
         env = {**(template.env if template else {}), **rec.env_vars, **(req.env or {})}
         cwd = req.cwd or (template.workdir if template else None)
         if cwd is not None:
             check_path(cwd)
-        body = {"cmd": req.command, "cwd": cwd, "env": env, "timeout": req.timeout_seconds, "user": req.user}
+        return {"cmd": req.command, "cwd": cwd, "env": env, "user": req.user}
+
+    async def _ask(self, rec: SandboxRecord, method: str, route: str, timeout: httpx.Timeout = EXEC_TIMEOUT,
+                   **kwargs: Any) -> Any:
+        """A request to the agent with a small JSON answer (an object)."""
+        resp = await self._open(rec, method, route, timeout=timeout, **kwargs)
+        try:
+            answer = json.loads(await _read_capped(resp))
+            if not isinstance(answer, dict):
+                raise AgentProtocolError("the agent's answer is not an object")
+        except (ValueError, AgentProtocolError, httpx.TransportError) as e:
+            raise ApiError(502, "agent_error", f"a malformed answer from the sandbox's agent: {e}") from None
+        finally:
+            await resp.aclose()
+        return answer
+
+    async def start_command(self, rec: SandboxRecord, req: RunCommand) -> CommandStream:
+        body = {**self._context(rec, req), "timeout": req.timeout_seconds}
         started = time.perf_counter()
         resp = await self._open(rec, "POST", protocol.EXEC, json=body, timeout=EXEC_TIMEOUT)
         lines = _lines(resp)
@@ -167,13 +212,13 @@ class DataPlane:
             raise ApiError(503, "command_start_failed", first["message"][:2000])
         return CommandStream(first["pid"], self._events(resp, lines, started))
 
-    async def _events(self, resp: httpx.Response, lines: AsyncIterator[str],
-                      started: float) -> AsyncGenerator[dict[str, Any], None]:
+    async def _events(self, resp: httpx.Response, lines: AsyncIterator[str], started: float,
+                      timed: bool = True) -> AsyncGenerator[dict[str, Any], None]:
         try:
             async for line in lines:
                 if line:
                     ev = _event(line)
-                    if ev["t"] == protocol.EVENT_EXIT:
+                    if ev["t"] == protocol.EVENT_EXIT and timed:
                         self.sandboxes.metrics.command_seconds.observe(time.perf_counter() - started)
                     yield ev
         except (httpx.TransportError, AgentProtocolError):
@@ -198,6 +243,30 @@ class DataPlane:
                                      timed_out=ev["timed_out"])
         raise await self.sandboxes.box_unreachable(rec)
 
+    # --- spawned processes ----------------------------------------------------------------------
+
+    async def spawn(self, rec: SandboxRecord, req: SpawnCommand) -> ProcessInfo:
+        body = {**self._context(rec, req), "pty": req.pty.model_dump() if req.pty else None}
+        return _process_info(await self._ask(rec, "POST", protocol.PROCS, json=body))
+
+    async def list_processes(self, rec: SandboxRecord) -> list[ProcessInfo]:
+        answer = await self._ask(rec, "GET", protocol.PROCS)
+        procs = answer.get("procs")
+        if not isinstance(procs, list):
+            raise ApiError(502, "agent_error", "a malformed process list from the sandbox's agent")
+        return [_process_info(d) for d in procs[:1000]]
+
+    async def process_call(self, rec: SandboxRecord, pid: int, action: str, **kwargs: Any) -> dict[str, Any]:
+        """stdin, stdin-close, signal or resize, on one spawned process."""
+        answer: dict[str, Any] = await self._ask(rec, "POST", f"{protocol.PROCS}/{pid}/{action}", **kwargs)
+        return answer
+
+    async def follow_process(self, rec: SandboxRecord, pid: int) -> ProcessStream:
+        """A process' buffered output, then its live output, to its exit. Opens the stream before
+        returning, so a missing process is an ApiError here."""
+        resp = await self._open(rec, "GET", f"{protocol.PROCS}/{pid}/{protocol.PROC_EVENTS}", timeout=EXEC_TIMEOUT)
+        return ProcessStream(self._events(resp, _lines(resp), time.perf_counter(), timed=False), resp)
+
     # --- files ----------------------------------------------------------------------------------
 
     async def write_file(self, rec: SandboxRecord, path: str, body: AsyncIterator[bytes],
@@ -214,15 +283,9 @@ class DataPlane:
                 yield chunk
 
         params = {"path": path, **({"user": user} if user else {})}
-        resp = await self._open(rec, "PUT", protocol.FILES, params=params, content=capped(), timeout=FILE_TIMEOUT)
-        try:
-            result = json.loads(await _read_capped(resp))
-            if not isinstance(result, dict) or type(result.get("size")) is not int:
-                raise AgentProtocolError("a malformed answer to a file write")
-        except (ValueError, AgentProtocolError) as e:
-            raise ApiError(502, "agent_error", str(e)) from None
-        finally:
-            await resp.aclose()
+        result = await self._ask(rec, "PUT", protocol.FILES, FILE_TIMEOUT, params=params, content=capped())
+        if type(result.get("size")) is not int:
+            raise ApiError(502, "agent_error", "a malformed answer to a file write")
         return {"path": path, "size": result["size"]}
 
     async def read_file(self, rec: SandboxRecord, path: str) -> tuple[httpx.Response, AsyncIterator[bytes]]:

@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
 
 
@@ -27,7 +28,7 @@ def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, **extra}}
 
 
-def _counted(request: Request, code: str, status: int) -> None:
+def _counted(request: HTTPConnection, code: str, status: int) -> None:
     metrics = getattr(getattr(request.app.state, "hutch", None), "metrics", None)
     if metrics is not None:  # codes are ours: few and fixed, so the label set stays small
         metrics.errors.labels(code[:64], str(status)).inc()
@@ -36,6 +37,12 @@ def _counted(request: Request, code: str, status: int) -> None:
 async def api_error_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
     _counted(request, exc.code, exc.status)
+    return JSONResponse(error_body(exc.code, exc.message, **exc.extra), status_code=exc.status)
+
+
+def denial(conn: HTTPConnection, exc: ApiError) -> JSONResponse:
+    """The answer to a refused WebSocket handshake: the same shape and count as any error."""
+    _counted(conn, exc.code, exc.status)
     return JSONResponse(error_body(exc.code, exc.message, **exc.extra), status_code=exc.status)
 
 

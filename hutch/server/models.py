@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, Base64Bytes, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 MAX_METADATA_KEYS = 64
 MAX_ENV_VARS = 256
@@ -75,12 +75,63 @@ class SandboxAccess(SandboxInfo):
     data_plane_url: str
 
 
+Command = Annotated[str, StringConstraints(min_length=1, max_length=256 * 1024, pattern=r"^[^\x00]*$")]
+BoxPath = Annotated[str, StringConstraints(max_length=4096)]
+
+
 class RunCommand(Strict):
-    command: Annotated[str, StringConstraints(min_length=1, max_length=256 * 1024, pattern=r"^[^\x00]*$")]
-    cwd: Annotated[str, StringConstraints(max_length=4096)] | None = None
+    command: Command
+    cwd: BoxPath | None = None
     env: EnvVars | None = None
     timeout_seconds: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_SECONDS)] | None = None
     user: User | None = None
+
+
+class PtySize(Strict):
+    rows: Annotated[int, Field(ge=1, le=1000)]
+    cols: Annotated[int, Field(ge=1, le=1000)]
+
+
+class SpawnCommand(Strict):
+    """A long-lived process: attach to its output and stdin over /commands/{pid}/ws."""
+
+    command: Command
+    cwd: BoxPath | None = None
+    env: EnvVars | None = None
+    user: User | None = None
+    pty: PtySize | None = None
+
+
+class ProcessInfo(BaseModel):
+    pid: int
+    command: str
+    user: User
+    pty: bool
+    started_at: datetime
+
+
+class SignalProcess(Strict):
+    signal: Annotated[int, Field(ge=1, le=64)] = 15
+
+
+class StdinFrame(Strict):
+    """Bytes for a process' stdin, as text (`d`) or base64 (`b`)."""
+
+    d: str | None = None
+    b: Base64Bytes | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> StdinFrame:
+        if (self.d is None) == (self.b is None):
+            raise ValueError("give exactly one of d (text) and b (base64)")
+        return self
+
+    def data(self) -> bytes:
+        return self.d.encode() if self.d is not None else (self.b or b"")
+
+
+class Signalled(BaseModel):
+    signalled: bool
 
 
 class CommandResult(BaseModel):

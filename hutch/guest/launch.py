@@ -1,0 +1,225 @@
+"""Starting a command in the box and pumping its output: shared by exec and spawned processes.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import errno
+import os
+import selectors
+import signal
+import struct
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+try:
+    from hutch.guest import protocol as p
+    from hutch.guest.spawner import Spawner, exit_code, popen
+except ImportError:  # in the box: run as a script beside its modules, without the hutch package
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import protocol as p  # type: ignore[import-not-found, no-redef]
+    from spawner import Spawner, exit_code, popen  # type: ignore[import-not-found, no-redef]
+
+CHUNK = 256 * 1024
+PING_SECONDS = 10.0
+POLL_SECONDS = 0.05  # how often a running command's exit is looked for
+EXIT_GRACE = 0.1  # output still read after the command exits, from what it left running
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+TTY_GID = 5  # Debian's "tty" group, which owns terminals
+
+StdinKind = Literal["null", "pipe", "pty"]
+
+
+class Sink(Protocol):
+    def send(self, event: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class Launched:
+    pid: int
+    poll: Callable[[], int | None]  # the exit code once it has ended
+    wait: Callable[[], int]  # the exit code, waiting for it
+    outputs: dict[int, str]  # fd -> event kind ("stdout" / "stderr"), for pump()
+    stdin: int | None  # the write end of its stdin pipe, or the terminal's master side
+
+
+def command_env(as_root: bool, extra: dict[str, Any] | None) -> tuple[dict[str, str], str]:
+    """A login-like environment for the command's user, with the caller's variables on top;
+    and that user's home."""
+    home = "/root" if as_root else p.BOX_HOME
+    user = "root" if as_root else p.BOX_USER
+    env = {"PATH": DEFAULT_PATH, "HOME": home, "USER": user, "LOGNAME": user, "SHELL": "/bin/sh", "LANG": "C.UTF-8"}
+    env.update({str(k): str(v) for k, v in (extra or {}).items()})
+    return env, home
+
+
+def start_problem(e: OSError, cwd: str) -> tuple[str, str]:
+    """The agent's error code and message for a command that could not start."""
+    if isinstance(e, (FileNotFoundError, NotADirectoryError)):
+        return p.ERR_BAD_CWD, f"no such directory: {cwd}"
+    if isinstance(e, PermissionError):
+        return p.ERR_BAD_CWD, f"no permission to enter {cwd}"
+    return p.ERR_IO, f"could not start: {e}"
+
+
+def set_size(fd: int, rows: int, cols: int) -> None:
+    """Set a terminal's size; the kernel tells its foreground process group (SIGWINCH)."""
+    import fcntl
+    import termios
+
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def launch(spawner: Spawner, argv: list[str], cwd: str, env: dict[str, str], as_root: bool,
+           stdin: StdinKind = "null", size: tuple[int, int] | None = None) -> Launched:
+    """Start a command in its own session. Its stdin is /dev/null, a pipe, or (with "pty") a new
+    terminal that is also its stdout, stderr and controlling terminal."""
+    ours: list[int] = []  # the host side of each stream, returned
+    theirs: list[int] = []  # the command's side, closed here once it has them
+    try:
+        if stdin == "pty":
+            master, slave = os.openpty()
+            ours.append(master)
+            theirs.append(slave)
+            if not as_root:  # the box user's own terminal, as a login would give it
+                os.fchown(slave, p.BOX_UID, TTY_GID)
+                os.fchmod(slave, 0o620)
+            set_size(master, *(size or (24, 80)))
+            stdio = [slave, slave, slave]
+            outputs = {os.dup(master): p.EVENT_STDOUT}  # pump() closes its own copy at the end
+            ours.extend(outputs)
+            stdin_fd: int | None = master
+        else:
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            ours += [out_r, err_r]
+            theirs += [out_w, err_w]
+            if stdin == "pipe":
+                in_r, stdin_fd = os.pipe()
+                ours.append(stdin_fd)
+            else:
+                in_r, stdin_fd = os.open(os.devnull, os.O_RDONLY), None
+            theirs.append(in_r)
+            stdio = [in_r, out_w, err_w]
+            outputs = {out_r: p.EVENT_STDOUT, err_r: p.EVENT_STDERR}
+        ctty = stdin == "pty"
+        if as_root:  # the agent itself is root: Popen may use vfork
+            proc = popen(argv, cwd, env, stdio, ctty)
+            pid = proc.pid
+
+            def poll() -> int | None:
+                code = proc.poll()
+                return None if code is None else exit_code(code)
+
+            def wait() -> int:
+                return exit_code(proc.wait())
+        else:
+            pid = spawner.spawn(argv, cwd, env, stdio, ctty)
+
+            def poll() -> int | None:
+                return spawner.poll(pid)
+
+            def wait() -> int:
+                return spawner.wait(pid)
+    except BaseException:
+        for fd in ours:
+            os.close(fd)
+        raise
+    finally:
+        for fd in set(theirs):
+            os.close(fd)
+    if stdin_fd is not None:
+        os.set_inheritable(stdin_fd, False)
+    return Launched(pid, poll, wait, outputs, stdin_fd)
+
+
+def pump(cmd: Launched, sink: Sink, timeout: float | None) -> tuple[int, bool]:
+    """Relay a command's output until it has exited and its output is drained; kill its process
+    group at the deadline. Returns its exit code and whether it timed out. Closes the fds.
+
+    Something it left in the background (`server &`) may hold the pipes open for ever: once the
+    command itself has exited, what is left is read for a moment and the pipes are let go. A ping
+    goes to the sink after a few seconds of silence, so a hung box shows as a dead stream.
+    """
+    pid, poll = cmd.pid, cmd.poll
+    deadline = time.monotonic() + timeout if timeout else None
+    sel = selectors.DefaultSelector()
+    decoders = {}
+    for fd, kind in cmd.outputs.items():
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ, kind)
+        decoders[fd] = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    timed_out = False
+    code: int | None = None
+    exited_at: float | None = None
+    last_sent = time.monotonic()
+    while sel.get_map():
+        now = time.monotonic()
+        if deadline is not None and now >= deadline and not timed_out:
+            timed_out = True
+            kill_group(pid)
+        if exited_at is None and (code := poll()) is not None:
+            exited_at = now
+        if exited_at is not None and now - exited_at >= EXIT_GRACE:
+            break
+        if now - last_sent >= PING_SECONDS:
+            sink.send({"t": p.EVENT_PING})
+            last_sent = now
+        for key, _ in sel.select(POLL_SECONDS):
+            try:
+                data = os.read(key.fd, CHUNK)
+            except BlockingIOError:
+                continue
+            except OSError as e:  # a terminal whose every other end has closed reads EIO
+                if e.errno != errno.EIO:
+                    raise
+                data = b""
+            if not data:
+                sel.unregister(key.fileobj)
+                os.close(key.fd)
+                data_tail = decoders[key.fd].decode(b"", final=True)
+                if data_tail:
+                    sink.send({"t": key.data, "d": data_tail})
+                continue
+            text = decoders[key.fd].decode(data)
+            if text:
+                sink.send({"t": key.data, "d": text})
+                last_sent = now
+    for key in list(sel.get_map().values()):  # held open by something in the background
+        sel.unregister(key.fileobj)
+        os.close(key.fd)
+    sel.close()
+    if code is None:  # the output ended before the exit was seen
+        if deadline is not None and not timed_out:
+            while (code := poll()) is None and time.monotonic() < deadline:
+                time.sleep(POLL_SECONDS)
+            if code is None:
+                timed_out = True
+                kill_group(pid)
+        if code is None:
+            code = cmd.wait()
+    return code, timed_out
+
+
+def kill_group(pid: int, sig: int = signal.SIGKILL) -> bool:
+    """Signal the command's whole process group (its session); False if it is gone."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def close_quietly(fd: int | None) -> None:
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
