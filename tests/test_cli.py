@@ -98,6 +98,7 @@ def test_hutch_shell_in_a_real_terminal(env: Env) -> None:
         keys("clear; stty size", "Enter")
         wait_for(lambda: "30 100" in screen(), what="the new size inside the box")
         keys("sleep 300", "Enter")
+        wait_for(lambda: hutch(env, "exec", box, "--", "pgrep -x sleep").returncode == 0, what="sleep to run")
         keys("C-c")  # ^C reaches the box's foreground job, not hutch
         keys("echo after-interrupt", "Enter")
         wait_for(lambda: "\nafter-interrupt" in screen(), what="the shell back after ^C")
