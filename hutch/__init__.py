@@ -6,6 +6,9 @@ from hutch.sdk import (
     AuthenticationError,
     CommandResult,
     ConflictError,
+    NetworkConfig,
+    NetworkLogEntry,
+    NetworkLogPage,
     NotFoundError,
     Process,
     ProcessInfo,
@@ -21,7 +24,8 @@ from hutch.sdk import (
 
 __version__ = "0.1.0"
 __all__ = [
-    "AsyncProcess", "AsyncSandbox", "AuthenticationError", "CommandResult", "ConflictError", "NotFoundError",
+    "AsyncProcess", "AsyncSandbox", "AuthenticationError", "CommandResult", "ConflictError", "NetworkConfig", "NetworkLogEntry",
+    "NetworkLogPage", "NotFoundError",
     "Process", "ProcessInfo", "PtySize", "RateLimitError", "Sandbox", "SandboxError", "SandboxInfo",
     "SandboxTimeoutError", "ServerError", "ValidationError",
 ]

@@ -15,7 +15,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from hutch.sdk import ProcessInfo, Sandbox, SandboxError, SandboxInfo
+from hutch.sdk import (
+    NetworkConfig,
+    NetworkLogEntry,
+    ProcessInfo,
+    Sandbox,
+    SandboxError,
+    SandboxInfo,
+)
 from hutch.server.config import DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, DEFAULT_PORT
 
 CLIENT_ENV = "client.env"
@@ -57,7 +64,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     config = ServerConfig(data_dir=args.data_dir, cache_dir=args.cache_dir, host=args.host, port=args.port,
                           warm_pool=args.warm_pool, max_sandboxes=args.max_sandboxes,
-                          team_max_sandboxes=args.team_max_sandboxes)
+                          team_max_sandboxes=args.team_max_sandboxes, egress_hosts=args.egress_hosts,
+                          egress_system_dns=not args.egress_no_system_dns)
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if not base_image.is_built(config.cache_dir):
         base_image.build(config.cache_dir, progress=lambda line: print(line, flush=True))
@@ -119,7 +127,7 @@ def _pairs(items: Sequence[str] | None, what: str) -> dict[str, str]:
     return result
 
 
-def _info_json(info: SandboxInfo | ProcessInfo) -> dict[str, Any]:
+def _info_json(info: SandboxInfo | ProcessInfo | NetworkLogEntry) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(json.dumps(asdict(info), default=str))
     return data
 
@@ -131,8 +139,11 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
+    network = NetworkConfig(allow_out=args.allow_out or [], deny_out=args.deny_out or []) \
+        if args.allow_out or args.deny_out else None
     sb = Sandbox.create(args.name, from_template=args.template, timeout_seconds=args.timeout,
-                        metadata=_pairs(args.metadata, "--metadata") or None, env_vars=_pairs(args.env, "--env") or None)
+                        metadata=_pairs(args.metadata, "--metadata") or None, env_vars=_pairs(args.env, "--env") or None,
+                        network=network)
     info = sb.get_info()
     sb.close()
     print(json.dumps(_info_json(info)) if args.json else info.id)
@@ -194,6 +205,17 @@ def cmd_shell(args: argparse.Namespace) -> int:
     line = None if not args.command else args.command[0] if len(args.command) == 1 else shlex.join(args.command)
     code = asyncio.run(run_shell(args.id, line, args.user))
     return code if 0 <= code < 256 else 1
+
+
+def cmd_netlog(args: argparse.Namespace) -> int:
+    page = Sandbox.get_network_log_by_id(args.id, limit=args.limit)  # no resume: a paused box's log reads too
+    if args.json:
+        print(json.dumps([_info_json(e) for e in page.entries]))
+        return 0
+    rows = [[e.at.strftime("%H:%M:%S"), f"{e.host}:{e.port}", e.ip or "-", e.verdict, e.rule,
+             str(e.bytes_out), str(e.bytes_in)] for e in page.entries]
+    print(_table(rows, ["TIME", "DESTINATION", "ADDRESS", "VERDICT", "RULE", "OUT", "IN"]))
+    return 0
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
@@ -264,6 +286,10 @@ def parser() -> argparse.ArgumentParser:
                    help="running sandboxes this node takes before it answers 429 (default %(default)s)")
     s.add_argument("--team-max-sandboxes", type=int, default=64, metavar="N",
                    help="running sandboxes one team may have (default %(default)s)")
+    s.add_argument("--egress-hosts", type=Path, metavar="FILE",
+                   help="an /etc/hosts-style map the egress proxy resolves names with before DNS")
+    s.add_argument("--egress-no-system-dns", action="store_true",
+                   help="resolve boxes' destinations only with --egress-hosts (others fail)")
     s.set_defaults(fn=cmd_serve)
 
     s = sub.add_parser("build-base", help="build the base template (Debian) if it is not built")
@@ -280,6 +306,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=int, help="seconds of activity before it pauses")
     s.add_argument("--metadata", "-m", action="append", metavar="KEY=VALUE")
     s.add_argument("--env", "-e", action="append", metavar="KEY=VALUE")
+    s.add_argument("--allow-out", action="append", metavar="CIDR|DOMAIN", help="egress allow rule (repeatable)")
+    s.add_argument("--deny-out", action="append", metavar="CIDR", help="egress deny rule (repeatable)")
     s.set_defaults(fn=cmd_create)
 
     s = sub.add_parser("ls", help="list sandboxes")
@@ -305,6 +333,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--user", choices=["user", "root"])
     s.add_argument("command", nargs="*", help="everything after -- (default: a login shell)")
     s.set_defaults(fn=cmd_shell)
+
+    s = sub.add_parser("netlog", help="a sandbox's network log: every connection it tried, newest first")
+    s.add_argument("id")
+    s.add_argument("--limit", type=int, default=50)
+    s.set_defaults(fn=cmd_netlog)
 
     s = sub.add_parser("ps", help="the processes spawned in a sandbox that still run")
     s.add_argument("id")

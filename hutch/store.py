@@ -55,7 +55,25 @@ sandboxes = sa.Table(
     sa.Column("delete_at", sa.Float),  # when a paused box is deleted (auto_delete_seconds)
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("network", sa.Text),  # {"allow_out": [...], "deny_out": [...]}, or null: no rules
+    sa.Index("ix_sandboxes_box_key", "box_key"),
 )
+network_log = sa.Table(
+    "network_log", meta,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("sandbox_id", sa.String(36), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("port", sa.Integer, nullable=False),
+    sa.Column("ip", sa.String(64)),
+    sa.Column("verdict", sa.String(16), nullable=False),
+    sa.Column("rule", sa.String(300), nullable=False),
+    sa.Column("bytes_out", sa.BigInteger, nullable=False),
+    sa.Column("bytes_in", sa.BigInteger, nullable=False),
+    sa.Column("error", sa.String(300)),
+    sa.Index("ix_network_log_sandbox", "sandbox_id", "id"),
+)
+NETWORK_LOG_KEEP = 10_000  # newest entries kept per sandbox
 templates = sa.Table(
     "templates", meta,
     sa.Column("name", sa.String(128), primary_key=True),
@@ -95,19 +113,38 @@ class SandboxRecord:
     delete_at: float | None = None
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
+    network: dict[str, list[str]] | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> SandboxRecord:
         d = dict(row._mapping)
-        d["metadata"] = json.loads(d["metadata"])
-        d["env_vars"] = json.loads(d["env_vars"])
+        for key in JSON_COLUMNS:
+            d[key] = None if d[key] is None else json.loads(d[key])
         return cls(**d)
 
     def to_row(self) -> dict[str, Any]:
         d = dict(self.__dict__)
-        d["metadata"] = json.dumps(self.metadata)
-        d["env_vars"] = json.dumps(self.env_vars)
+        for key in JSON_COLUMNS:
+            d[key] = None if d[key] is None else json.dumps(d[key])
         return d
+
+
+JSON_COLUMNS = ("metadata", "env_vars", "network")
+
+
+@dataclass
+class NetworkLogRecord:
+    id: int
+    sandbox_id: str
+    at: float
+    host: str
+    port: int
+    ip: str | None
+    verdict: str
+    rule: str
+    bytes_out: int
+    bytes_in: int
+    error: str | None
 
 
 @dataclass
@@ -127,6 +164,7 @@ class Store:
         if self.engine.dialect.name == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         meta.create_all(self.engine)
+        _add_missing_columns(self.engine)
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
@@ -192,8 +230,8 @@ class Store:
                        **values: Any) -> bool:
         """Change a sandbox; with `only_if_status`, only while it is in one of those states.
         Returns whether it changed."""
-        for key in ("metadata", "env_vars"):
-            if key in values:
+        for key in JSON_COLUMNS:
+            if key in values and values[key] is not None:
                 values[key] = json.dumps(values[key])
         values["updated_at"] = time.time()
         q = sandboxes.update().where(sandboxes.c.id == sandbox_id)
@@ -213,6 +251,39 @@ class Store:
         with self._tx() as c:
             row = c.execute(sa.select(sandboxes).where(sandboxes.c.runtime_id == runtime_id)).first()
         return SandboxRecord.from_row(row) if row else None
+
+    def sandbox_by_box_key(self, box_key: str) -> SandboxRecord | None:
+        """The live sandbox whose box has this host directory."""
+        q = sa.select(sandboxes).where(sandboxes.c.box_key == box_key, sandboxes.c.status.in_(
+            ("active", "pausing", "resuming")))
+        with self._tx() as c:
+            row = c.execute(q).first()
+        return SandboxRecord.from_row(row) if row else None
+
+    # --- network log ----------------------------------------------------------------------------
+
+    def add_network_log(self, **entry: Any) -> None:
+        with self._tx() as c:
+            key = c.execute(network_log.insert().values(**entry)).inserted_primary_key
+            if key is not None and key[0] % 500 == 0:  # now and then, keep only the newest entries of this sandbox
+                q = network_log.c
+                cutoff = c.execute(sa.select(q.id).where(q.sandbox_id == entry["sandbox_id"]).order_by(q.id.desc())
+                                   .offset(NETWORK_LOG_KEEP).limit(1)).scalar()
+                if cutoff is not None:
+                    c.execute(network_log.delete().where(q.sandbox_id == entry["sandbox_id"], q.id <= cutoff))
+
+    def network_log(self, sandbox_id: str, limit: int, before: int | None = None) -> list[NetworkLogRecord]:
+        """Newest first; `before` an id from an earlier page."""
+        q = sa.select(network_log).where(network_log.c.sandbox_id == sandbox_id)
+        if before is not None:
+            q = q.where(network_log.c.id < before)
+        with self._tx() as c:
+            rows = c.execute(q.order_by(network_log.c.id.desc()).limit(limit))
+            return [NetworkLogRecord(**dict(r._mapping)) for r in rows]
+
+    def delete_network_log(self, sandbox_id: str) -> None:
+        with self._tx() as c:
+            c.execute(network_log.delete().where(network_log.c.sandbox_id == sandbox_id))
 
     def due(self, now: float) -> tuple[list[str], list[str]]:
         """Ids of active sandboxes past their pause deadline, and of paused ones past deletion."""
@@ -238,6 +309,19 @@ class Store:
         d = dict(row._mapping)
         d["env"] = json.loads(d["env"])
         return TemplateRecord(**d)
+
+
+def _add_missing_columns(engine: sa.Engine) -> None:
+    """A database made by an older hutch gets the nullable columns added since (nothing else
+    changes shape in place)."""
+    inspector = sa.inspect(engine)
+    for table in meta.sorted_tables:
+        have = {col["name"] for col in inspector.get_columns(table.name)}
+        for col in table.columns:
+            if col.name not in have and col.nullable:
+                with engine.begin() as c:
+                    c.execute(sa.text(f'ALTER TABLE {table.name} ADD COLUMN "{col.name}" '
+                                      f"{col.type.compile(engine.dialect)}"))
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

@@ -24,6 +24,7 @@ try:
     from hutch.guest import launch as L
     from hutch.guest import protocol as p
     from hutch.guest.procs import Proc, ProcError, ProcTable, parse_resize, parse_signal
+    from hutch.guest.relay import Relay
     from hutch.guest.spawner import Spawner
 except ImportError:  # in the box: run as a script beside its modules, without the hutch package
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -31,6 +32,7 @@ except ImportError:  # in the box: run as a script beside its modules, without t
     import launch as L  # type: ignore[import-not-found, no-redef]
     import protocol as p  # type: ignore[import-not-found, no-redef]
     from procs import Proc, ProcError, ProcTable, parse_resize, parse_signal  # type: ignore[import-not-found, no-redef]
+    from relay import Relay  # type: ignore[import-not-found, no-redef]
     from spawner import Spawner  # type: ignore[import-not-found, no-redef]
 
 SPAWNER: Spawner  # set by serve()
@@ -503,6 +505,8 @@ def serve(spawner: Spawner) -> None:
     global SPAWNER, PROCS
     SPAWNER = spawner
     PROCS = ProcTable(spawner)
+    relay = Relay()
+    relay.start()
     wake = threading.Event()
     signal.signal(signal.SIGUSR1, lambda _s, _f: wake.set())
     # The kernel may hand SIGUSR1 to any thread, and Python runs the handler only when the main
@@ -522,6 +526,7 @@ def serve(spawner: Spawner) -> None:
         server.serve_forever()  # returns on quiesce
         wake.clear()  # a wake-up that came while serving is stale: wait for the one after restore
         server.close_all()
+        relay.quiesce()
         with contextlib.suppress(OSError):
             os.unlink(sock)  # the host waits for this: then nothing of the host is held
         wake_file = os.path.join(p.CHANNEL_DIR, p.WAKE_FILE)
@@ -531,3 +536,4 @@ def serve(spawner: Spawner) -> None:
                 os.read(wake_r, 512)
         with contextlib.suppress(OSError):
             os.unlink(wake_file)  # or the next quiesce would wake at once
+        relay.wake()

@@ -32,6 +32,10 @@ POLL_SECONDS = 0.05  # how often a running command's exit is looked for
 EXIT_GRACE = 0.1  # output still read after the command exits, from what it left running
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TTY_GID = 5  # Debian's "tty" group, which owns terminals
+_PROXY = f"http://127.0.0.1:{p.PROXY_PORT}"
+# The box's only way out (see relay.py), in the spellings curl, pip, git, requests and urllib read.
+PROXY_ENV = {"HTTP_PROXY": _PROXY, "HTTPS_PROXY": _PROXY, "http_proxy": _PROXY, "https_proxy": _PROXY,
+             "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1"}
 
 StdinKind = Literal["null", "pipe", "pty"]
 
@@ -54,7 +58,8 @@ def command_env(as_root: bool, extra: dict[str, Any] | None) -> tuple[dict[str, 
     and that user's home."""
     home = "/root" if as_root else p.BOX_HOME
     user = "root" if as_root else p.BOX_USER
-    env = {"PATH": DEFAULT_PATH, "HOME": home, "USER": user, "LOGNAME": user, "SHELL": "/bin/sh", "LANG": "C.UTF-8"}
+    env = {"PATH": DEFAULT_PATH, "HOME": home, "USER": user, "LOGNAME": user, "SHELL": "/bin/sh", "LANG": "C.UTF-8",
+           **PROXY_ENV}
     env.update({str(k): str(v) for k, v in (extra or {}).items()})
     return env, home
 

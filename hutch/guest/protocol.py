@@ -12,6 +12,8 @@ CHANNEL_DIR = f"{GUEST_ROOT}/chan"  # host tmpfs, holds the agent's listening so
 AGENT_DIR = f"{GUEST_ROOT}/agent"  # this package, read-only
 RUNTIME_DIR = f"{GUEST_ROOT}/rt"  # a Debian root, read-only: the agent's Python
 SOCKET_NAME = "agent.sock"
+EGRESS_SOCKET = "egress.sock"  # the host's egress proxy for this box, in the channel directory
+PROXY_PORT = 3128  # the agent's relay to it, on 127.0.0.1 in the box: every process's HTTP(S)_PROXY
 
 # The unprivileged user that commands run as unless the caller asks for root.
 BOX_USER = "user"

@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from hutch.egress.proxy import EgressProxy
 from hutch.guest import protocol
 from hutch.node import mounts
 from hutch.node.runsc import Runsc, RunscError
@@ -117,6 +118,7 @@ class Node:
         mounts.become_subreaper()
         self._reaper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
+        self.egress: EgressProxy | None = None  # each box's way out; None: boxes have none
 
     def reap(self) -> None:
         """Collect the exit of every adopted runsc process that has ended (never a runsc call in
@@ -148,6 +150,7 @@ class Node:
 
         async def boot() -> None:
             self._prepare(box, rootfs, limits)
+            await self._open_egress(box)
             await self.runsc.run_detached(box.runtime_id, box.dir, box.dir / "runsc.err", box.dir / "sandbox.pid")
 
         return await self._launch(box, boot())
@@ -158,6 +161,7 @@ class Node:
 
         async def boot() -> None:
             self._prepare(box, rootfs, limits, wake=True)
+            await self._open_egress(box)
             await self.runsc.restore_detached(box.runtime_id, box.dir, image_dir, box.dir / "runsc.err",
                                               box.dir / "sandbox.pid")
 
@@ -173,6 +177,16 @@ class Node:
         spec = box_spec(rootfs=rootfs, channel_dir=box.channel_dir, agent_dir=AGENT_DIR,
                         runtime=self.runtime, hostname="sandbox", limits=limits)
         (box.dir / "config.json").write_text(json.dumps(spec))
+
+    async def _open_egress(self, box: Box) -> None:
+        """The box's own listener of the egress proxy, in its channel directory: which box a
+        connection comes from is known by where it arrives."""
+        if self.egress is not None:
+            await self.egress.listen(box.dir.name, box.channel_dir / protocol.EGRESS_SOCKET)
+
+    async def _close_egress(self, box: Box) -> None:
+        if self.egress is not None:
+            await self.egress.close(box.dir.name)
 
     async def _launch(self, box: Box, boot: Awaitable[None], wake: bool = False) -> Box:
         runtime_id = box.runtime_id
@@ -250,6 +264,7 @@ class Node:
             shutil.rmtree(image_dir, ignore_errors=True)
             raise
         self._boxes.pop(runtime_id, None)
+        await self._close_egress(box)
         mounts.unmount(box.channel_dir)
         shutil.rmtree(box.dir, ignore_errors=True)
         self._in_background(self._forget(runtime_id))  # the container stopped at its checkpoint
@@ -336,6 +351,7 @@ class Node:
 
     async def _remove(self, box: Box) -> None:
         await box.release()
+        await self._close_egress(box)
         await self.runsc.delete(box.runtime_id)
         mounts.unmount(box.channel_dir)
         shutil.rmtree(box.dir, ignore_errors=True)
@@ -357,6 +373,7 @@ class Node:
                     ok = False
             if ok:
                 self._boxes[runtime_id] = box
+                await self._open_egress(box)  # the last server's listener went with it
             else:
                 self._unwatch(runtime_id)
                 await self._remove(box)

@@ -29,7 +29,9 @@ class RunscConfig:
         flags = [
             f"--root={self.state_dir}",
             "--network=none",  # no network card: egress goes through the agent's relay
-            "--host-uds=create",  # the agent listens on its channel socket; nothing else
+            # The agent listens on its channel socket and dials the egress socket beside it: the
+            # channel directory is the only host directory with sockets the box can see.
+            "--host-uds=all",
             "--overlay2=root:memory",  # the template root is never written
         ]
         if self.platform:

@@ -13,12 +13,13 @@ from hutch.sdk.errors import (
     ServerError,
     ValidationError,
 )
-from hutch.sdk.ops import CommandResult, ProcessInfo, SandboxInfo
+from hutch.sdk.ops import CommandResult, NetworkConfig, NetworkLogEntry, NetworkLogPage, ProcessInfo, SandboxInfo
 from hutch.sdk.process import AsyncProcess, Process, PtySize
 from hutch.sdk.sandbox import AsyncSandbox, Sandbox
 
 __all__ = [
-    "AsyncProcess", "AsyncSandbox", "AuthenticationError", "CommandResult", "ConflictError", "NotFoundError",
+    "AsyncProcess", "AsyncSandbox", "AuthenticationError", "CommandResult", "ConflictError", "NetworkConfig", "NetworkLogEntry",
+    "NetworkLogPage", "NotFoundError",
     "Process", "ProcessInfo", "PtySize", "RateLimitError", "Sandbox", "SandboxError", "SandboxInfo",
     "SandboxTimeoutError", "ServerError", "ValidationError",
 ]

@@ -36,6 +36,43 @@ UNSET: Any = _Unset()  # "leave as it is", where None means "clear"
 
 
 @dataclass
+class NetworkConfig:
+    """Egress rules. `allow_out`: CIDRs and domains ("*.example.com" matches any name below it,
+    not the apex); `deny_out`: CIDRs. Allow wins over deny, so `deny_out=["0.0.0.0/0"]` with an
+    allow list lets only that list out. Private, loopback and link-local ranges (169.254.169.254
+    too) and the server's own addresses are denied whatever the rules say."""
+
+    allow_out: list[str] = field(default_factory=list)
+    deny_out: list[str] = field(default_factory=list)
+
+
+def network_body(network: NetworkConfig | dict[str, Any] | None) -> dict[str, Any] | None:
+    if network is None or isinstance(network, dict):
+        return network
+    return {"allow_out": list(network.allow_out), "deny_out": list(network.deny_out)}
+
+
+@dataclass
+class NetworkLogEntry:
+    id: int
+    at: datetime
+    host: str
+    port: int
+    ip: str | None
+    verdict: str  # "allowed", "denied", or "failed" (allowed, but it could not be made)
+    rule: str  # what decided: "default", "allow_out:*.example.com", "deny_out:0.0.0.0/0", "always_denied:..."
+    bytes_out: int
+    bytes_in: int
+    error: str | None = None
+
+
+@dataclass
+class NetworkLogPage:
+    entries: list[NetworkLogEntry]
+    next_before: int | None  # pass as `before` for older entries; None at the end
+
+
+@dataclass
 class SandboxInfo:
     """The server's view of a sandbox at the moment it was asked."""
 
@@ -51,6 +88,7 @@ class SandboxInfo:
     created_at: datetime
     updated_at: datetime
     failure: str | None = None
+    network: NetworkConfig | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SandboxInfo:
@@ -60,6 +98,7 @@ class SandboxInfo:
             vcpu_count=d["vcpu_count"], memory_mib=d["memory_mib"],
             created_at=datetime.fromisoformat(d["created_at"]), updated_at=datetime.fromisoformat(d["updated_at"]),
             failure=d.get("failure"),
+            network=NetworkConfig(**d["network"]) if d.get("network") else None,
         )
 
 
@@ -165,6 +204,15 @@ def update(cfg: ConnectionConfig, sandbox_id: str, changes: dict[str, Any]) -> F
     body = {k: v for k, v in changes.items() if v is not UNSET}
     reply = yield from send(Call("PATCH", f"{cfg.base_url}/v1/sandboxes/{sandbox_id}", _auth(cfg), json=body))
     return SandboxInfo.from_json(_json(reply.body))
+
+
+def network_log(cfg: ConnectionConfig, sandbox_id: str, limit: int, before: int | None) -> Flow[NetworkLogPage]:
+    params = {"limit": str(limit), **({"before": str(before)} if before is not None else {})}
+    reply = yield from send(Call("GET", f"{cfg.base_url}/v1/sandboxes/{sandbox_id}/network-log", _auth(cfg),
+                                 params=params))
+    d = _json(reply.body)
+    entries = [NetworkLogEntry(**{**e, "at": datetime.fromisoformat(e["at"])}) for e in d["entries"]]
+    return NetworkLogPage(entries, d["next_before"])
 
 
 def kill(cfg: ConnectionConfig, sandbox_id: str) -> Flow[None]:

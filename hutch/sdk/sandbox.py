@@ -17,7 +17,7 @@ from hutch.sdk import ops
 from hutch.sdk.config import ConnectionConfig, tls_context
 from hutch.sdk.errors import SandboxError, ValidationError
 from hutch.sdk.flow import Flow, run_async, run_sync
-from hutch.sdk.ops import UNSET, CommandResult, DataPlane, ProcessInfo, SandboxInfo
+from hutch.sdk.ops import UNSET, CommandResult, DataPlane, NetworkConfig, NetworkLogPage, ProcessInfo, SandboxInfo
 from hutch.sdk.process import AsyncProcess, Process, PtySize
 
 ClientT = TypeVar("ClientT", httpx.Client, httpx.AsyncClient)
@@ -26,10 +26,16 @@ OutputCallback = Callable[[str], Any]  # on the async SDK it may also return an 
 
 def _create_body(name: str, from_template: str | None, timeout_seconds: int | None,
                  auto_delete_seconds: int | None, metadata: dict[str, str] | None,
-                 env_vars: dict[str, str] | None) -> dict[str, Any]:
+                 env_vars: dict[str, str] | None, network: NetworkConfig | None) -> dict[str, Any]:
     body = {"name": name, "from_template": from_template, "timeout_seconds": timeout_seconds,
-            "auto_delete_seconds": auto_delete_seconds, "metadata": metadata, "env_vars": env_vars}
+            "auto_delete_seconds": auto_delete_seconds, "metadata": metadata, "env_vars": env_vars,
+            "network": ops.network_body(network)}
     return {k: v for k, v in body.items() if v is not None}
+
+
+def _changes(metadata: Any, timeout_seconds: Any, auto_delete_seconds: Any, network: Any) -> dict[str, Any]:
+    return {"metadata": metadata, "timeout_seconds": timeout_seconds, "auto_delete_seconds": auto_delete_seconds,
+            "network": network if network is UNSET else ops.network_body(network)}
 
 
 class _SandboxBase(Generic[ClientT]):
@@ -97,11 +103,12 @@ class Sandbox(_SandboxBase[httpx.Client]):
     @classmethod
     def create(cls, name: str, *, from_template: str | None = None, timeout_seconds: int | None = None,
                auto_delete_seconds: int | None = None, metadata: dict[str, str] | None = None,
-               env_vars: dict[str, str] | None = None, api_key: str | None = None,
-               base_url: str | None = None) -> Sandbox:
-        """Create a sandbox and return once it is ready for commands."""
+               env_vars: dict[str, str] | None = None, network: NetworkConfig | None = None,
+               api_key: str | None = None, base_url: str | None = None) -> Sandbox:
+        """Create a sandbox and return once it is ready for commands. `network` sets its egress
+        rules (default: any public address over HTTP(S); never private, loopback or link-local)."""
         cfg = ConnectionConfig.resolve(api_key, base_url)
-        body = _create_body(name, from_template, timeout_seconds, auto_delete_seconds, metadata, env_vars)
+        body = _create_body(name, from_template, timeout_seconds, auto_delete_seconds, metadata, env_vars, network)
         return cls._open(cfg, ops.create(cfg, body))
 
     @classmethod
@@ -122,16 +129,30 @@ class Sandbox(_SandboxBase[httpx.Client]):
         cfg = ConnectionConfig.resolve(api_key, base_url)
         _once_sync(cfg, ops.kill(cfg, sandbox_id))
 
+    @classmethod
+    def get_network_log_by_id(cls, sandbox_id: str, *, limit: int = 100, before: int | None = None,
+                              api_key: str | None = None, base_url: str | None = None) -> NetworkLogPage:
+        """As `get_network_log`, without connecting (a paused box stays paused)."""
+        cfg = ConnectionConfig.resolve(api_key, base_url)
+        page: NetworkLogPage = _once_sync(cfg, ops.network_log(cfg, sandbox_id, limit, before))
+        return page
+
     def get_info(self) -> SandboxInfo:
         info: SandboxInfo = self._run(ops.get_info(self._cfg, self.id))
         return info
 
     def update(self, *, metadata: dict[str, str] | None = UNSET, timeout_seconds: int | None = UNSET,
-               auto_delete_seconds: int | None = UNSET) -> SandboxInfo:
-        """Change what is given; None clears a lifetime. Metadata is replaced, not merged."""
-        changes = {"metadata": metadata, "timeout_seconds": timeout_seconds, "auto_delete_seconds": auto_delete_seconds}
+               auto_delete_seconds: int | None = UNSET, network: NetworkConfig | None = UNSET) -> SandboxInfo:
+        """Change what is given; None clears a lifetime or the network rules. Metadata and rules
+        are replaced, not merged; new rules apply to the box's next connection."""
+        changes = _changes(metadata, timeout_seconds, auto_delete_seconds, network)
         self._info = self._run(ops.update(self._cfg, self.id, changes))
         return self._info
+
+    def get_network_log(self, *, limit: int = 100, before: int | None = None) -> NetworkLogPage:
+        """The box's connection attempts, newest first; `page.next_before` asks for older ones."""
+        page: NetworkLogPage = self._run(ops.network_log(self._cfg, self.id, limit, before))
+        return page
 
     def pause(self) -> None:
         """Checkpoint the whole box (memory, processes, files) to disk and free its memory.
@@ -271,10 +292,10 @@ class AsyncSandbox(_SandboxBase[httpx.AsyncClient]):
     @classmethod
     async def create(cls, name: str, *, from_template: str | None = None, timeout_seconds: int | None = None,
                      auto_delete_seconds: int | None = None, metadata: dict[str, str] | None = None,
-                     env_vars: dict[str, str] | None = None, api_key: str | None = None,
-                     base_url: str | None = None) -> AsyncSandbox:
+                     env_vars: dict[str, str] | None = None, network: NetworkConfig | None = None,
+                     api_key: str | None = None, base_url: str | None = None) -> AsyncSandbox:
         cfg = ConnectionConfig.resolve(api_key, base_url)
-        body = _create_body(name, from_template, timeout_seconds, auto_delete_seconds, metadata, env_vars)
+        body = _create_body(name, from_template, timeout_seconds, auto_delete_seconds, metadata, env_vars, network)
         return await cls._open(cfg, ops.create(cfg, body))
 
     @classmethod
@@ -294,15 +315,26 @@ class AsyncSandbox(_SandboxBase[httpx.AsyncClient]):
         cfg = ConnectionConfig.resolve(api_key, base_url)
         await _once_async(cfg, ops.kill(cfg, sandbox_id))
 
+    @classmethod
+    async def get_network_log_by_id(cls, sandbox_id: str, *, limit: int = 100, before: int | None = None,
+                                    api_key: str | None = None, base_url: str | None = None) -> NetworkLogPage:
+        cfg = ConnectionConfig.resolve(api_key, base_url)
+        page: NetworkLogPage = await _once_async(cfg, ops.network_log(cfg, sandbox_id, limit, before))
+        return page
+
     async def get_info(self) -> SandboxInfo:
         info: SandboxInfo = await self._run(ops.get_info(self._cfg, self.id))
         return info
 
     async def update(self, *, metadata: dict[str, str] | None = UNSET, timeout_seconds: int | None = UNSET,
-                     auto_delete_seconds: int | None = UNSET) -> SandboxInfo:
-        changes = {"metadata": metadata, "timeout_seconds": timeout_seconds, "auto_delete_seconds": auto_delete_seconds}
+                     auto_delete_seconds: int | None = UNSET, network: NetworkConfig | None = UNSET) -> SandboxInfo:
+        changes = _changes(metadata, timeout_seconds, auto_delete_seconds, network)
         self._info = await self._run(ops.update(self._cfg, self.id, changes))
         return self._info
+
+    async def get_network_log(self, *, limit: int = 100, before: int | None = None) -> NetworkLogPage:
+        page: NetworkLogPage = await self._run(ops.network_log(self._cfg, self.id, limit, before))
+        return page
 
     async def pause(self) -> None:
         await self._run(ops.pause(self._cfg, self.id))

@@ -16,6 +16,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hutch.egress.host import HostAddresses
+from hutch.egress.proxy import EgressProxy, LogEntry, Policy, Resolver, load_hosts_file
+from hutch.egress.rules import NetworkRules
 from hutch.guest import protocol
 from hutch.node import base_image
 from hutch.node.node import Node
@@ -30,6 +33,7 @@ from hutch.server.models import (
     CommandResult,
     CreateSandbox,
     FileWritten,
+    NetworkLogPage,
     ProcessInfo,
     RunCommand,
     SandboxAccess,
@@ -67,6 +71,10 @@ class State:
         runsc = Runsc(RunscConfig(config.run_dir / "runsc", binary=binary, platform=config.runsc_platform,
                                   checkpoint_compression=config.checkpoint_compression))
         self.node = Node(config.run_dir, runsc, AgentRuntime.find(base_root))
+        hosts = load_hosts_file(config.egress_hosts) if config.egress_hosts else None
+        self.egress = EgressProxy(Resolver(hosts, system=config.egress_system_dns), self._egress_policy,
+                                  self._egress_record, HostAddresses().get)
+        self.node.egress = self.egress
         self.signer = TokenSigner(load_or_create_key(config.data_dir / "server.key"))
         self.sandboxes = Sandboxes(config, self.store, self.node, self.signer)
         self.pool = WarmPool(self.node, config.warm_pool, base_root,
@@ -74,6 +82,18 @@ class State:
         self.sandboxes.pool = self.pool
         self.metrics = self.sandboxes.metrics
         self.data = DataPlane(self.sandboxes, config.max_file_bytes)
+
+
+    def _egress_policy(self, box_key: str) -> Policy | None:
+        rec = self.store.sandbox_by_box_key(box_key)
+        if rec is None:
+            return None
+        network = rec.network or {}
+        return Policy(rec.id, NetworkRules.parse(network.get("allow_out", ()), network.get("deny_out", ())))
+
+    def _egress_record(self, entry: LogEntry) -> None:
+        self.store.add_network_log(**entry.__dict__)
+        self.metrics.egress_connections.labels(entry.verdict).inc()
 
 
 def state(request: Request) -> State:
@@ -161,6 +181,14 @@ def control_routes(app: FastAPI) -> None:
     @app.post("/v1/sandboxes/{sandbox_id}/resume", response_model=SandboxAccess)
     async def resume_sandbox(sandbox_id: str, st: StateDep, team_id: TeamDep) -> SandboxAccess:
         return st.sandboxes.access(await st.sandboxes.resume(team_id, sandbox_id))
+
+    @app.get("/v1/sandboxes/{sandbox_id}/network-log", response_model=NetworkLogPage)
+    async def get_network_log(sandbox_id: str, st: StateDep, team_id: TeamDep,
+                              limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                              before: Annotated[int | None, Query(ge=1)] = None) -> NetworkLogPage:
+        """Every connection the box tried, newest first: destination, address, verdict, the rule
+        that decided, bytes each way."""
+        return st.sandboxes.network_log(team_id, sandbox_id, limit, before)
 
     @app.get("/metrics", response_class=Response)
     async def metrics(st: StateDep) -> Response:
@@ -309,6 +337,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         finally:
             lifetimes.cancel()
             await st.pool.close()  # nobody's boxes: not worth keeping
+            await st.egress.close_all()
             await st.node.close()  # the sandboxes outlive the server; a restart takes them back
 
     app = FastAPI(title="hutch", version="0.1.0", lifespan=lifespan,

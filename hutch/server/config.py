@@ -29,6 +29,8 @@ class ServerConfig:
     runsc_platform: str | None = None
     warm_pool: int = 2  # base-template boxes booted ahead, so creates only claim one
     checkpoint_compression: str = "none"  # or "flate-best-speed": a quarter of the disk, slower pause/resume
+    egress_hosts: Path | None = None  # an /etc/hosts-style map the egress proxy resolves with first
+    egress_system_dns: bool = True  # names not in that map go to the host's resolver (off: they fail)
 
     @property
     def db_url(self) -> str:

@@ -29,6 +29,8 @@ class Metrics:
                                         registry=r)
         self.errors = Counter("hutch_api_errors", "Error answers of the API", ["code", "status"], registry=r)
         self.sandboxes = Gauge("hutch_sandboxes", "Sandboxes by status", ["status"], registry=r)
+        self.egress_connections = Counter("hutch_egress_connections", "Connections boxes tried, by verdict",
+                                          ["verdict"], registry=r)
         self.warm_pool = Gauge("hutch_warm_pool_boxes", "Boxes booted and waiting in the warm pool", registry=r)
 
     def render(self, count_by_status: Callable[[], dict[str, int]], pool_size: int) -> bytes:

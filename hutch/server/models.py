@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Base64Bytes, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from hutch.egress.rules import MAX_RULES, parse_allow, parse_cidr
 
 MAX_METADATA_KEYS = 64
 MAX_ENV_VARS = 256
@@ -36,6 +39,25 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _rule(parse: Callable[[str], object]) -> AfterValidator:
+    def check(value: str) -> str:
+        parse(value)  # ValueError names the entry
+        return value
+    return AfterValidator(check)
+
+
+Rule = Annotated[str, StringConstraints(min_length=1, max_length=260)]
+
+
+class NetworkConfig(Strict):
+    """Egress rules. allow_out: CIDRs and domains ("*.example.com": any name below, not the apex);
+    deny_out: CIDRs. Allow wins over deny; private, loopback and link-local ranges and the host's
+    own addresses are denied whatever the rules say."""
+
+    allow_out: Annotated[list[Annotated[Rule, _rule(parse_allow)]], Field(max_length=MAX_RULES)] = []
+    deny_out: Annotated[list[Annotated[Rule, _rule(parse_cidr)]], Field(max_length=MAX_RULES)] = []
+
+
 class CreateSandbox(Strict):
     name: Name
     from_template: Name | None = None
@@ -43,6 +65,7 @@ class CreateSandbox(Strict):
     auto_delete_seconds: Seconds | None = None
     metadata: Metadata | None = None
     env_vars: EnvVars | None = None
+    network: NetworkConfig | None = None
 
 
 class UpdateSandbox(Strict):
@@ -51,6 +74,7 @@ class UpdateSandbox(Strict):
     metadata: Metadata | None = None
     timeout_seconds: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_SECONDS)] | None = None
     auto_delete_seconds: Seconds | None = None
+    network: NetworkConfig | None = None
 
 
 class SandboxInfo(BaseModel):
@@ -66,6 +90,7 @@ class SandboxInfo(BaseModel):
     created_at: datetime
     updated_at: datetime
     failure: str | None = None
+    network: NetworkConfig | None = None
 
 
 class SandboxAccess(SandboxInfo):
@@ -128,6 +153,24 @@ class StdinFrame(Strict):
 
     def data(self) -> bytes:
         return self.d.encode() if self.d is not None else (self.b or b"")
+
+
+class NetworkLogEntry(BaseModel):
+    id: int
+    at: datetime
+    host: str
+    port: int
+    ip: str | None
+    verdict: Literal["allowed", "denied", "failed"]
+    rule: str
+    bytes_out: int
+    bytes_in: int
+    error: str | None = None
+
+
+class NetworkLogPage(BaseModel):
+    entries: list[NetworkLogEntry]
+    next_before: int | None  # pass as `before` for the next (older) page; null at the end
 
 
 class Signalled(BaseModel):

@@ -25,7 +25,16 @@ from hutch.node.spec import Limits
 from hutch.server.config import ServerConfig
 from hutch.server.errors import ApiError, not_found
 from hutch.server.metrics import Metrics
-from hutch.server.models import CreateSandbox, SandboxAccess, SandboxInfo, UpdateSandbox, timestamp
+from hutch.server.models import (
+    CreateSandbox,
+    NetworkConfig,
+    NetworkLogEntry,
+    NetworkLogPage,
+    SandboxAccess,
+    SandboxInfo,
+    UpdateSandbox,
+    timestamp,
+)
 from hutch.server.pool import WarmPool
 from hutch.server.tokens import TokenSigner
 from hutch.store import SandboxRecord, Store, TemplateRecord
@@ -54,7 +63,14 @@ class Sandboxes:
             metadata=rec.metadata, timeout_seconds=rec.timeout_seconds,
             auto_delete_seconds=rec.auto_delete_seconds, vcpu_count=rec.vcpu, memory_mib=rec.memory_mib,
             created_at=timestamp(rec.created_at), updated_at=timestamp(rec.updated_at), failure=rec.failure,
+            network=NetworkConfig.model_validate(rec.network) if rec.network is not None else None,
         )
+
+    def network_log(self, team_id: str, sandbox_id: str, limit: int, before: int | None) -> NetworkLogPage:
+        rec = self.get(team_id, sandbox_id)
+        rows = self.store.network_log(rec.id, limit, before)
+        entries = [NetworkLogEntry(**{**r.__dict__, "at": timestamp(r.at)}) for r in rows]
+        return NetworkLogPage(entries=entries, next_before=rows[-1].id if len(rows) == limit else None)
 
     def access(self, rec: SandboxRecord) -> SandboxAccess:
         return SandboxAccess(
@@ -106,6 +122,7 @@ class Sandboxes:
             memory_mib=template.memory_mib, vcpu=template.vcpu, metadata=req.metadata or {},
             env_vars=req.env_vars or {}, timeout_seconds=req.timeout_seconds,
             auto_delete_seconds=req.auto_delete_seconds, pause_at=self._deadline(req.timeout_seconds),
+            network=req.network.model_dump() if req.network else None,
         )
         rootfs, limits = self._limits(rec)
         self._starting += 1
@@ -134,6 +151,8 @@ class Sandboxes:
             changes = {k: getattr(req, k) for k in req.model_fields_set}
             if "metadata" in changes and changes["metadata"] is None:
                 changes["metadata"] = {}
+            if changes.get("network") is not None:  # the egress proxy reads it at each new connection
+                changes["network"] = changes["network"].model_dump()
             if "timeout_seconds" in changes and rec.status == "active":
                 changes["pause_at"] = self._deadline(changes["timeout_seconds"])  # counts from now
             if "auto_delete_seconds" in changes and rec.status == "paused":
@@ -224,6 +243,7 @@ class Sandboxes:
                 await self.node.stop(rec.runtime_id, rec.box_key)
             shutil.rmtree(self.image_dir(rec.id), ignore_errors=True)
             self.store.update_sandbox(rec.id, status="deleted", runtime_id=None, pause_at=None, delete_at=None)
+            self.store.delete_network_log(rec.id)
         self._locks.pop(sandbox_id, None)
 
     # --- the data plane's view ------------------------------------------------------------------

@@ -1,0 +1,354 @@
+"""The egress proxy: the only way out of a box.
+
+Each box gets its own listening Unix socket in its channel directory, so which box is asking is
+known from where the connection arrived, never from anything the box says. The guest agent
+relays every connection a program in the box makes to its HTTP proxy (127.0.0.1:3128 in the box)
+to that socket, byte for byte; everything is decided here:
+
+- `CONNECT host:port` (HTTPS and any TLS): the host is checked against the box's rules, resolved
+  here (never by the box), every address checked; then the first TLS record the box sends is
+  read, and a server name (SNI) other than the CONNECT host ends the connection.
+- `GET http://host/...` (plain HTTP): the same checks, and the Host header must name the same
+  host; the request goes upstream with `Connection: close`, one request per connection.
+
+A refusal is an HTTP 403 with the deciding rule in `X-Hutch-Egress`; every attempt, allowed or
+not, goes to the network log with its bytes each way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from hutch.egress import tls
+from hutch.egress.rules import IPAddress, NetworkRules, Verdict, normalize_host
+
+log = logging.getLogger("hutch.egress")
+
+MAX_HEAD = 64 * 1024
+HEAD_TIMEOUT = 30.0
+CONNECT_TIMEOUT = 10.0
+RESOLVE_TIMEOUT = 10.0
+CHUNK = 64 * 1024
+HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te",
+              "trailer", "upgrade"}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Whose box this is and the rules it has now (read at each connection: edits apply at once)."""
+
+    sandbox_id: str
+    rules: NetworkRules
+
+
+@dataclass
+class LogEntry:
+    sandbox_id: str
+    at: float
+    host: str
+    port: int
+    ip: str | None
+    verdict: str  # "allowed" | "denied" | "failed" (allowed, but it could not be made)
+    rule: str
+    bytes_out: int = 0  # from the box
+    bytes_in: int = 0  # to the box
+    error: str | None = None
+
+
+class Resolver:
+    """Names to addresses, on the host: a fixed map first (tests, split horizons), then the
+    system's resolver unless it is turned off."""
+
+    def __init__(self, hosts: dict[str, list[str]] | None = None, system: bool = True) -> None:
+        self.hosts = {name.lower(): [ipaddress.ip_address(a) for a in addrs] for name, addrs in (hosts or {}).items()}
+        self.system = system
+
+    async def resolve(self, name: str) -> list[IPAddress]:
+        if name in self.hosts:
+            return list(self.hosts[name])
+        if not self.system:
+            raise LookupError(f"{name} is not in the egress hosts map")
+        infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(name, None, type=socket.SOCK_STREAM),
+                                       RESOLVE_TIMEOUT)
+        seen: list[IPAddress] = []
+        for *_, sockaddr in infos:
+            ip = ipaddress.ip_address(sockaddr[0])
+            if ip not in seen:
+                seen.append(ip)
+        if not seen:
+            raise LookupError(f"{name} has no address")
+        return seen
+
+
+def load_hosts_file(path: Path) -> dict[str, list[str]]:
+    """An /etc/hosts-style file: `ADDRESS NAME [NAME...]`, # comments."""
+    hosts: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) >= 2:
+            ipaddress.ip_address(fields[0])  # a bad address is an error at start, not at use
+            for name in fields[1:]:
+                hosts.setdefault(name.lower(), []).append(fields[0])
+    return hosts
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+class EgressProxy:
+    def __init__(self, resolver: Resolver, policy_for: Callable[[str], Policy | None],
+                 record: Callable[[LogEntry], None],
+                 host_addresses: Callable[[], Awaitable[frozenset[IPAddress]]]) -> None:
+        self.resolver = resolver
+        self.policy_for = policy_for  # box key -> its sandbox and rules (None: nobody's box)
+        self.record = record
+        self.host_addresses = host_addresses
+        self._servers: dict[str, asyncio.Server] = {}
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def listen(self, key: str, path: Path) -> None:
+        """Take connections from box `key` on `path` (replacing any earlier listener of it)."""
+        await self.close(key)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        server = await asyncio.start_unix_server(lambda r, w: self._accept(key, r, w), path=str(path), limit=MAX_HEAD)
+        os.chmod(path, 0o600)
+        self._servers[key] = server
+
+    async def close(self, key: str) -> None:
+        server = self._servers.pop(key, None)
+        if server is not None:
+            server.close()
+
+    async def close_all(self) -> None:
+        for key in list(self._servers):
+            await self.close(key)
+        for task in list(self._connections):
+            task.cancel()
+
+    def _accept(self, key: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Awaitable[None]:
+        task = asyncio.get_running_loop().create_task(self._serve(key, reader, writer))
+        self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
+        return task
+
+    async def _serve(self, key: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        entry: LogEntry | None = None
+        upstream: asyncio.StreamWriter | None = None
+        try:
+            method, target, headers = await _read_head(reader)
+            policy = self.policy_for(key)
+            if policy is None:
+                raise _Refused(403, "no_sandbox", "this box belongs to no sandbox")
+            if method == "CONNECT":
+                host, port = _split_host_port(target, None)
+                path = None
+            else:
+                host, port, path = _absolute_url(target)
+            entry = LogEntry(policy.sandbox_id, time.time(), host, port, None, "denied", "")
+            named = headers.get("host")
+            if path is not None and named is not None and _split_host_port(named, port) != (host, port):
+                raise _Refused(403, "host_mismatch", f"the Host header {named!r} is not the request's host {host}")
+            ip, verdict = await self._decide(policy.rules, host)
+            entry.ip, entry.rule = str(ip) if ip else None, verdict.rule
+            if not verdict.allowed:
+                raise _Refused(403, verdict.rule, f"{host}:{port} is not allowed ({verdict.rule})")
+            entry.verdict = "allowed"
+            try:
+                up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(str(ip), port), CONNECT_TIMEOUT)
+            except (OSError, TimeoutError) as e:
+                entry.verdict, entry.error = "failed", str(e)[:200] or type(e).__name__
+                raise _Refused(502, "connect_failed", f"could not connect to {host}:{port}: {entry.error}") from None
+            upstream = up_writer
+            if path is None:
+                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            else:
+                request = _origin_request(method, path, headers, host, port)
+                upstream.write(request)
+                entry.bytes_out += len(request)
+            await _pipe(reader, writer, up_reader, upstream, entry, tunnel_to=host if path is None else None)
+        except _Refused as e:
+            if entry is not None and entry.verdict == "denied" and not entry.rule:
+                entry.rule = e.reason
+                if e.reason == "resolve_failed":
+                    entry.verdict, entry.error = "failed", e.message[:200]
+            await _answer(writer, e)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass
+        except Exception:  # never let a box's connection take the proxy down
+            log.exception("egress connection of box %s", key)
+        finally:
+            for w in (upstream, writer):
+                if w is not None:
+                    w.close()
+            if entry is not None:
+                try:
+                    self.record(entry)
+                except Exception:
+                    log.exception("writing the network log")
+
+    async def _decide(self, rules: NetworkRules, host: str) -> tuple[IPAddress | None, Verdict]:
+        """The address to connect to and the verdict: each address the name resolves to is
+        checked, the first allowed one is used (the proxy connects to exactly that address)."""
+        try:
+            literal: IPAddress | None = ipaddress.ip_address(host)
+        except ValueError:
+            literal = None
+        own = await self.host_addresses()
+        if literal is not None:
+            return literal, rules.decide(None, literal, own)
+        try:
+            addresses = await self.resolver.resolve(host)
+        except (LookupError, OSError, TimeoutError) as e:
+            raise _Refused(502, "resolve_failed", f"could not resolve {host}: {e}") from None
+        first: tuple[IPAddress | None, Verdict] | None = None
+        for ip in addresses:
+            verdict = rules.decide(host, ip, own)
+            if verdict.allowed:
+                return ip, verdict
+            first = first or (ip, verdict)
+        assert first is not None
+        return first
+
+
+# --- HTTP, as little of it as the proxy needs --------------------------------------------------------
+
+async def _read_head(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str]]:
+    try:
+        raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+    except asyncio.LimitOverrunError:
+        raise _Refused(431, "head_too_large", f"request heads are limited to {MAX_HEAD} bytes") from None
+    try:
+        text = raw.decode("latin-1")
+        request_line, *lines = text[:-4].split("\r\n")
+        method, target, version = request_line.split(" ")
+        if not version.startswith("HTTP/1."):
+            raise ValueError
+        headers: dict[str, str] = {}
+        for line in lines:
+            name, sep, value = line.partition(":")
+            if not sep or not name or name != name.strip() or "\r" in line or "\n" in line:
+                raise ValueError
+            headers.setdefault(name.lower(), value.strip())
+    except ValueError:
+        raise _Refused(400, "bad_request", "not an HTTP proxy request") from None
+    return method.upper(), target, headers
+
+
+def _split_host_port(text: str, default_port: int | None) -> tuple[str, int]:
+    """`host:port`, `[v6]:port` or (with a default) a bare host; the host normalized."""
+    host, port_text = text, ""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+    if port_text:
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise _Refused(400, "bad_request", f"bad port in {text!r}")
+        port = int(port_text)
+    elif default_port is not None:
+        port = default_port
+    else:
+        raise _Refused(400, "bad_request", f"CONNECT needs host:port, not {text!r}")
+    try:
+        return str(ipaddress.ip_address(host)), port
+    except ValueError:
+        pass
+    name = normalize_host(host)
+    if name is None:
+        raise _Refused(400, "bad_request", f"{host!r} is not a host name")
+    return name, port
+
+
+def _absolute_url(target: str) -> tuple[str, int, str]:
+    parts = urlsplit(target)
+    if parts.scheme != "http" or not parts.netloc or "@" in parts.netloc:
+        raise _Refused(400, "bad_request", "a proxy request names an absolute http:// URL (use CONNECT for https)")
+    host, port = _split_host_port(parts.netloc, 80)
+    return host, port, (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+def _same_host(a: str, b: str) -> bool:
+    return normalize_host(a) == normalize_host(b)
+
+
+def _origin_request(method: str, path: str, headers: dict[str, str], host: str, port: int) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {headers.get('host') or (host if port == 80 else f'{host}:{port}')}"]
+    lines += [f"{name}: {value}" for name, value in headers.items() if name not in HOP_BY_HOP and name != "host"]
+    lines.append("Connection: close")  # one request per connection: a second one could name another host
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+async def _first_record(reader: asyncio.StreamReader) -> bytes:
+    """The box's first bytes in a tunnel: a whole TLS record if it starts one (to read its SNI),
+    else whatever came first."""
+    first = await reader.read(tls.RECORD_HEADER)
+    while tls.is_tls(first) and len(first) < tls.RECORD_HEADER:
+        more = await reader.read(tls.RECORD_HEADER - len(first))
+        if not more:
+            return first
+        first += more
+    if tls.is_tls(first) and len(first) == tls.RECORD_HEADER:
+        want = min(tls.record_length(first), tls.MAX_HELLO) - len(first)
+        first += await asyncio.wait_for(reader.readexactly(want), HEAD_TIMEOUT)
+    return first
+
+
+async def _pipe(box_reader: asyncio.StreamReader, box_writer: asyncio.StreamWriter,
+                up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, entry: LogEntry,
+                tunnel_to: str | None) -> None:
+    """Copy both ways until both ends are done. In a tunnel, the box's first TLS record is read
+    whole and its server name checked before any of it goes on; the other direction flows from
+    the start (some protocols have the server speak first)."""
+
+    async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter, outward: bool) -> None:
+        try:
+            if outward and tunnel_to is not None:
+                first = await _first_record(src)
+                name = tls.server_name(first) if tls.is_tls(first) else None
+                if name is not None and not _same_host(name, tunnel_to):
+                    entry.verdict, entry.rule = "denied", "sni_mismatch"
+                    entry.error = f"TLS asked for {name[:100]!r}"
+                    box_writer.close()
+                    dst.close()
+                    return
+                dst.write(first)
+                entry.bytes_out += len(first)
+            while data := await src.read(CHUNK):
+                dst.write(data)
+                await dst.drain()
+                if outward:
+                    entry.bytes_out += len(data)
+                else:
+                    entry.bytes_in += len(data)
+            if dst.can_write_eof():
+                dst.write_eof()
+        except (ConnectionError, OSError, asyncio.IncompleteReadError, TimeoutError):
+            dst.close()
+
+    await asyncio.gather(copy(box_reader, up_writer, True), copy(up_reader, box_writer, False))
+
+
+async def _answer(writer: asyncio.StreamWriter, refused: _Refused) -> None:
+    body = f"hutch egress: {refused.message}\n".encode()
+    phrase = {400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large",
+              502: "Bad Gateway"}.get(refused.status, "Error")
+    head = (f"HTTP/1.1 {refused.status} {phrase}\r\nX-Hutch-Egress: {refused.reason}\r\n"
+            f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+    with contextlib.suppress(ConnectionError, OSError):
+        writer.write(head.encode("latin-1", "replace") + body)
+        await writer.drain()

@@ -1,0 +1,113 @@
+"""A box's network rules, and the one function that decides a connection.
+
+    allow_out: CIDRs and domains ("example.com" exactly; "*.example.com" any depth below it, not
+               the apex)
+    deny_out:  CIDRs
+
+Order of the decision: the always-denied ranges and the host's own addresses (no rule can open
+them), then any allow rule (allow wins over deny, so deny 0.0.0.0/0 plus an allow list is the
+strict pattern), then deny rules, then allowed by default.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# Never reachable from a box: "this" network, private, carrier-grade NAT, loopback, link-local (with
+# the cloud metadata address 169.254.169.254), multicast and reserved, and their IPv6 kin.
+ALWAYS_DENIED: tuple[IPNetwork, ...] = tuple(ipaddress.ip_network(n) for n in (
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+    "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
+    "::/128", "::1/128", "64:ff9b:1::/48", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
+))
+
+MAX_RULES = 256
+_LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
+
+
+def normalize_host(host: str) -> str | None:
+    """A DNS name in lower case without its trailing dot, or None if it is not one."""
+    name = host.lower().rstrip(".")
+    if not name or len(name) > 253:
+        return None
+    labels = name.split(".")
+    if not all(_LABEL.match(label) for label in labels):
+        return None
+    return name
+
+
+def parse_cidr(text: str) -> IPNetwork:
+    try:
+        return ipaddress.ip_network(text.strip(), strict=False)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a CIDR (like 10.0.0.0/8 or 2001:db8::/32)") from None
+
+
+def parse_allow(text: str) -> IPNetwork | str:
+    """An allow_out entry: a network, or a domain pattern in normal form."""
+    try:
+        return parse_cidr(text)
+    except ValueError:
+        pass
+    wildcard = text.startswith("*.")
+    name = normalize_host(text[2:] if wildcard else text)
+    if name is None or "*" in text[2 if wildcard else 0:]:
+        raise ValueError(f"{text!r} is neither a CIDR nor a domain (example.com or *.example.com)")
+    return f"*.{name}" if wildcard else name
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    rule: str  # what decided: "default", "allow_out:*.example.com", "deny_out:0.0.0.0/0", ...
+
+
+@dataclass(frozen=True)
+class NetworkRules:
+    allow_domains: tuple[str, ...] = ()
+    allow_nets: tuple[IPNetwork, ...] = ()
+    deny_nets: tuple[IPNetwork, ...] = ()
+
+    @classmethod
+    def parse(cls, allow_out: Iterable[str] = (), deny_out: Iterable[str] = ()) -> NetworkRules:
+        """Raises ValueError naming the first bad entry."""
+        allows = [parse_allow(a) for a in allow_out]
+        return cls(tuple(a for a in allows if isinstance(a, str)),
+                   tuple(a for a in allows if not isinstance(a, str)),
+                   tuple(parse_cidr(d) for d in deny_out))
+
+    def domain_rule(self, host: str) -> str | None:
+        """The allow rule that names this host, if any."""
+        for pattern in self.allow_domains:
+            if pattern.startswith("*."):
+                if host.endswith(pattern[1:]):
+                    return pattern
+            elif host == pattern:
+                return pattern
+        return None
+
+    def decide(self, host: str | None, ip: IPAddress, host_addresses: frozenset[IPAddress]) -> Verdict:
+        """Whether a connection to `ip` (reached by the name `host`, or by the address alone when
+        `host` is None) may go."""
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped  # ::ffff:10.0.0.1 is 10.0.0.1
+        for net in ALWAYS_DENIED:
+            if ip.version == net.version and ip in net:
+                return Verdict(False, f"always_denied:{net}")
+        if ip in host_addresses:
+            return Verdict(False, "always_denied:host_address")
+        if host is not None and (pattern := self.domain_rule(host)):
+            return Verdict(True, f"allow_out:{pattern}")
+        for net in self.allow_nets:
+            if ip.version == net.version and ip in net:
+                return Verdict(True, f"allow_out:{net}")
+        for net in self.deny_nets:
+            if ip.version == net.version and ip in net:
+                return Verdict(False, f"deny_out:{net}")
+        return Verdict(True, "default")

@@ -1,0 +1,90 @@
+"""The egress decision and the TLS name reader, on their own (the end-to-end tests are in
+test_egress.py)."""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+import ssl
+
+import pytest
+
+from hutch.egress import tls
+from hutch.egress.rules import NetworkRules, normalize_host, parse_allow
+
+NONE: frozenset[ipaddress.IPv4Address | ipaddress.IPv6Address] = frozenset()
+
+
+def decide(rules: NetworkRules, host: str | None, ip: str) -> tuple[bool, str]:
+    verdict = rules.decide(host, ipaddress.ip_address(ip), NONE)
+    return verdict.allowed, verdict.rule
+
+
+def test_wildcards_match_below_the_apex_at_any_depth() -> None:
+    rules = NetworkRules.parse(["*.example.com"], ["0.0.0.0/0"])
+    assert decide(rules, "a.example.com", "93.184.216.34") == (True, "allow_out:*.example.com")
+    assert decide(rules, "a.b.c.example.com", "93.184.216.34")[0]
+    assert decide(rules, "example.com", "93.184.216.34") == (False, "deny_out:0.0.0.0/0")
+    assert not decide(rules, "badexample.com", "93.184.216.34")[0]
+    assert not decide(rules, "example.com.evil.net", "93.184.216.34")[0]
+
+
+def test_allow_wins_over_deny_and_the_default_is_allow() -> None:
+    rules = NetworkRules.parse(["8.8.8.0/24"], ["8.0.0.0/8"])
+    assert decide(rules, None, "8.8.8.8") == (True, "allow_out:8.8.8.0/24")
+    assert decide(rules, None, "8.9.9.9") == (False, "deny_out:8.0.0.0/8")
+    assert decide(rules, None, "1.1.1.1") == (True, "default")
+
+
+@pytest.mark.parametrize("ip", ["10.1.1.1", "127.0.0.1", "169.254.169.254", "172.31.0.1", "192.168.0.1", "::1",
+                                "fe80::1", "fd00::1", "::ffff:10.0.0.1", "0.0.0.0", "100.100.100.200"])
+def test_always_denied_whatever_is_allowed(ip: str) -> None:
+    rules = NetworkRules.parse(["0.0.0.0/0", "::/0", "internal.example.com"])
+    allowed, rule = decide(rules, "internal.example.com", ip)
+    assert not allowed and rule.startswith("always_denied:")
+
+
+def test_the_hosts_own_addresses_are_denied() -> None:
+    own = frozenset({ipaddress.ip_address("203.0.113.7")})
+    verdict = NetworkRules.parse(["0.0.0.0/0"]).decide(None, ipaddress.ip_address("203.0.113.7"), own)
+    assert (verdict.allowed, verdict.rule) == (False, "always_denied:host_address")
+
+
+def test_rule_syntax() -> None:
+    assert parse_allow("Example.COM.") == "example.com"
+    assert parse_allow("*.Example.com") == "*.example.com"
+    assert str(parse_allow("10.0.0.1/8")) == "10.0.0.0/8"
+    for bad in ("", "*", "*.", "a..b", "-a.com", "a b.com", "*.*.a.com", "a.*.com", "x" * 300, "10.0.0.0/33"):
+        with pytest.raises(ValueError):
+            parse_allow(bad)
+    with pytest.raises(ValueError):
+        NetworkRules.parse([], ["example.com"])
+    assert normalize_host("xn--bcher-kva.example") == "xn--bcher-kva.example"
+    assert normalize_host("bücher.example") is None
+
+
+def _client_hello(name: str) -> bytes:
+    ctx = ssl.create_default_context()
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    conn = ctx.wrap_bio(incoming, outgoing, server_hostname=name)
+    with pytest.raises(ssl.SSLWantReadError):
+        conn.do_handshake()
+    return outgoing.read()
+
+
+def test_the_server_name_is_read_from_a_real_client_hello() -> None:
+    hello = _client_hello("api.example.test")
+    assert tls.is_tls(hello) and tls.record_length(hello[:5]) == len(hello)
+    assert tls.server_name(hello) == "api.example.test"
+
+
+def test_hostile_bytes_never_raise() -> None:
+    hello = _client_hello("api.example.test")
+    rng = random.Random(7)
+    for _ in range(3000):
+        data = bytearray(hello[:rng.randrange(len(hello) + 1)])
+        for _ in range(rng.randrange(4)):
+            if data:
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        name = tls.server_name(bytes(data))
+        assert name is None or isinstance(name, str)
