@@ -76,13 +76,14 @@ class RawRunsc:
         subprocess.run([*self.cmd, "delete", "--force", cid], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def start_server(root: Path, warm_pool: int) -> tuple[subprocess.Popen[bytes], str, str]:
+def start_server(root: Path, warm_pool: int, extra_args: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     data = root / "data"
     proc = subprocess.Popen([sys.executable, "-m", "hutch.cli", "--data-dir", str(data), "serve", "--port", str(port),
-                             "--warm-pool", str(warm_pool), "--max-sandboxes", "1000", "--team-max-sandboxes", "1000"],
+                             "--warm-pool", str(warm_pool), "--max-sandboxes", "1000", "--team-max-sandboxes", "1000",
+                             *extra_args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
@@ -97,10 +98,11 @@ def start_server(root: Path, warm_pool: int) -> tuple[subprocess.Popen[bytes], s
 
 
 @contextmanager
-def bench_env(rootfs: Path, warm_pool: int = 0) -> Iterator[tuple[dict[str, str], RawRunsc]]:
+def bench_env(rootfs: Path, warm_pool: int = 0,
+              extra_args: tuple[str, ...] = ()) -> Iterator[tuple[dict[str, str], RawRunsc]]:
     """A server on loopback with a temporary data dir, and raw runsc beside it; all removed after."""
     root = Path(tempfile.mkdtemp(prefix="hutch-b", dir="/tmp"))
-    proc, url, key = start_server(root, warm_pool)
+    proc, url, key = start_server(root, warm_pool, extra_args)
     raw = RawRunsc(root / "raw", rootfs)
     try:
         yield {"api_key": key, "base_url": url}, raw

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import os
 import shutil
 import signal
 import socket
@@ -26,6 +25,7 @@ from hutch import AsyncSandbox, Sandbox
 from hutch.sdk.process import AsyncProcess, AsyncProcessStdin
 from hutch.sdk.sandbox import AsyncCommands, AsyncFiles
 from hutch.server.config import ServerConfig
+from tests.internet import EGRESS_HOSTS, Internet, stand_in_internet
 
 HUTCH = [sys.executable, "-m", "hutch.cli"]
 
@@ -101,17 +101,6 @@ class Server:
         for key in keys:
             for info in Sandbox.list(api_key=key, base_url=self.url):
                 Sandbox.kill_by_id(info.id, api_key=key, base_url=self.url)
-
-
-# What the egress proxy of every test server resolves names with: no name a box asks for ever
-# reaches a real resolver. 203.0.113.2 and 198.51.100.2 are the `internet` fixture's test hosts.
-EGRESS_HOSTS = """
-203.0.113.2 example.test api.example.test deep.sub.example.test other.test
-198.51.100.2 denied.test
-10.1.2.3 private.example.test
-127.0.0.1 loopback.example.test
-169.254.169.254 metadata.example.test
-"""
 
 
 def make_server(*args: str) -> Server:
@@ -279,51 +268,7 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "
 
 # --- a stand-in for the internet, in a network namespace -------------------------------------------
 
-@dataclass
-class Internet:
-    """Test hosts behind a veth pair: 203.0.113.2 (also 198.51.100.2) serving HTTP on 80 and
-    HTTPS on 443; the host's end of the pair is 203.0.113.1. Nothing leaves this machine."""
-
-    namespace: str
-    host_address: str = "203.0.113.1"
-    server_address: str = "203.0.113.2"
-    other_address: str = "198.51.100.2"
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
-
-
 @pytest.fixture(scope="session")
 def internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Internet]:
-    tag = f"{os.getpid() % 100000}"
-    ns, veth = f"hutch-net-{tag}", f"hvt{tag}"
-    net = Internet(ns)
-    work = tmp_path_factory.mktemp("internet")
-    cert, key = work / "cert.pem", work / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-                    "-days", "2", "-subj", "/CN=example.test",
-                    "-addext", "subjectAltName=DNS:example.test,DNS:*.example.test,DNS:other.test"],
-                   check=True, capture_output=True, timeout=60)
-    server: subprocess.Popen[str] | None = None
-    try:
-        _ip("netns", "add", ns)
-        _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-        _ip("addr", "add", f"{net.host_address}/24", "dev", veth)
-        _ip("link", "set", veth, "up")
-        _ip("-n", ns, "addr", "add", f"{net.server_address}/24", "dev", "eth0")
-        _ip("-n", ns, "addr", "add", f"{net.other_address}/32", "dev", "lo")
-        _ip("-n", ns, "link", "set", "eth0", "up")
-        _ip("-n", ns, "link", "set", "lo", "up")
-        _ip("route", "add", f"{net.other_address}/32", "via", net.server_address)
-        server = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, str(Path(__file__).parent / "egress_server.py"),
-                                   str(cert), str(key)], stdout=subprocess.PIPE, text=True)
-        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+    with stand_in_internet(tmp_path_factory.mktemp("internet")) as net:
         yield net
-    finally:
-        if server is not None:
-            server.kill()
-            server.wait()
-        subprocess.run(["ip", "route", "del", f"{net.other_address}/32"], capture_output=True)
-        subprocess.run(["ip", "link", "del", veth], capture_output=True)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)

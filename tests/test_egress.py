@@ -1,5 +1,5 @@
 """Egress end to end: real boxes, the real proxy, and test hosts in a network namespace
-(203.0.113.2 and 198.51.100.2, see the `internet` fixture). Names resolve through the test
+(198.51.100.2 and 198.51.100.3, see tests/internet.py). Names resolve through the test
 server's hosts map only; nothing leaves this machine."""
 
 from __future__ import annotations
@@ -46,15 +46,15 @@ def test_by_default_a_box_reaches_public_hosts_over_http_and_https(box: Any, int
     assert json.loads(plain["body"]) == {"host": "example.test", "path": "/hello?x=1", "sni": None, "tls": False}
     secure = fetch(box, "https://api.example.test/")
     assert secure["status"] == 200 and json.loads(secure["body"])["sni"] == "api.example.test"
-    curl = box.commands.run("curl -sS -k https://example.test/ && curl -sS http://203.0.113.2/ip-literal")
+    curl = box.commands.run("curl -sS -k https://example.test/ && curl -sS http://198.51.100.2/ip-literal")
     assert curl.exit_code == 0 and '"sni": "example.test"' in curl.stdout and '"/ip-literal"' in curl.stdout
     entry = newest(box, "api.example.test")
-    assert (entry.port, entry.ip, entry.verdict, entry.rule) == (443, "203.0.113.2", "allowed", "default")
+    assert (entry.port, entry.ip, entry.verdict, entry.rule) == (443, "198.51.100.2", "allowed", "default")
     assert entry.bytes_out > 0 and entry.bytes_in > 0
 
 
 def test_without_the_proxy_there_is_no_way_out(box: Any, internet: Internet) -> None:
-    r = box.commands.run("env -u http_proxy -u HTTP_PROXY curl -sS --max-time 10 http://203.0.113.2/")
+    r = box.commands.run("env -u http_proxy -u HTTP_PROXY curl -sS --max-time 10 http://198.51.100.2/")
     assert r.exit_code != 0, "a box has no network card: the relay is the only road"
 
 
@@ -63,13 +63,13 @@ ALWAYS_DENIED_URLS = [
     "http://169.254.169.254/latest/meta-data/", "http://metadata.example.test/",
     "http://loopback.example.test/", "http://[::1]/", "http://[fe80::1]/", "http://[::ffff:127.0.0.1]/",
     "http://10.0.0.1/", "http://192.168.1.1/", "http://172.16.0.1/", "http://100.64.0.1/",
-    "http://203.0.113.1/",  # the host's own end of the veth: one of the host's addresses
+    "http://198.51.100.1/",  # the host's own end of the veth: one of the host's addresses
 ]
 
 
 def test_private_link_local_loopback_and_host_addresses_cannot_be_allowed(make_box: Any, internet: Internet) -> None:
     box = make_box(network=NetworkConfig(allow_out=["0.0.0.0/0", "::/0", "*.example.test", "10.0.0.0/8",
-                                                    "169.254.0.0/16", "127.0.0.0/8", "203.0.113.0/24"]))
+                                                    "169.254.0.0/16", "127.0.0.0/8", "198.51.100.0/24"]))
     for url in ALWAYS_DENIED_URLS:
         result = fetch(box, url)
         if url.startswith("http:"):
@@ -95,18 +95,19 @@ def test_a_strict_allow_list_with_wildcards(make_box: Any, internet: Internet) -
     apex = fetch(box, "http://example.test/")
     assert apex["status"] == 403 and apex["egress"] == "deny_out:0.0.0.0/0", "a wildcard does not match the apex"
     assert fetch(box, "http://other.test/")["status"] == 403
-    assert fetch(box, "http://203.0.113.2/")["status"] == 403, "an address is not a name on the allow list"
+    assert fetch(box, "http://198.51.100.2/")["status"] == 403, "an address is not a name on the allow list"
     assert newest(box, "api.example.test").rule == "allow_out:*.example.test"
 
 
 def test_a_denied_cidr_and_allow_winning_over_deny(make_box: Any, internet: Internet) -> None:
-    box = make_box(network=NetworkConfig(deny_out=["198.51.100.0/24"]))
+    box = make_box(network=NetworkConfig(deny_out=["198.51.100.3/32"]))
     denied = fetch(box, "http://denied.test/")
-    assert denied["status"] == 403 and denied["egress"] == "deny_out:198.51.100.0/24"
-    assert "403" in fetch(box, "https://198.51.100.2/")["error"]
+    assert denied["status"] == 403 and denied["egress"] == "deny_out:198.51.100.3/32"
+    assert "403" in fetch(box, "https://198.51.100.3/")["error"]
     assert fetch(box, "http://example.test/")["status"] == 200
-    both = make_box(network=NetworkConfig(allow_out=["198.51.100.2/32"], deny_out=["198.51.100.0/24"]))
+    both = make_box(network=NetworkConfig(allow_out=["198.51.100.3/32"], deny_out=["198.51.100.0/24"]))
     assert fetch(both, "http://denied.test/")["status"] == 200
+    assert fetch(both, "http://example.test/")["status"] == 403
 
 
 def test_an_allowed_name_that_resolves_to_a_private_address_is_denied(make_box: Any, internet: Internet) -> None:

@@ -45,8 +45,8 @@ def test_always_denied_whatever_is_allowed(ip: str) -> None:
 
 
 def test_the_hosts_own_addresses_are_denied() -> None:
-    own = frozenset({ipaddress.ip_address("203.0.113.7")})
-    verdict = NetworkRules.parse(["0.0.0.0/0"]).decide(None, ipaddress.ip_address("203.0.113.7"), own)
+    own = frozenset({ipaddress.ip_address("198.51.100.7")})
+    verdict = NetworkRules.parse(["0.0.0.0/0"]).decide(None, ipaddress.ip_address("198.51.100.7"), own)
     assert (verdict.allowed, verdict.rule) == (False, "always_denied:host_address")
 
 

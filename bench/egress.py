@@ -1,0 +1,77 @@
+"""Egress: what the way out of a box costs, beside a direct connection from the host to the same
+test server, in the same run.
+
+    .venv/bin/python -m bench.egress [-n 20]
+
+The test server is the tests' stand-in internet (a network namespace on this machine). The same
+Python loop runs on the host (direct) and in a box (through the relay and the egress proxy):
+N sequential GETs on new connections, then a 64 MB download.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.common import bench_env, report, stats
+from hutch import Sandbox
+from hutch.node import base_image
+from hutch.server.config import DEFAULT_CACHE_DIR
+from tests.internet import EGRESS_HOSTS, stand_in_internet
+
+BIG = 64 * 2**20
+LOOP = r"""
+import json, sys, time, urllib.request
+url, n, big = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+small = []
+for _ in range(n):
+    t = time.perf_counter()
+    urllib.request.urlopen(url + "/small", timeout=30).read()
+    small.append(time.perf_counter() - t)
+t = time.perf_counter()
+size = len(urllib.request.urlopen(f"{url}/big/{big}", timeout=120).read())
+print(json.dumps({"small": small, "big_seconds": time.perf_counter() - t, "big_bytes": size}))
+"""
+
+
+def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]], dict[str, float]]:
+    rootfs = base_image.build(DEFAULT_CACHE_DIR)
+    work = Path(tempfile.mkdtemp(prefix="hutch-e", dir="/tmp"))
+    hosts = work / "hosts"
+    hosts.write_text(EGRESS_HOSTS)
+    script = work / "loop.py"
+    script.write_text(LOOP)
+    with stand_in_internet(work) as net, \
+            bench_env(rootfs, extra_args=("--egress-hosts", str(hosts), "--egress-no-system-dns")) as (kw, _raw):
+        direct_run = subprocess.run([sys.executable, str(script), f"http://{net.server_address}", str(n), str(BIG)],
+                                    capture_output=True, text=True, check=True, timeout=300,
+                                    env={"PATH": "/usr/bin:/bin"})  # no proxy variables: straight there
+        direct = json.loads(direct_run.stdout)
+        sb = Sandbox.create(name="bench-egress", **kw)
+        try:
+            sb.files.write("/tmp/loop.py", LOOP)
+            boxed_run = sb.commands.run(f"python3 /tmp/loop.py http://example.test {n} {BIG}", timeout_seconds=300)
+            assert boxed_run.exit_code == 0, boxed_run.stderr
+            boxed = json.loads(boxed_run.stdout)
+        finally:
+            sb.kill()
+    assert direct["big_bytes"] == boxed["big_bytes"] == BIG
+    figures = {"egress_get_new_connection": stats(boxed["small"]), "direct_get_new_connection": stats(direct["small"])}
+    extra = {"egress_download_mb_per_s": BIG / 2**20 / boxed["big_seconds"],
+             "direct_download_mb_per_s": BIG / 2**20 / direct["big_seconds"]}
+    return figures, [("egress_get_new_connection", "direct_get_new_connection")], extra
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-n", type=int, default=20)
+    n = ap.parse_args().n
+    report("egress", n, *measure(n))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""A stand-in for the internet, on this machine: test hosts in a network namespace behind a veth
+pair, for the egress tests and the egress benchmark. Nothing leaves this machine.
+
+    198.51.100.2, 198.51.100.3  HTTP on 80, HTTPS on 443 (egress_server.py)
+    198.51.100.1                the host's end of the pair: one of the host's own addresses
+
+198.51.100.0/24 is a documentation range (RFC 5737). Not 203.0.113.0/24: on these machines the
+package registries resolve into it, and a route of ours there would take their traffic.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+# What the egress proxy of every test server resolves names with (`--egress-hosts`, with the
+# system resolver off): no name a box asks for ever reaches a real resolver.
+EGRESS_HOSTS = """
+198.51.100.2 example.test api.example.test deep.sub.example.test other.test
+198.51.100.3 denied.test
+10.1.2.3 private.example.test
+127.0.0.1 loopback.example.test
+169.254.169.254 metadata.example.test
+"""
+
+
+@dataclass
+class Internet:
+    namespace: str
+    host_address: str = "198.51.100.1"
+    server_address: str = "198.51.100.2"
+    other_address: str = "198.51.100.3"
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+@contextmanager
+def stand_in_internet(work: Path) -> Iterator[Internet]:
+    tag = f"{os.getpid() % 100000}"
+    ns, veth = f"hutch-net-{tag}", f"hvt{tag}"
+    net = Internet(ns)
+    cert, key = work / "cert.pem", work / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "2", "-subj", "/CN=example.test",
+                    "-addext", "subjectAltName=DNS:example.test,DNS:*.example.test,DNS:other.test"],
+                   check=True, capture_output=True, timeout=60)
+    server: subprocess.Popen[str] | None = None
+    try:
+        _ip("netns", "add", ns)
+        _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        _ip("addr", "add", f"{net.host_address}/24", "dev", veth)
+        _ip("link", "set", veth, "up")
+        _ip("-n", ns, "addr", "add", f"{net.server_address}/24", "dev", "eth0")
+        _ip("-n", ns, "addr", "add", f"{net.other_address}/24", "dev", "eth0")
+        _ip("-n", ns, "link", "set", "eth0", "up")
+        _ip("-n", ns, "link", "set", "lo", "up")
+        for address in (net.server_address, net.other_address):  # never a test request out of this machine
+            route = subprocess.run(["ip", "route", "get", address], capture_output=True, text=True, check=True).stdout
+            assert f"dev {veth} " in route, f"{address} would not go to the test namespace: {route}"
+        server = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, str(Path(__file__).parent / "egress_server.py"),
+                                   str(cert), str(key)], stdout=subprocess.PIPE, text=True)
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        yield net
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        subprocess.run(["ip", "link", "del", veth], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
