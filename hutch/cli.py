@@ -74,8 +74,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(f"HUTCH_BASE_URL={config.base_url}\nHUTCH_API_KEY={key}\n")
+    # The key goes to a person at a terminal, never into a log file (stdout redirected)
+    shown = key if sys.stdout.isatty() else f"$(grep HUTCH_API_KEY= {env_file} | cut -d= -f2)"
     print(f"hutch is serving on {config.base_url}\n"
-          f"  export HUTCH_BASE_URL={config.base_url}\n  export HUTCH_API_KEY={key}\n"
+          f"  export HUTCH_BASE_URL={config.base_url}\n  export HUTCH_API_KEY={shown}\n"
           f"  (also in {env_file})", flush=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per channel request is noise

@@ -37,11 +37,26 @@ def test_allow_wins_over_deny_and_the_default_is_allow() -> None:
 
 
 @pytest.mark.parametrize("ip", ["10.1.1.1", "127.0.0.1", "169.254.169.254", "172.31.0.1", "192.168.0.1", "::1",
-                                "fe80::1", "fd00::1", "::ffff:10.0.0.1", "0.0.0.0", "100.100.100.200"])
+                                "fe80::1", "fd00::1", "::ffff:10.0.0.1", "0.0.0.0", "100.100.100.200",
+                                "64:ff9b::a00:1", "2002:a00:1::1", "::10.0.0.1", "fe80::1%eth0"])
 def test_always_denied_whatever_is_allowed(ip: str) -> None:
     rules = NetworkRules.parse(["0.0.0.0/0", "::/0", "internal.example.com"])
     allowed, rule = decide(rules, "internal.example.com", ip)
     assert not allowed and rule.startswith("always_denied:")
+
+
+def test_deny_all_is_both_families_and_needs_no_lookup() -> None:
+    rules = NetworkRules.parse(["*.example.com"], ["0.0.0.0/0"])
+    assert decide(rules, None, "2606:4700::1") == (False, "deny_out:::/0")
+    assert rules.refuses_unresolved("leak.attacker.net") is not None, "a denied name is never resolved"
+    assert rules.refuses_unresolved("a.example.com") is None
+    assert NetworkRules.parse([], ["10.0.0.0/8"]).refuses_unresolved("x.net") is None
+
+
+def test_a_zone_does_not_hide_a_host_address() -> None:
+    own = frozenset({ipaddress.ip_address("2001:db8::5")})
+    verdict = NetworkRules().decide(None, ipaddress.ip_address("2001:db8::5%1"), own)
+    assert (verdict.allowed, verdict.rule) == (False, "always_denied:host_address")
 
 
 def test_the_hosts_own_addresses_are_denied() -> None:
@@ -60,7 +75,8 @@ def test_rule_syntax() -> None:
     with pytest.raises(ValueError):
         NetworkRules.parse([], ["example.com"])
     assert normalize_host("xn--bcher-kva.example") == "xn--bcher-kva.example"
-    assert normalize_host("bücher.example") is None
+    for bad in ("bücher.example", "127.1", "2130706433", "0x7f.0x1", "a.b\n", "a\n.b", "evil.com\x00.good.com"):
+        assert normalize_host(bad) is None, bad
 
 
 def _client_hello(name: str) -> bytes:
@@ -73,13 +89,13 @@ def _client_hello(name: str) -> bytes:
 
 
 def test_the_server_name_is_read_from_a_real_client_hello() -> None:
-    hello = _client_hello("api.example.test")
-    assert tls.is_tls(hello) and tls.record_length(hello[:5]) == len(hello)
-    assert tls.server_name(hello) == "api.example.test"
+    record = _client_hello("api.example.test")
+    assert record[0] == tls.HANDSHAKE and int.from_bytes(record[3:5], "big") == len(record) - 5
+    assert tls.server_name(record[5:]) == "api.example.test"
 
 
 def test_hostile_bytes_never_raise() -> None:
-    hello = _client_hello("api.example.test")
+    hello = _client_hello("api.example.test")[5:]
     rng = random.Random(7)
     for _ in range(3000):
         data = bytearray(hello[:rng.randrange(len(hello) + 1)])

@@ -35,6 +35,8 @@ from hutch.egress.rules import IPAddress, NetworkRules, Verdict, normalize_host
 log = logging.getLogger("hutch.egress")
 
 MAX_HEAD = 64 * 1024
+MAX_HELLO = 64 * 1024  # a ClientHello may span records; this much is read to find its name
+MAX_CONNECTIONS_PER_BOX = 256
 HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10.0
 RESOLVE_TIMEOUT = 10.0
@@ -78,7 +80,8 @@ class Resolver:
             return list(self.hosts[name])
         if not self.system:
             raise LookupError(f"{name} is not in the egress hosts map")
-        infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(name, None, type=socket.SOCK_STREAM),
+        # the trailing dot: the name as given, never completed with the host's search domains
+        infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(name + ".", None, type=socket.SOCK_STREAM),
                                        RESOLVE_TIMEOUT)
         seen: list[IPAddress] = []
         for *_, sockaddr in infos:
@@ -117,7 +120,7 @@ class EgressProxy:
         self.record = record
         self.host_addresses = host_addresses
         self._servers: dict[str, asyncio.Server] = {}
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: dict[str, set[asyncio.Task[None]]] = {}
 
     async def listen(self, key: str, path: Path) -> None:
         """Take connections from box `key` on `path` (replacing any earlier listener of it)."""
@@ -129,21 +132,25 @@ class EgressProxy:
         self._servers[key] = server
 
     async def close(self, key: str) -> None:
+        """Stop taking connections from box `key` and cut the ones it has."""
         server = self._servers.pop(key, None)
         if server is not None:
             server.close()
+        for task in list(self._connections.pop(key, ())):
+            task.cancel()
 
     async def close_all(self) -> None:
         for key in list(self._servers):
             await self.close(key)
-        for task in list(self._connections):
-            task.cancel()
 
-    def _accept(self, key: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Awaitable[None]:
+    def _accept(self, key: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        tasks = self._connections.setdefault(key, set())
+        if len(tasks) >= MAX_CONNECTIONS_PER_BOX:
+            writer.close()  # a box holding this many open is not browsing: no more for now
+            return
         task = asyncio.get_running_loop().create_task(self._serve(key, reader, writer))
-        self._connections.add(task)
-        task.add_done_callback(self._connections.discard)
-        return task
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     async def _serve(self, key: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         entry: LogEntry | None = None
@@ -175,18 +182,20 @@ class EgressProxy:
             upstream = up_writer
             if path is None:
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                if not await _tunnel_allowed(reader, upstream, host, verdict, entry):
+                    return
             else:
                 request = _origin_request(method, path, headers, host, port)
                 upstream.write(request)
                 entry.bytes_out += len(request)
-            await _pipe(reader, writer, up_reader, upstream, entry, tunnel_to=host if path is None else None)
+            await _pipe(reader, writer, up_reader, upstream, entry)
         except _Refused as e:
             if entry is not None and entry.verdict == "denied" and not entry.rule:
                 entry.rule = e.reason
                 if e.reason == "resolve_failed":
                     entry.verdict, entry.error = "failed", e.message[:200]
             await _answer(writer, e)
-        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError, asyncio.CancelledError):
             pass
         except Exception:  # never let a box's connection take the proxy down
             log.exception("egress connection of box %s", key)
@@ -210,6 +219,9 @@ class EgressProxy:
         own = await self.host_addresses()
         if literal is not None:
             return literal, rules.decide(None, literal, own)
+        refused = rules.refuses_unresolved(host)
+        if refused is not None:
+            return None, refused
         try:
             addresses = await self.resolver.resolve(host)
         except (LookupError, OSError, TimeoutError) as e:
@@ -235,7 +247,8 @@ async def _read_head(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, 
         text = raw.decode("latin-1")
         request_line, *lines = text[:-4].split("\r\n")
         method, target, version = request_line.split(" ")
-        if not version.startswith("HTTP/1."):
+        if version not in ("HTTP/1.0", "HTTP/1.1") or not method.isascii() or not method.isalpha() \
+                or any(ord(c) < 0x21 or ord(c) == 0x7f for c in target):
             raise ValueError
         headers: dict[str, str] = {}
         for line in lines:
@@ -257,13 +270,15 @@ def _split_host_port(text: str, default_port: int | None) -> tuple[str, int]:
     elif text.count(":") == 1:
         host, _, port_text = text.partition(":")
     if port_text:
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise _Refused(400, "bad_request", f"bad port in {text!r}")
+        if not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5 and 0 < int(port_text) < 65536):
+            raise _Refused(400, "bad_request", f"bad port in {text[:100]!r}")
         port = int(port_text)
     elif default_port is not None:
         port = default_port
     else:
         raise _Refused(400, "bad_request", f"CONNECT needs host:port, not {text!r}")
+    if "%" in host:
+        raise _Refused(400, "bad_request", "addresses with a zone are not taken")
     try:
         return str(ipaddress.ip_address(host)), port
     except ValueError:
@@ -275,7 +290,10 @@ def _split_host_port(text: str, default_port: int | None) -> tuple[str, int]:
 
 
 def _absolute_url(target: str) -> tuple[str, int, str]:
-    parts = urlsplit(target)
+    try:
+        parts = urlsplit(target)
+    except ValueError:
+        raise _Refused(400, "bad_request", "not a URL") from None
     if parts.scheme != "http" or not parts.netloc or "@" in parts.netloc:
         raise _Refused(400, "bad_request", "a proxy request names an absolute http:// URL (use CONNECT for https)")
     host, port = _split_host_port(parts.netloc, 80)
@@ -293,54 +311,64 @@ def _origin_request(method: str, path: str, headers: dict[str, str], host: str, 
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-async def _first_record(reader: asyncio.StreamReader) -> bytes:
-    """The box's first bytes in a tunnel: a whole TLS record if it starts one (to read its SNI),
-    else whatever came first."""
-    first = await reader.read(tls.RECORD_HEADER)
-    while tls.is_tls(first) and len(first) < tls.RECORD_HEADER:
-        more = await reader.read(tls.RECORD_HEADER - len(first))
-        if not more:
-            return first
-        first += more
-    if tls.is_tls(first) and len(first) == tls.RECORD_HEADER:
-        want = min(tls.record_length(first), tls.MAX_HELLO) - len(first)
-        first += await asyncio.wait_for(reader.readexactly(want), HEAD_TIMEOUT)
-    return first
-
-
 async def _pipe(box_reader: asyncio.StreamReader, box_writer: asyncio.StreamWriter,
-                up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, entry: LogEntry,
-                tunnel_to: str | None) -> None:
-    """Copy both ways until both ends are done. In a tunnel, the box's first TLS record is read
-    whole and its server name checked before any of it goes on; the other direction flows from
-    the start (some protocols have the server speak first)."""
+                up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, entry: LogEntry) -> None:
+    """Copy both ways until both ends are done, counting what is written."""
 
     async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter, outward: bool) -> None:
         try:
-            if outward and tunnel_to is not None:
-                first = await _first_record(src)
-                name = tls.server_name(first) if tls.is_tls(first) else None
-                if name is not None and not _same_host(name, tunnel_to):
-                    entry.verdict, entry.rule = "denied", "sni_mismatch"
-                    entry.error = f"TLS asked for {name[:100]!r}"
-                    box_writer.close()
-                    dst.close()
-                    return
-                dst.write(first)
-                entry.bytes_out += len(first)
             while data := await src.read(CHUNK):
                 dst.write(data)
-                await dst.drain()
                 if outward:
                     entry.bytes_out += len(data)
                 else:
                     entry.bytes_in += len(data)
+                await dst.drain()
             if dst.can_write_eof():
                 dst.write_eof()
-        except (ConnectionError, OSError, asyncio.IncompleteReadError, TimeoutError):
+        except (ConnectionError, OSError):
             dst.close()
 
     await asyncio.gather(copy(box_reader, up_writer, True), copy(up_reader, box_writer, False))
+
+
+async def _read_hello(reader: asyncio.StreamReader, first: bytes) -> tuple[bytes, bytes | None]:
+    """After a first byte that opens a TLS handshake record: every byte read (to forward), and
+    the ClientHello message put together from as many records as it spans (None if the bytes are
+    not one, or it is larger than MAX_HELLO)."""
+    raw = bytearray(first) + await asyncio.wait_for(reader.readexactly(tls.RECORD_HEADER - 1), HEAD_TIMEOUT)
+    handshake = bytearray()
+    while True:
+        kind, length = raw[-5], int.from_bytes(raw[-2:], "big")
+        if kind != tls.HANDSHAKE or length == 0 or len(raw) + length > MAX_HELLO:
+            return bytes(raw), None
+        body = await asyncio.wait_for(reader.readexactly(length), HEAD_TIMEOUT)
+        raw += body
+        handshake += body
+        if len(handshake) >= 4 and len(handshake) >= 4 + int.from_bytes(handshake[1:4], "big"):
+            return bytes(raw), bytes(handshake)
+        raw += await asyncio.wait_for(reader.readexactly(tls.RECORD_HEADER), HEAD_TIMEOUT)
+
+
+async def _tunnel_allowed(reader: asyncio.StreamReader, upstream: asyncio.StreamWriter, host: str,
+                          verdict: Verdict, entry: LogEntry) -> bool:
+    """Look at what the box sends first in a tunnel before any of it goes on. TLS to a host named
+    by a domain must name that host (SNI); where a domain rule is what allowed it, the name must
+    be there and readable. Other protocols go on as they are: the address is the checked one."""
+    first = await reader.read(1)
+    is_tls = first == bytes([tls.HANDSHAKE])
+    raw, hello = (await _read_hello(reader, first)) if is_tls else (first, None)
+    if is_tls and normalize_host(host) == host:
+        name = tls.server_name(hello) if hello is not None else None
+        if name is not None and not _same_host(name, host):
+            entry.verdict, entry.rule, entry.error = "denied", "sni_mismatch", f"TLS asked for {name[:100]!r}"
+            return False
+        if name is None and verdict.by_domain:
+            entry.verdict, entry.rule, entry.error = "denied", "sni_missing", "TLS without a readable server name"
+            return False
+    upstream.write(raw)
+    entry.bytes_out += len(raw)
+    return True
 
 
 async def _answer(writer: asyncio.StreamWriter, refused: _Refused) -> None:

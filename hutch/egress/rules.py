@@ -24,20 +24,28 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 ALWAYS_DENIED: tuple[IPNetwork, ...] = tuple(ipaddress.ip_network(n) for n in (
     "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
     "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
-    "::/128", "::1/128", "64:ff9b:1::/48", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
+    "::/128", "::1/128", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
+    # IPv6 forms that carry an IPv4 address (and could carry a private one): IPv4-compatible,
+    # NAT64 (well-known and local), 6to4, Teredo
+    "::/96", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32",
 ))
+EVERYWHERE = (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
 
 MAX_RULES = 256
-_LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
+_LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)")
 
 
 def normalize_host(host: str) -> str | None:
-    """A DNS name in lower case without its trailing dot, or None if it is not one."""
-    name = host.lower().rstrip(".")
+    """A DNS name in lower case without its trailing dot, or None if it is not one. Names whose
+    last label is a number (127.1, 0x7f.1 is not, 2130706433) are refused: resolvers read them as
+    addresses."""
+    name = host.lower().removesuffix(".")
     if not name or len(name) > 253:
         return None
     labels = name.split(".")
-    if not all(_LABEL.match(label) for label in labels):
+    if not all(_LABEL.fullmatch(label) for label in labels) or labels[-1].isdigit():
+        return None
+    if labels[-1].startswith("0x") and all(c in "0123456789abcdefx" for c in labels[-1]):
         return None
     return name
 
@@ -66,6 +74,7 @@ def parse_allow(text: str) -> IPNetwork | str:
 class Verdict:
     allowed: bool
     rule: str  # what decided: "default", "allow_out:*.example.com", "deny_out:0.0.0.0/0", ...
+    by_domain: bool = False  # a domain rule allowed it: only the name vouches for the destination
 
 
 @dataclass(frozen=True)
@@ -78,9 +87,18 @@ class NetworkRules:
     def parse(cls, allow_out: Iterable[str] = (), deny_out: Iterable[str] = ()) -> NetworkRules:
         """Raises ValueError naming the first bad entry."""
         allows = [parse_allow(a) for a in allow_out]
+        denies = [parse_cidr(d) for d in deny_out]
+        if EVERYWHERE[0] in denies and EVERYWHERE[1] not in denies:
+            denies.append(EVERYWHERE[1])  # "deny 0.0.0.0/0" means deny everything, IPv6 too
         return cls(tuple(a for a in allows if isinstance(a, str)),
-                   tuple(a for a in allows if not isinstance(a, str)),
-                   tuple(parse_cidr(d) for d in deny_out))
+                   tuple(a for a in allows if not isinstance(a, str)), tuple(denies))
+
+    def refuses_unresolved(self, host: str) -> Verdict | None:
+        """A refusal that needs no lookup: deny-all, and nothing that could allow this name.
+        (Resolving it would itself send the name out: a DNS query is a channel.)"""
+        if self.domain_rule(host) is None and not self.allow_nets and all(n in self.deny_nets for n in EVERYWHERE):
+            return Verdict(False, "deny_out:0.0.0.0/0")
+        return None
 
     def domain_rule(self, host: str) -> str | None:
         """The allow rule that names this host, if any."""
@@ -95,15 +113,17 @@ class NetworkRules:
     def decide(self, host: str | None, ip: IPAddress, host_addresses: frozenset[IPAddress]) -> Verdict:
         """Whether a connection to `ip` (reached by the name `host`, or by the address alone when
         `host` is None) may go."""
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped  # ::ffff:10.0.0.1 is 10.0.0.1
+        if isinstance(ip, ipaddress.IPv6Address):
+            ip = ipaddress.IPv6Address(int(ip))  # without a %zone, which would slip past set lookups
+            if ip.ipv4_mapped is not None:
+                ip = ip.ipv4_mapped  # ::ffff:10.0.0.1 is 10.0.0.1
         for net in ALWAYS_DENIED:
             if ip.version == net.version and ip in net:
                 return Verdict(False, f"always_denied:{net}")
         if ip in host_addresses:
             return Verdict(False, "always_denied:host_address")
         if host is not None and (pattern := self.domain_rule(host)):
-            return Verdict(True, f"allow_out:{pattern}")
+            return Verdict(True, f"allow_out:{pattern}", by_domain=True)
         for net in self.allow_nets:
             if ip.version == net.version and ip in net:
                 return Verdict(True, f"allow_out:{net}")

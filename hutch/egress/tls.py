@@ -1,13 +1,14 @@
 """The server name (SNI) a TLS ClientHello asks for: what an HTTPS connection really goes to.
 
-Read from the first bytes the box sends after CONNECT, before anything is relayed. The bytes are
-hostile: every length is checked against what is there, and anything odd is "no name".
+Read from the first bytes the box sends after CONNECT, before anything is relayed (the proxy puts
+the handshake message together from its records). The bytes are hostile: every length is checked
+against what is there, and anything odd is "no name".
 """
 
 from __future__ import annotations
 
 RECORD_HEADER = 5
-MAX_HELLO = 16 * 1024 + RECORD_HEADER  # one TLS record at most
+HANDSHAKE = 0x16  # the content type of a handshake record
 
 
 class _Reader:
@@ -28,23 +29,11 @@ class _Reader:
         return _Reader(self.take(self.uint(len_size)))
 
 
-def is_tls(first: bytes) -> bool:
-    return len(first) >= 3 and first[0] == 0x16 and first[1] == 0x03
-
-
-def record_length(header: bytes) -> int:
-    """How many bytes the first record takes, from its 5-byte header."""
-    return RECORD_HEADER + int.from_bytes(header[3:5], "big")
-
-
-def server_name(record: bytes) -> str | None:
-    """The host_name of the ClientHello's server_name extension, or None."""
+def server_name(handshake: bytes) -> str | None:
+    """The host_name of a ClientHello's server_name extension (the handshake message, records
+    already taken off), or None."""
     try:
-        r = _Reader(record)
-        if r.uint(1) != 0x16:  # handshake
-            return None
-        r.take(2)
-        body = r.vector(2)
+        body = _Reader(handshake)
         if body.uint(1) != 0x01:  # client_hello
             return None
         hello = _Reader(body.take(body.uint(3)))

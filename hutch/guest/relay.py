@@ -16,6 +16,7 @@ import os
 import socket
 import sys
 import threading
+import time
 
 try:
     from hutch.guest import protocol as p
@@ -68,21 +69,24 @@ class Relay:
             _copy(host, conn)
             outward.join()
         finally:
-            with self._cond:
-                self._to_host.discard(host)
             host.close()
             conn.close()
+            with self._cond:
+                self._to_host.discard(host)
+                self._cond.notify_all()
 
-    def quiesce(self) -> None:
-        """Cut every connection to the host, and hold new ones, before a checkpoint."""
+    def quiesce(self, wait: float = 5.0) -> None:
+        """Cut every connection to the host, hold new ones, and wait (a while) for each owner to
+        close its socket: none may be left at the checkpoint. Closing is left to the owners, so no
+        descriptor number is freed under a thread that still uses it."""
+        deadline = time.monotonic() + wait
         with self._cond:
             self._open = False
             for host in self._to_host:
                 with contextlib.suppress(OSError):
                     host.shutdown(socket.SHUT_RDWR)
-                with contextlib.suppress(OSError):
-                    os.close(host.detach())
-            self._to_host.clear()
+            while self._to_host and (left := deadline - time.monotonic()) > 0:
+                self._cond.wait(left)
 
     def wake(self) -> None:
         with self._cond:

@@ -251,6 +251,7 @@ class Node:
             await asyncio.sleep(0.002)
         self._stopping.add(runtime_id)
         self._unwatch(runtime_id)
+        await self._close_egress(box)  # and every connection of it: nothing of the host's may be open
         try:
             shutil.rmtree(image_dir, ignore_errors=True)
             image_dir.mkdir(parents=True, mode=0o700)
@@ -260,11 +261,11 @@ class Node:
             state = await self._state(runtime_id)
             if state and state.get("status") == "running":
                 self._watch(runtime_id, int(state.get("pid") or 0))
+                await self._open_egress(box)
                 await self._relisten(box)
             shutil.rmtree(image_dir, ignore_errors=True)
             raise
         self._boxes.pop(runtime_id, None)
-        await self._close_egress(box)
         mounts.unmount(box.channel_dir)
         shutil.rmtree(box.dir, ignore_errors=True)
         self._in_background(self._forget(runtime_id))  # the container stopped at its checkpoint

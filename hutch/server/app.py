@@ -10,8 +10,10 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl
 
+import sqlalchemy.exc
 from fastapi import Depends, FastAPI, Header, Path, Query, Request, Response, WebSocket
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -149,7 +151,7 @@ def control_routes(app: FastAPI) -> None:
 
     @app.get("/v1/sandboxes", response_model=list[SandboxInfo])
     async def list_sandboxes(st: StateDep, team_id: TeamDep, status: Status | None = None,
-                             metadata: Annotated[str | None, Query(max_length=8192,
+                             metadata: Annotated[str | None, Query(max_length=4096,  # encoded: under the 64 KiB request line
                                                                    description="key=value&key=value")] = None,
                              ) -> list[SandboxInfo]:
         wanted = dict(parse_qsl(metadata, keep_blank_values=True)) if metadata else None
@@ -345,8 +347,17 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.add_exception_handler(ApiError, errors.api_error_handler)
     app.add_exception_handler(RequestValidationError, errors.validation_error_handler)
     app.add_exception_handler(StarletteHTTPException, errors.http_error_handler)
+    app.add_exception_handler(sqlalchemy.exc.OperationalError, errors.store_error_handler)
     app.add_exception_handler(Exception, errors.unexpected_error_handler)
     app.add_middleware(BodyLimit, limit=MAX_JSON_BODY)
     control_routes(app)
     data_routes(app)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = errors.document_errors(get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes))
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app

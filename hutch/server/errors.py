@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
+from starlette.routing import Match
 
 
 class ApiError(Exception):
@@ -68,7 +69,55 @@ async def http_error_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = STATUS_CODES.get(exc.status_code, "server_error" if exc.status_code >= 500 else "invalid_request")
     _counted(request, code, exc.status_code)
-    return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # Starlette names only the first route of the path; say all of them
+        headers["Allow"] = ", ".join(sorted(_methods_of(request)))
+    return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers)
+
+
+def _methods_of(request: Request) -> set[str]:
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return methods
+
+
+ERROR_STATUSES = {400: "invalid input", 401: "no or a wrong API key or access token", 404: "no such thing (or not yours)",
+                  409: "the sandbox's state does not allow it", 413: "too large", 429: "a quota is reached",
+                  502: "the sandbox's agent answered wrongly", 503: "the sandbox or node cannot do it now",
+                  507: "the server's disk is full"}
+
+
+def document_errors(schema: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAPI document as the API behaves: every operation may answer the error shape with
+    these statuses, and validation failures are 400s in that shape (never FastAPI's 422)."""
+    schema.setdefault("components", {}).setdefault("schemas", {})["Error"] = {
+        "type": "object", "required": ["error"],
+        "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {
+            "code": {"type": "string"}, "message": {"type": "string"}}}},
+    }
+    error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            for status, description in ERROR_STATUSES.items():
+                responses.setdefault(str(status), {"description": description, **error})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schema["components"]["schemas"].pop(name, None)
+    return schema
+
+
+async def store_error_handler(request: Request, exc: Exception) -> JSONResponse:
+    """The store could not write: a full disk is the likely one, and it is said so; nothing was
+    changed (every change is one transaction)."""
+    full = "full" in str(exc).lower() or "no space" in str(exc).lower()
+    status, code = (507, "insufficient_storage") if full else (503, "store_unavailable")
+    _counted(request, code, status)
+    message = "the server's disk is full; nothing was changed" if full else "the store is unavailable; try again"
+    return JSONResponse(error_body(code, message), status_code=status)
 
 
 async def unexpected_error_handler(request: Request, _exc: Exception) -> JSONResponse:

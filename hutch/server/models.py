@@ -36,7 +36,8 @@ EnvVars = Annotated[dict[EnvName, EnvValue], _few_keys(MAX_ENV_VARS)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: `false` is not 0 and "5" is not 5; unknown fields are refused
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 def _rule(parse: Callable[[str], object]) -> AfterValidator:

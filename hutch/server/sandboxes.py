@@ -44,6 +44,7 @@ log = logging.getLogger("hutch.server")
 BASE_TEMPLATE = "hutch/base"
 CHECKPOINT_DONE = "hutch-checkpoint-complete"  # written into an image directory once it is whole
 PAUSE_RETRY_SECONDS = 60  # after an automatic pause failed
+DISK_RESERVE = 64 * 2**20  # below this much free space in the data dir, a failed pause is called a full disk
 
 
 class Sandboxes:
@@ -94,6 +95,13 @@ class Sandboxes:
             raise ApiError(409, "template_not_found", f"the template {rec.template!r} of this sandbox is gone")
         return Path(template.rootfs), Limits(memory_mib=rec.memory_mib, pids=self.config.pids,
                                              cpu_shares=1024 * rec.vcpu)
+
+    def _disk_full(self, e: BaseException) -> bool:
+        try:
+            free = shutil.disk_usage(self.config.data_dir).free
+        except OSError:
+            free = 0
+        return "no space left" in str(e).lower() or free < DISK_RESERVE
 
     def _check_capacity(self, team_id: str) -> None:
         def running(counts: dict[str, int]) -> int:
@@ -190,6 +198,9 @@ class Sandboxes:
                                               if rec.pause_at is not None else None)
                 else:
                     self.mark_failed(rec.id, f"the pause failed: {e}")
+                if self._disk_full(e):
+                    raise ApiError(507, "insufficient_storage", "the server's disk is too full to hold the "
+                                   "sandbox's checkpoint; it runs on" if alive else "the server's disk is full") from e
                 raise ApiError(503, "pause_failed", f"the sandbox could not be paused: {e}") from e
             self.store.update_sandbox(rec.id, only_if_status=("pausing",), status="paused", runtime_id=None,
                                       pause_at=None, delete_at=self._deadline(rec.auto_delete_seconds))
