@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from hutch import AsyncSandbox, Sandbox
+from hutch.node.runsc import find_runsc
 from hutch.sdk.process import AsyncProcess, AsyncProcessStdin
 from hutch.sdk.sandbox import AsyncCommands, AsyncFiles
 from hutch.server.config import ServerConfig
@@ -109,6 +110,29 @@ def make_server(*args: str) -> Server:
     hosts = root / "egress-hosts"
     hosts.write_text(EGRESS_HOSTS)
     return Server(root / "data", free_port(), ("--egress-hosts", str(hosts), "--egress-no-system-dns", *args))
+
+
+def runsc_cli(server: Server, *args: str) -> str:
+    """runsc on the server's own state root (its boxes only)."""
+    root = ServerConfig(data_dir=server.data_dir).run_dir / "runsc"
+    out = subprocess.run([find_runsc() or "runsc", f"--root={root}", *args], capture_output=True, text=True, timeout=60)
+    return out.stdout
+
+
+@pytest.fixture
+def own_server() -> Iterator[Server]:
+    """A server of the test's own, without a warm pool (these tests count runsc's containers)."""
+    server = make_server("--warm-pool", "0")
+    server.start()
+    try:
+        yield server
+    finally:
+        if server.proc and server.proc.poll() is None:
+            server.cleanup_boxes(server.admin_key())
+        server.stop()
+        for rid in runsc_cli(server, "list", "--quiet").split():
+            runsc_cli(server, "delete", "--force", rid)
+        server.remove()
 
 
 @dataclass

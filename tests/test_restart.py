@@ -4,37 +4,13 @@ runtime dies is reported failed instead of hanging calls."""
 from __future__ import annotations
 
 import signal
-import subprocess
-from collections.abc import Iterator
 
 import pytest
 
 from hutch import ConflictError, Sandbox
-from hutch.node.runsc import find_runsc
 from hutch.server.config import ServerConfig
 from hutch.store import Store
-from tests.conftest import Server, make_server, wait_for
-
-
-@pytest.fixture
-def own_server() -> Iterator[Server]:
-    server = make_server("--warm-pool", "0")  # these tests count runsc's containers
-    server.start()
-    try:
-        yield server
-    finally:
-        if server.proc and server.proc.poll() is None:
-            server.cleanup_boxes(server.admin_key())
-        server.stop()
-        for rid in _runsc(server, "list", "--quiet").split():
-            _runsc(server, "delete", "--force", rid)
-        server.remove()
-
-
-def _runsc(server: Server, *args: str) -> str:
-    root = ServerConfig(data_dir=server.data_dir).run_dir / "runsc"
-    out = subprocess.run([find_runsc() or "runsc", f"--root={root}", *args], capture_output=True, text=True, timeout=60)
-    return out.stdout
+from tests.conftest import Server, runsc_cli, wait_for
 
 
 def _client(server: Server) -> dict[str, str]:
@@ -62,10 +38,10 @@ def test_a_box_that_died_while_the_server_was_down_is_marked_failed(own_server: 
     alive = Sandbox.create(name="alive", **kw)
     dead = Sandbox.create(name="dead", **kw)
     own_server.stop()
-    assert len(_runsc(own_server, "list", "--quiet").split()) == 2, "the boxes outlive the server"
+    assert len(runsc_cli(own_server, "list", "--quiet").split()) == 2, "the boxes outlive the server"
     record = Store(ServerConfig(data_dir=own_server.data_dir).db_url).get_sandbox(dead.id)
     assert record is not None and record.runtime_id
-    _runsc(own_server, "delete", "--force", record.runtime_id)
+    runsc_cli(own_server, "delete", "--force", record.runtime_id)
     own_server.start()
     assert Sandbox.connect(alive.id, **kw).commands.run("echo up").stdout == "up\n"
     info = Sandbox.connect(dead.id, **kw).get_info()
@@ -81,8 +57,8 @@ def test_a_box_that_died_while_the_server_was_down_is_marked_failed(own_server: 
 def test_a_box_whose_runtime_dies_is_reported_failed_at_once(own_server: Server) -> None:
     kw = _client(own_server)
     sb = Sandbox.create(name="doomed", **kw)
-    (rid,) = _runsc(own_server, "list", "--quiet").split()
-    _runsc(own_server, "kill", rid, "KILL")
+    (rid,) = runsc_cli(own_server, "list", "--quiet").split()
+    runsc_cli(own_server, "kill", rid, "KILL")
     wait_for(lambda: sb.get_info().status == "failed", timeout=15, what="the box to be reported failed")
     with pytest.raises(ConflictError):
         sb.commands.run("echo hi")

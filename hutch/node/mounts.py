@@ -46,6 +46,13 @@ def become_subreaper() -> None:
         raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(err)}")
 
 
+def process_name(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
 def adopted_children() -> set[int]:
     """The pids of this process' children (its own and adopted ones)."""
     kids: set[int] = set()

@@ -121,9 +121,13 @@ class Node:
         self.egress: EgressProxy | None = None  # each box's way out; None: boxes have none
 
     def reap(self) -> None:
-        """Collect the exit of every adopted runsc process that has ended (never a runsc call in
-        flight: asyncio waits for those itself)."""
+        """Collect the exit of every adopted runsc process that has ended: a box's sandbox and
+        gofer (runsc re-executes itself, so their name is "exe"). Never a runsc call of ours: the
+        event loop waits for those itself, and (under uvloop) would wait for ever if its exit
+        status were taken here; it may not be in `runsc.running` yet, so go by its name too."""
         for pid in mounts.adopted_children() - self.runsc.running:
+            if mounts.process_name(pid) != "exe":
+                continue
             try:
                 os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
@@ -353,9 +357,27 @@ class Node:
     async def _remove(self, box: Box) -> None:
         await box.release()
         await self._close_egress(box)
-        await self.runsc.delete(box.runtime_id)
+        try:
+            await self.runsc.delete(box.runtime_id)
+        except RunscError as e:  # e.g. a timeout on a starved host: the box is still to go, later
+            log.warning("runsc delete %s: %s; trying again in the background", box.runtime_id, e)
+            self._in_background(self._remove_later(box))
+            return
         mounts.unmount(box.channel_dir)
         shutil.rmtree(box.dir, ignore_errors=True)
+
+    async def _remove_later(self, box: Box, tries: int = 5) -> None:
+        for attempt in range(tries):
+            await asyncio.sleep(2.0 * (attempt + 1))
+            try:
+                await self.runsc.delete(box.runtime_id)
+            except RunscError as e:
+                log.warning("runsc delete %s, try %d: %s", box.runtime_id, attempt + 2, e)
+                continue
+            mounts.unmount(box.channel_dir)
+            shutil.rmtree(box.dir, ignore_errors=True)
+            return
+        log.error("box %s could not be deleted; the next start removes it", box.runtime_id)
 
     # --- restart --------------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -55,6 +56,13 @@ class Runsc:
         self.config = config
         config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.running: set[int] = set()  # pids of runsc calls in flight: asyncio reaps those, not the node
+        # Boots, restores, checkpoints and deletes are CPU-heavy: a few at a time finish sooner
+        # than all at once on a small host (where 20 at once made deletes time out).
+        self._heavy = asyncio.Semaphore(max(2, 2 * (os.cpu_count() or 1)))
+
+    async def _heavy_call(self, *args: str, stderr_path: Path | None = None, timeout: float | None = None) -> str:
+        async with self._heavy:
+            return await self._call(*args, stderr_path=stderr_path, timeout=timeout)
 
     async def _call(self, *args: str, stderr_path: Path | None = None, timeout: float | None = None) -> str:
         argv = [self.config.binary, *self.config.global_flags(), *args]
@@ -73,7 +81,8 @@ class Runsc:
             try:
                 out, err = await asyncio.wait_for(proc.communicate(), timeout or self.config.timeout_seconds)
             except TimeoutError:
-                proc.kill()
+                with contextlib.suppress(ProcessLookupError):  # it may have ended just now
+                    proc.kill()
                 await proc.wait()
                 raise RunscError(f"runsc {args[0]} timed out") from None
             finally:
@@ -90,7 +99,7 @@ class Runsc:
 
     async def run_detached(self, container_id: str, bundle: Path, stderr_path: Path, pid_file: Path) -> None:
         """Start a box and return once it runs; its sandbox process' pid is left in `pid_file`."""
-        await self._call("run", "--detach", f"--bundle={bundle}", f"--pid-file={pid_file}", container_id,
+        await self._heavy_call("run", "--detach", f"--bundle={bundle}", f"--pid-file={pid_file}", container_id,
                          stderr_path=stderr_path)
 
     async def state(self, container_id: str) -> dict[str, Any] | None:
@@ -111,12 +120,12 @@ class Runsc:
 
     async def restore_detached(self, container_id: str, bundle: Path, image_dir: Path, stderr_path: Path,
                                pid_file: Path) -> None:
-        await self._call("restore", "--detach", f"--bundle={bundle}", f"--image-path={image_dir}",
+        await self._heavy_call("restore", "--detach", f"--bundle={bundle}", f"--image-path={image_dir}",
                          f"--pid-file={pid_file}", container_id, stderr_path=stderr_path, timeout=120)
 
     async def checkpoint(self, container_id: str, image_dir: Path) -> None:
         """Save a container to `image_dir`; the container stops once saved."""
-        await self._call("checkpoint", f"--image-path={image_dir}", "--exclude-committed-zero-pages",
+        await self._heavy_call("checkpoint", f"--image-path={image_dir}", "--exclude-committed-zero-pages",
                          f"--compression={self.config.checkpoint_compression}",
                          container_id, timeout=300)
 
@@ -127,7 +136,7 @@ class Runsc:
     async def delete(self, container_id: str) -> None:
         """Stop and remove a container; quiet when it is already gone."""
         try:
-            await self._call("delete", "--force", container_id, timeout=30)
+            await self._heavy_call("delete", "--force", container_id, timeout=60)
         except RunscError as e:
             if not _gone(e):
                 raise

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
@@ -325,6 +327,13 @@ async def _refuse(send: Send, limit: int) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def _dump_tasks() -> None:
+    tasks = asyncio.all_tasks()
+    log.warning("%d tasks, each with where it waits:", len(tasks))
+    for task in tasks:
+        task.print_stack(limit=12, file=sys.stderr)
+
+
 def create_app(config: ServerConfig) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -333,7 +342,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         st.node.start_reaping()
         await st.sandboxes.reconcile()
         st.pool.start()
-        lifetimes = asyncio.get_running_loop().create_task(st.sandboxes.run_lifetimes())
+        loop = asyncio.get_running_loop()
+        lifetimes = loop.create_task(st.sandboxes.run_lifetimes())
+        loop.add_signal_handler(signal.SIGUSR2, _dump_tasks)  # `kill -USR2 <pid>`: what every task waits on
         try:
             yield
         finally:
