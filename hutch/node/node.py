@@ -47,6 +47,13 @@ class ChannelError(RuntimeError):
     """The box's channel directory holds something other than the agent's socket."""
 
 
+class NoSpaceError(OSError):
+    """Not enough disk for a box's checkpoint; the box was not touched."""
+
+
+CHECKPOINT_SLACK = 32 * 2**20  # beyond the sandbox's resident memory, which bounds its image
+
+
 @dataclass
 class Box:
     runtime_id: str
@@ -89,6 +96,21 @@ class Box:
     @property
     def socket(self) -> Path:
         return self.channel_dir / protocol.SOCKET_NAME
+
+
+def _resident_bytes(pid_file: Path) -> int:
+    """The resident memory of a box's sandbox process (0 if it cannot be read)."""
+    try:
+        status = Path(f"/proc/{int(pid_file.read_text())}/status").read_text()
+        return 1024 * int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+    except (OSError, ValueError, StopIteration):
+        return 0
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 def new_runtime_id() -> str:
@@ -242,9 +264,14 @@ class Node:
         """Checkpoint a box to `image_dir` (memory, processes, its written files) and free it.
 
         The agent first closes every socket of the host's (gVisor cannot save them); if the
-        checkpoint fails, the box is told to listen again and keeps running.
+        checkpoint fails, the box is told to listen again and keeps running. A disk without room
+        for the image is found out first (a checkpoint that runs out of space can end the box).
         """
         box = self._boxes[runtime_id]
+        needed = _resident_bytes(box.dir / "sandbox.pid") + CHECKPOINT_SLACK
+        free = shutil.disk_usage(_existing(image_dir)).free
+        if free < needed:
+            raise NoSpaceError(f"{free // 2**20} MiB free where the checkpoint needs about {needed // 2**20} MiB")
         (await box.agent.post(protocol.QUIESCE)).raise_for_status()
         await box.release()
         deadline = time.monotonic() + 10

@@ -20,7 +20,7 @@ import uuid
 from collections import defaultdict
 from pathlib import Path
 
-from hutch.node.node import Box, BoxStartError, Node
+from hutch.node.node import Box, BoxStartError, Node, NoSpaceError
 from hutch.node.spec import Limits
 from hutch.server.config import ServerConfig
 from hutch.server.errors import ApiError, not_found
@@ -190,6 +190,11 @@ class Sandboxes:
                 await self.node.pause(rec.runtime_id, image)
                 self.metrics.pause_seconds.observe(time.perf_counter() - started)
                 (image / CHECKPOINT_DONE).touch()
+            except NoSpaceError as e:  # found before anything was done to the box
+                self.store.update_sandbox(rec.id, status="active", pause_at=self._deadline(PAUSE_RETRY_SECONDS)
+                                          if rec.pause_at is not None else None)
+                raise ApiError(507, "insufficient_storage", f"the server's disk has no room for this sandbox's "
+                               f"checkpoint ({e}); it runs on") from e
             except Exception as e:
                 alive = await self.node.is_alive(rec.runtime_id) and self.node.get(rec.runtime_id) is not None
                 log.error("pausing %s failed: %s", rec.id, e)
