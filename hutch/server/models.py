@@ -143,6 +143,8 @@ class SignalProcess(Strict):
 class StdinFrame(Strict):
     """Bytes for a process' stdin, as text (`d`) or base64 (`b`)."""
 
+    model_config = ConfigDict(extra="forbid", strict=False)  # base64 arrives as a str to decode
+
     d: str | None = None
     b: Base64Bytes | None = None
 

@@ -17,7 +17,7 @@ import pytest
 from hutch import Sandbox, SandboxError, ServerError
 from hutch.server.config import ServerConfig
 from hutch.store import Store
-from tests.conftest import Env, Server, make_server, runsc_cli, wait_for
+from tests.conftest import Env, Server, make_server, retire, runsc_cli, wait_for
 
 
 def _held(server: Server) -> dict[str, set[str]]:
@@ -124,13 +124,7 @@ def small_disk_server() -> Iterator[Server]:
         server.start()
         yield server
     finally:
-        if server.proc and server.proc.poll() is None:
-            server.cleanup_boxes(server.admin_key())
-        server.stop()
-        for rid in runsc_cli(server, "list", "--quiet").split():
-            runsc_cli(server, "delete", "--force", rid)
-        subprocess.run(["umount", "-l", str(server.data_dir)], capture_output=True)
-        server.remove()
+        retire(server, lambda: subprocess.run(["umount", "-l", str(server.data_dir)], capture_output=True))
 
 
 def test_a_full_disk_is_a_clear_error_and_loses_nothing(small_disk_server: Server) -> None:
