@@ -121,3 +121,22 @@ def test_ps_lists_spawned_processes(env: Env) -> None:
         assert [p["pid"] for p in listed] == [proc.pid]
     finally:
         sb.kill()
+
+
+def test_egress_rules_at_create_and_the_network_log(env: Env) -> None:
+    made = hutch(env, "create", "--name", "strict", "--allow-out", "*.example.test", "--deny-out", "0.0.0.0/0")
+    assert made.returncode == 0, made.stderr
+    box = made.stdout.decode().strip()
+    try:
+        # denied before any lookup (deny-all, and nothing names it): no packet leaves this machine
+        run = hutch(env, "exec", box, "--", "curl -sS -o /dev/null -w '%{http_code}' http://blocked.invalid/")
+        assert run.stdout.decode() == "403"
+        table = hutch(env, "netlog", box).stdout.decode()
+        assert table.splitlines()[0].split()[:4] == ["TIME", "DESTINATION", "ADDRESS", "VERDICT"]
+        assert "blocked.invalid:80" in table and "denied" in table and "deny_out:0.0.0.0/0" in table
+        listed = json.loads(hutch(env, "--json", "netlog", box).stdout)
+        assert listed[0]["host"] == "blocked.invalid" and listed[0]["ip"] is None
+        info = json.loads(hutch(env, "--json", "info", box).stdout)
+        assert info["network"] == {"allow_out": ["*.example.test"], "deny_out": ["0.0.0.0/0"]}
+    finally:
+        hutch(env, "kill", box)
