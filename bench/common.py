@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import secrets
 import shutil
@@ -118,6 +119,15 @@ def bench_env(rootfs: Path, warm_pool: int = 0,
 def wait_for_pool(base_url: str, size: int) -> None:
     while httpx.get(f"{base_url}/health").json()["warm_pool"] < size:
         time.sleep(0.02)
+
+
+def main_for(title: str, measure: Callable[[int], tuple[dict[str, dict[str, float]], list[tuple[str, str]],
+                                                         dict[str, float]]]) -> None:
+    """`python -m bench.NAME [-n N]`: run one benchmark's measure(n) and print its table."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-n", type=int, default=20, help="runs per figure (default %(default)s)")
+    n = ap.parse_args().n
+    report(title, n, *measure(n))
 
 
 def report(title: str, n: int, figures: dict[str, dict[str, float]], pairs: list[tuple[str, str]],

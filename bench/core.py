@@ -11,14 +11,13 @@ back, a 10 MB file write and read; and as floors, raw `runsc run` of `true`
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import subprocess
 import threading
 import time
 
-from bench.common import bench_env, report, stats, timed, wait_for_pool
+from bench.common import bench_env, main_for, stats, timed, wait_for_pool
 from hutch import Process, Sandbox
 from hutch.node import base_image
 from hutch.server.config import DEFAULT_CACHE_DIR
@@ -118,10 +117,7 @@ def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]],
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("-n", type=int, default=20)
-    n = ap.parse_args().n
-    report("core", n, *measure(n))
+    main_for("core", measure)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,13 @@ N sequential GETs on new connections, then a 64 MB download.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from bench.common import bench_env, report, stats
+from bench.common import bench_env, main_for, stats
 from hutch import Sandbox
 from hutch.node import base_image
 from hutch.server.config import DEFAULT_CACHE_DIR
@@ -67,10 +66,7 @@ def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]],
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("-n", type=int, default=20)
-    n = ap.parse_args().n
-    report("egress", n, *measure(n))
+    main_for("egress", measure)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,13 @@ paused box, and from it how many paused boxes fit on this disk.
 
 from __future__ import annotations
 
-import argparse
 import secrets
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
-from bench.common import RawRunsc, bench_env, report, stats
+from bench.common import RawRunsc, bench_env, main_for, stats
 from hutch import Sandbox
 from hutch.node import base_image
 from hutch.node.runsc import RunscConfig
@@ -91,10 +90,7 @@ def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]],
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("-n", type=int, default=20)
-    n = ap.parse_args().n
-    report("pause", n, *measure(n))
+    main_for("pause", measure)
 
 
 if __name__ == "__main__":

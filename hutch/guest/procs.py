@@ -156,9 +156,7 @@ class ProcTable:
         self._procs: dict[int, Proc] = {}
 
     def start(self, req: dict[str, Any]) -> Proc:
-        cmd = req.get("cmd")
-        if not isinstance(cmd, str):
-            raise ProcError(400, p.ERR_BAD_REQUEST, "cmd must be a string")
+        cmd: str = req["cmd"]  # a string: the channel checked it
         size = req.get("pty")
         if size is not None and not (isinstance(size, dict) and _dims(size.get("rows"), size.get("cols"))):
             raise ProcError(400, p.ERR_BAD_REQUEST, "pty must be {rows, cols} within 1..1000")

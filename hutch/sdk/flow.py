@@ -170,9 +170,7 @@ async def run_async(client: httpx.AsyncClient, flow: Flow[T]) -> T:
                     assert streamed.alines is not None
                     value = await anext(streamed.alines, None)
                 elif isinstance(step, Callback):
-                    result = step.fn(step.arg)
-                    if inspect.isawaitable(result):
-                        await result
+                    await call_back(step.fn, step.arg)
                 elif isinstance(step, Sleep):
                     await asyncio.sleep(step.seconds)
             except httpx.TransportError as e:
@@ -194,6 +192,13 @@ async def _send_async(client: httpx.AsyncClient, call: Call, streamed: _Streamed
             return Reply(response.status_code, response.headers, body)
         streamed.response, streamed.alines = response, response.aiter_lines()
     return Reply(response.status_code, response.headers, b"" if call.stream else response.content)
+
+
+async def call_back(fn: Callable[[str], Any], arg: str) -> None:
+    """Call a user's callback, awaiting what it returns if it is awaitable (async SDK)."""
+    result = fn(arg)
+    if inspect.isawaitable(result):
+        await result
 
 
 def _timeout(client: httpx.Client | httpx.AsyncClient, call: Call) -> httpx.Timeout:

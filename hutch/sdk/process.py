@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import inspect
 import itertools
 import json
 import signal as signals
@@ -24,6 +23,7 @@ from websockets.asyncio.client import connect as ws_connect
 
 from hutch.sdk.config import tls_context
 from hutch.sdk.errors import ConflictError, SandboxError, SandboxTimeoutError, ServerError, error_for, error_from_response
+from hutch.sdk.flow import call_back
 from hutch.sdk.ops import DataPlane
 
 T = TypeVar("T")
@@ -158,9 +158,7 @@ class AsyncProcess:
         self._output_parts[kind].append(text)
         callback = self._callbacks[kind]
         if callback is not None:
-            result = callback(text)
-            if inspect.isawaitable(result):
-                await result
+            await call_back(callback, text)
 
     async def _request(self, msg: dict[str, Any]) -> dict[str, Any]:
         assert self._ws is not None and self._done is not None
