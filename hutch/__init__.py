@@ -1,31 +1,7 @@
 """hutch: self-hosted gVisor sandboxes for AI agents. `from hutch import Sandbox, AsyncSandbox`."""
 
-from hutch.sdk import (
-    AsyncProcess,
-    AsyncSandbox,
-    AuthenticationError,
-    CommandResult,
-    ConflictError,
-    NetworkConfig,
-    NetworkLogEntry,
-    NetworkLogPage,
-    NotFoundError,
-    Process,
-    ProcessInfo,
-    PtySize,
-    RateLimitError,
-    Sandbox,
-    SandboxError,
-    SandboxInfo,
-    SandboxTimeoutError,
-    ServerError,
-    ValidationError,
-)
+from hutch.sdk import *  # noqa: F403  (the SDK's names are hutch's)
+from hutch.sdk import __all__ as _sdk_names
 
 __version__ = "0.1.0"
-__all__ = [
-    "AsyncProcess", "AsyncSandbox", "AuthenticationError", "CommandResult", "ConflictError", "NetworkConfig", "NetworkLogEntry",
-    "NetworkLogPage", "NotFoundError",
-    "Process", "ProcessInfo", "PtySize", "RateLimitError", "Sandbox", "SandboxError", "SandboxInfo",
-    "SandboxTimeoutError", "ServerError", "ValidationError",
-]
+__all__ = list(_sdk_names)

@@ -19,9 +19,13 @@ from hutch.sdk import (
     NetworkConfig,
     NetworkLogEntry,
     ProcessInfo,
+    Provider,
     Sandbox,
     SandboxError,
     SandboxInfo,
+    Secret,
+    SecretAuditEntry,
+    SecretInfo,
 )
 from hutch.server.config import DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, DEFAULT_PORT
 
@@ -65,7 +69,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = ServerConfig(data_dir=args.data_dir, cache_dir=args.cache_dir, host=args.host, port=args.port,
                           warm_pool=args.warm_pool, max_sandboxes=args.max_sandboxes,
                           team_max_sandboxes=args.team_max_sandboxes, egress_hosts=args.egress_hosts,
-                          egress_system_dns=not args.egress_no_system_dns)
+                          egress_system_dns=not args.egress_no_system_dns, trust_ca=tuple(args.trust_ca or ()))
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if not base_image.is_built(config.cache_dir):
         base_image.build(config.cache_dir, progress=lambda line: print(line, flush=True))
@@ -84,7 +88,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from hutch.server.attach import MAX_FRAME
 
     # A WebSocket frame is held whole before the app sees it: keep frames and the queue small.
-    uvicorn.run(create_app(config), host=config.host, port=config.port, log_level="warning",
+    # The standard asyncio loop, not uvloop: uvloop's start_tls (the egress proxy terminating a
+    # box's TLS to swap a secret in) lost the tail of large answers when the server closed first.
+    uvicorn.run(create_app(config), host=config.host, port=config.port, log_level="warning", loop="asyncio",
                 access_log=False, timeout_graceful_shutdown=5, ws_max_size=MAX_FRAME + 4096, ws_max_queue=4)
     return 0
 
@@ -129,7 +135,8 @@ def _pairs(items: Sequence[str] | None, what: str) -> dict[str, str]:
     return result
 
 
-def _info_json(info: SandboxInfo | ProcessInfo | NetworkLogEntry) -> dict[str, Any]:
+def _info_json(info: SandboxInfo | ProcessInfo | NetworkLogEntry | SecretInfo | SecretAuditEntry | Provider,
+               ) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(json.dumps(asdict(info), default=str))
     return data
 
@@ -145,7 +152,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         if args.allow_out or args.deny_out else None
     sb = Sandbox.create(args.name, from_template=args.template, timeout_seconds=args.timeout,
                         metadata=_pairs(args.metadata, "--metadata") or None, env_vars=_pairs(args.env, "--env") or None,
-                        network=network)
+                        network=network, secrets=_pairs(args.secret, "--secret") or None)
     info = sb.get_info()
     sb.close()
     print(json.dumps(_info_json(info)) if args.json else info.id)
@@ -217,6 +224,65 @@ def cmd_netlog(args: argparse.Namespace) -> int:
     rows = [[e.at.strftime("%H:%M:%S"), f"{e.host}:{e.port}", e.ip or "-", e.verdict, e.rule,
              str(e.bytes_out), str(e.bytes_in)] for e in page.entries]
     print(_table(rows, ["TIME", "DESTINATION", "ADDRESS", "VERDICT", "RULE", "OUT", "IN"]))
+    return 0
+
+
+def _secret_value(args: argparse.Namespace) -> str:
+    """Never from the command line, where `ps` shows it: a variable named by --from-env, else stdin."""
+    if args.from_env:
+        value = os.environ.get(args.from_env)
+        if not value:
+            raise SystemExit(f"hutch: ${args.from_env} is not set")
+        return value
+    if sys.stdin.isatty():
+        import getpass
+
+        return getpass.getpass("secret value: ")
+    return sys.stdin.read().rstrip("\r\n")
+
+
+def cmd_secret(args: argparse.Namespace) -> int:
+    if args.action != "ls" and not args.name:
+        raise SystemExit(f"hutch: secret {args.action} needs a secret name")
+    if args.action == "create":
+        secret = Secret.create(args.name, _secret_value(args), provider=args.provider,
+                               allowed_hosts=args.allowed_host or None,
+                               auth={"header": args.header, "format": args.format} if args.header else None)
+        print(json.dumps(_info_json(secret.info)) if args.json else f"created {secret.name}")
+    elif args.action == "rotate":
+        secret = Secret.get(args.name)
+        secret.rotate(_secret_value(args))
+        print(json.dumps(_info_json(secret.info)) if args.json else f"rotated {secret.name} (version {secret.version})")
+    elif args.action == "rm":
+        Secret.delete_by_name(args.name)
+        if not args.json:
+            print(f"deleted {args.name}")
+    elif args.action == "ls":
+        secrets = Secret.list()
+        if args.json:
+            print(json.dumps([_info_json(s.info) for s in secrets]))
+        else:
+            rows = [[s.name, s.provider or "-", ",".join(s.allowed_hosts), f"{s.auth.header}: {s.auth.format}",
+                     str(s.version)] for s in secrets]
+            print(_table(rows, ["NAME", "PROVIDER", "HOSTS", "AUTH", "VERSION"]))
+    elif args.action == "audit":
+        page = Secret.get(args.name).audit(limit=args.limit, sandbox_id=args.sandbox)
+        if args.json:
+            print(json.dumps([_info_json(e) for e in page.entries]))
+        else:
+            rows = [[e.at.strftime("%Y-%m-%d %H:%M:%S"), e.sandbox_id, e.env, e.host, e.method, e.path,
+                     str(e.status or "-")] for e in page.entries]
+            print(_table(rows, ["TIME", "SANDBOX", "ENV", "HOST", "METHOD", "PATH", "STATUS"]))
+    return 0
+
+
+def cmd_providers(args: argparse.Namespace) -> int:
+    providers = Provider.list()
+    if args.json:
+        print(json.dumps([_info_json(p) for p in providers]))
+        return 0
+    rows = [[p.name, p.env, ",".join(p.allowed_hosts), f"{p.auth.header}: {p.auth.format}"] for p in providers]
+    print(_table(rows, ["PROVIDER", "ENV", "HOSTS", "AUTH"]))
     return 0
 
 
@@ -292,6 +358,9 @@ def parser() -> argparse.ArgumentParser:
                    help="an /etc/hosts-style map the egress proxy resolves names with before DNS")
     s.add_argument("--egress-no-system-dns", action="store_true",
                    help="resolve boxes' destinations only with --egress-hosts (others fail)")
+    s.add_argument("--trust-ca", action="append", type=Path, metavar="PEM",
+                   help="a CA certificate boxes and the secret-swapping proxy trust beyond the host's store "
+                        "(a TLS-inspecting proxy's, say; repeatable)")
     s.set_defaults(fn=cmd_serve)
 
     s = sub.add_parser("build-base", help="build the base template (Debian) if it is not built")
@@ -310,7 +379,24 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--env", "-e", action="append", metavar="KEY=VALUE")
     s.add_argument("--allow-out", action="append", metavar="CIDR|DOMAIN", help="egress allow rule (repeatable)")
     s.add_argument("--deny-out", action="append", metavar="CIDR", help="egress deny rule (repeatable)")
+    s.add_argument("--secret", "-s", action="append", metavar="ENV=SECRET",
+                   help="bind a secret to an env var: the box sees only a stand-in (repeatable)")
     s.set_defaults(fn=cmd_create)
+
+    s = sub.add_parser("secret", help="manage secrets: create, ls, rotate, rm, audit")
+    s.add_argument("action", choices=["create", "ls", "rotate", "rm", "audit"])
+    s.add_argument("name", nargs="?")
+    s.add_argument("--provider", help="anthropic, openai, ... (hutch providers)")
+    s.add_argument("--allowed-host", action="append", metavar="DOMAIN", help="where it may be sent (repeatable)")
+    s.add_argument("--header", help="the header clients send it in (default: the provider's, else authorization)")
+    s.add_argument("--format", default="{value}", help='the header value, "{value}" for the secret (e.g. "Bearer {value}")')
+    s.add_argument("--from-env", metavar="VAR", help="read the value from this variable (default: stdin)")
+    s.add_argument("--sandbox", help="audit: only this sandbox's requests")
+    s.add_argument("--limit", type=int, default=50)
+    s.set_defaults(fn=cmd_secret)
+
+    s = sub.add_parser("providers", help="services a secret can name as its provider")
+    s.set_defaults(fn=cmd_providers)
 
     s = sub.add_parser("ls", help="list sandboxes")
     s.add_argument("--status")

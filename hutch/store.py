@@ -11,7 +11,7 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +71,7 @@ network_log = sa.Table(
     sa.Column("bytes_out", sa.BigInteger, nullable=False),
     sa.Column("bytes_in", sa.BigInteger, nullable=False),
     sa.Column("error", sa.String(300)),
+    sa.Column("secrets", sa.Text),  # JSON list of the secrets swapped into its requests, or null
     sa.Index("ix_network_log_sandbox", "sandbox_id", "id"),
 )
 NETWORK_LOG_KEEP = 10_000  # newest entries kept per sandbox
@@ -85,7 +86,46 @@ templates = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
 )
 
+secrets_table = sa.Table(
+    "secrets", meta,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("team_id", sa.String(36), sa.ForeignKey("teams.id"), nullable=False),
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("provider", sa.String(64)),
+    sa.Column("header", sa.String(128), nullable=False),
+    sa.Column("format", sa.String(256), nullable=False),
+    sa.Column("hosts", sa.Text, nullable=False),  # JSON list of domain patterns
+    sa.Column("sealed", sa.LargeBinary, nullable=False),  # the value, sealed by hutch.secrets.vault
+    sa.Column("version", sa.Integer, nullable=False),  # counts rotations
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("team_id", "name"),
+)
+secret_bindings = sa.Table(
+    "secret_bindings", meta,
+    sa.Column("sandbox_id", sa.String(36), primary_key=True),
+    sa.Column("env", sa.String(128), primary_key=True),
+    sa.Column("secret_id", sa.String(36), nullable=False),  # no foreign key: a deleted secret leaves it revoked
+    sa.Column("secret_name", sa.String(128), nullable=False),
+    sa.Column("standin", sa.String(128), nullable=False, unique=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+secret_audit = sa.Table(
+    "secret_audit", meta,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("secret_id", sa.String(36), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("sandbox_id", sa.String(36), nullable=False),
+    sa.Column("env", sa.String(128), nullable=False),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("method", sa.String(32), nullable=False),
+    sa.Column("path", sa.String(300), nullable=False),
+    sa.Column("status", sa.Integer),  # null: no answer came
+    sa.Index("ix_secret_audit_secret", "secret_id", "id"),
+)
+
 API_KEY_PREFIX = "hutch_"
+POOL_SIZE = 5  # database connections kept open (route dependencies run on worker threads)
 
 
 def hash_secret(raw: str) -> str:
@@ -145,6 +185,46 @@ class NetworkLogRecord:
     bytes_out: int
     bytes_in: int
     error: str | None
+    secrets: list[str] | None = None
+
+
+@dataclass
+class SecretRecord:
+    id: str
+    team_id: str
+    name: str
+    provider: str | None
+    header: str
+    format: str
+    hosts: list[str]
+    sealed: bytes
+    version: int
+    created_at: float
+    updated_at: float
+
+
+@dataclass
+class BindingRecord:
+    sandbox_id: str
+    env: str
+    secret_id: str
+    secret_name: str
+    standin: str
+    created_at: float
+    revoked: bool = False  # its secret is gone
+
+
+@dataclass
+class AuditRecord:
+    id: int
+    secret_id: str
+    at: float
+    sandbox_id: str
+    env: str
+    host: str
+    method: str
+    path: str
+    status: int | None
 
 
 @dataclass
@@ -160,7 +240,7 @@ class TemplateRecord:
 
 class Store:
     def __init__(self, url: str) -> None:
-        self.engine = sa.create_engine(url)
+        self.engine = sa.create_engine(url, pool_size=POOL_SIZE, max_overflow=10)
         if self.engine.dialect.name == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         meta.create_all(self.engine)
@@ -202,9 +282,12 @@ class Store:
 
     # --- sandboxes ------------------------------------------------------------------------------
 
-    def insert_sandbox(self, rec: SandboxRecord) -> None:
+    def insert_sandbox(self, rec: SandboxRecord, bindings: Sequence[BindingRecord] = ()) -> None:
+        """The sandbox and its secret bindings, in one transaction."""
         with self._tx() as c:
             c.execute(sandboxes.insert().values(**rec.to_row()))
+            for b in bindings:
+                c.execute(secret_bindings.insert().values(**{k: v for k, v in b.__dict__.items() if k != "revoked"}))
 
     def get_sandbox(self, sandbox_id: str, team_id: str | None = None) -> SandboxRecord | None:
         q = sa.select(sandboxes).where(sandboxes.c.id == sandbox_id, sandboxes.c.status != "deleted")
@@ -263,6 +346,7 @@ class Store:
     # --- network log ----------------------------------------------------------------------------
 
     def add_network_log(self, **entry: Any) -> None:
+        entry["secrets"] = json.dumps(entry["secrets"]) if entry.get("secrets") else None
         with self._tx() as c:
             key = c.execute(network_log.insert().values(**entry)).inserted_primary_key
             if key is not None and key[0] % 500 == 0:  # now and then, keep only the newest entries of this sandbox
@@ -279,11 +363,92 @@ class Store:
             q = q.where(network_log.c.id < before)
         with self._tx() as c:
             rows = c.execute(q.order_by(network_log.c.id.desc()).limit(limit))
-            return [NetworkLogRecord(**dict(r._mapping)) for r in rows]
+            return [NetworkLogRecord(**{**r._mapping, "secrets": json.loads(r.secrets) if r.secrets else None})
+                    for r in rows]
 
     def delete_network_log(self, sandbox_id: str) -> None:
         with self._tx() as c:
             c.execute(network_log.delete().where(network_log.c.sandbox_id == sandbox_id))
+
+    # --- secrets ---------------------------------------------------------------------------------
+
+    def insert_secret(self, rec: SecretRecord) -> bool:
+        """False if the team has a secret of that name already."""
+        try:
+            with self._tx() as c:
+                c.execute(secrets_table.insert().values(**dict(rec.__dict__, hosts=json.dumps(rec.hosts))))
+        except sa.exc.IntegrityError:
+            return False
+        return True
+
+    def _secret(self, c: Connection, *where: Any) -> SecretRecord | None:
+        row = c.execute(sa.select(secrets_table).where(*where)).first()
+        return SecretRecord(**{**row._mapping, "hosts": json.loads(row.hosts)}) if row else None
+
+    def get_secret(self, team_id: str, name: str) -> SecretRecord | None:
+        with self._tx() as c:
+            return self._secret(c, secrets_table.c.team_id == team_id, secrets_table.c.name == name)
+
+    def secret_by_id(self, secret_id: str) -> SecretRecord | None:
+        with self._tx() as c:
+            return self._secret(c, secrets_table.c.id == secret_id)
+
+    def list_secrets(self, team_id: str) -> list[SecretRecord]:
+        with self._tx() as c:
+            rows = c.execute(sa.select(secrets_table).where(secrets_table.c.team_id == team_id)
+                             .order_by(secrets_table.c.name))
+            return [SecretRecord(**{**r._mapping, "hosts": json.loads(r.hosts)}) for r in rows]
+
+    def rotate_secret(self, secret_id: str, sealed: bytes) -> None:
+        with self._tx() as c:
+            c.execute(secrets_table.update().where(secrets_table.c.id == secret_id).values(
+                sealed=sealed, version=secrets_table.c.version + 1, updated_at=time.time()))
+
+    def delete_secret(self, secret_id: str) -> None:
+        with self._tx() as c:
+            c.execute(secrets_table.delete().where(secrets_table.c.id == secret_id))
+
+    def bind_secret(self, b: BindingRecord) -> None:
+        """Bind a secret to an env var of a sandbox, in place of any binding it had."""
+        with self._tx() as c:
+            c.execute(secret_bindings.delete().where(secret_bindings.c.sandbox_id == b.sandbox_id,
+                                                     secret_bindings.c.env == b.env))
+            c.execute(secret_bindings.insert().values(**{k: v for k, v in b.__dict__.items() if k != "revoked"}))
+
+    def unbind_secret(self, sandbox_id: str, env: str) -> bool:
+        with self._tx() as c:
+            return bool(c.execute(secret_bindings.delete().where(secret_bindings.c.sandbox_id == sandbox_id,
+                                                                 secret_bindings.c.env == env)).rowcount)
+
+    def bindings(self, sandbox_id: str) -> list[BindingRecord]:
+        """A sandbox's bindings, each marked revoked if its secret is gone."""
+        b, s = secret_bindings.c, secrets_table.c
+        q = (sa.select(secret_bindings, s.id.label("live")).select_from(
+            secret_bindings.outerjoin(secrets_table, s.id == b.secret_id))
+             .where(b.sandbox_id == sandbox_id).order_by(b.env))
+        with self._tx() as c:
+            return [BindingRecord(**{k: v for k, v in r._mapping.items() if k != "live"}, revoked=r.live is None)
+                    for r in c.execute(q)]
+
+    def delete_bindings(self, sandbox_id: str) -> None:
+        with self._tx() as c:
+            c.execute(secret_bindings.delete().where(secret_bindings.c.sandbox_id == sandbox_id))
+
+    def add_secret_audit(self, **entry: Any) -> None:
+        with self._tx() as c:
+            c.execute(secret_audit.insert().values(**entry))
+
+    def secret_audit(self, secret_id: str, limit: int, before: int | None = None,
+                     sandbox_id: str | None = None) -> list[AuditRecord]:
+        """Newest first; `before` an id from an earlier page."""
+        a = secret_audit.c
+        q = sa.select(secret_audit).where(a.secret_id == secret_id)
+        if before is not None:
+            q = q.where(a.id < before)
+        if sandbox_id is not None:
+            q = q.where(a.sandbox_id == sandbox_id)
+        with self._tx() as c:
+            return [AuditRecord(**r._mapping) for r in c.execute(q.order_by(a.id.desc()).limit(limit))]
 
     def due(self, now: float) -> tuple[list[str], list[str]]:
         """Ids of active sandboxes past their pause deadline, and of paused ones past deletion."""

@@ -26,7 +26,7 @@ from hutch.node.runsc import find_runsc
 from hutch.sdk.process import AsyncProcess, AsyncProcessStdin
 from hutch.sdk.sandbox import AsyncCommands, AsyncFiles
 from hutch.server.config import ServerConfig
-from tests.internet import EGRESS_HOSTS, Internet, stand_in_internet
+from tests.internet import EGRESS_HOSTS, Internet, certificate, stand_in_internet
 
 HUTCH = [sys.executable, "-m", "hutch.cli"]
 
@@ -109,7 +109,8 @@ def make_server(*args: str) -> Server:
     root = Path(tempfile.mkdtemp(prefix="hutch-t", dir="/tmp"))
     hosts = root / "egress-hosts"
     hosts.write_text(EGRESS_HOSTS)
-    return Server(root / "data", free_port(), ("--egress-hosts", str(hosts), "--egress-no-system-dns", *args))
+    return Server(root / "data", free_port(), ("--egress-hosts", str(hosts), "--egress-no-system-dns",
+                                               "--trust-ca", str(certificate()[0]), *args))
 
 
 def runsc_cli(server: Server, *args: str) -> str:

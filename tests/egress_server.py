@@ -1,8 +1,10 @@
 """A stand-in for "the internet", run inside a network namespace the tests make: plain HTTP on
-port 80 and HTTPS on 443 (a self-signed certificate for example.test and *.example.test). Each
-answer says what the server saw: the Host header, the path and, over TLS, the server name.
+port 80 and HTTPS on 443 (a self-signed certificate for the test names). Each answer says what
+the server saw: the Host header, the path and, over TLS, the server name. Every request's headers
+also go, as a JSON line, to SEEN_LOG, which only the tests on the host read: an answer never
+echoes a header's value, so a credential that arrives here never travels back into a box.
 
-    python3 egress_server.py CERT KEY
+    python3 egress_server.py CERT KEY SEEN_LOG
 """
 
 from __future__ import annotations
@@ -13,8 +15,23 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+SEEN_LOG = ""
+_seen_lock = threading.Lock()
+
 
 class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as real APIs
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        if ok and SEEN_LOG:
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            line = json.dumps({"method": self.command, "path": self.path, "headers": headers,
+                               "tls": isinstance(self.connection, ssl.SSLSocket)})
+            with _seen_lock, open(SEEN_LOG, "a") as f:
+                f.write(line + "\n")
+        return ok
+
     def do_GET(self) -> None:
         if self.path.startswith("/big/"):
             size = int(self.path.split("/")[2])
@@ -41,7 +58,9 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main() -> None:
+    global SEEN_LOG
     cert, key = sys.argv[1], sys.argv[2]
+    SEEN_LOG = sys.argv[3] if len(sys.argv) > 3 else ""
     plain = ThreadingHTTPServer(("0.0.0.0", 80), Handler)
     secure = ThreadingHTTPServer(("0.0.0.0", 443), Handler)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -10,6 +10,9 @@ to that socket, byte for byte; everything is decided here:
   read, and a server name (SNI) other than the CONNECT host ends the connection.
 - `GET http://host/...` (plain HTTP): the same checks, and the Host header must name the same
   host; the request goes upstream with `Connection: close`, one request per connection.
+- `CONNECT` to a host the box holds a secret for: the TLS is terminated here with a certificate
+  of hutch's CA, and the requests inside are relayed by inject.py, which swaps the secret's
+  stand-in for its value. No other TLS is ever terminated; plain HTTP never gets a secret.
 
 A refusal is an HTTP 403 with the deciding rule in `X-Hutch-Egress`; every attempt, allowed or
 not, goes to the network log with its bytes each way.
@@ -23,13 +26,16 @@ import ipaddress
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from hutch.egress import tls
+from hutch.egress import inject, tls
+from hutch.egress.ca import CertificateAuthority
+from hutch.egress.inject import Injection, Reveal, Swap
 from hutch.egress.rules import IPAddress, NetworkRules, Verdict, normalize_host
 
 log = logging.getLogger("hutch.egress")
@@ -40,6 +46,7 @@ MAX_CONNECTIONS_PER_BOX = 256
 HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10.0
 RESOLVE_TIMEOUT = 10.0
+LINGER_TIMEOUT = 10.0  # how long a finished tunnel waits for the box to close its end
 CHUNK = 64 * 1024
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te",
               "trailer", "upgrade"}
@@ -51,6 +58,17 @@ class Policy:
 
     sandbox_id: str
     rules: NetworkRules
+    injections: tuple[Injection, ...] = ()  # the box's secrets, with their hosts
+
+
+@dataclass(frozen=True)
+class Interception:
+    """What swapping secrets in takes, given by the server."""
+
+    ca: CertificateAuthority  # signs what the box is shown
+    upstream: ssl.SSLContext  # checks the real servers
+    reveal: Reveal  # a secret's current value
+    audit: Callable[[str, str, Swap], None]  # sandbox id, host, a request that got a secret
 
 
 @dataclass
@@ -65,6 +83,7 @@ class LogEntry:
     bytes_out: int = 0  # from the box
     bytes_in: int = 0  # to the box
     error: str | None = None
+    secrets: list[str] = field(default_factory=list)  # names of the secrets swapped into its requests
 
 
 class Resolver:
@@ -114,8 +133,10 @@ class _Refused(Exception):
 class EgressProxy:
     def __init__(self, resolver: Resolver, policy_for: Callable[[str], Policy | None],
                  record: Callable[[LogEntry], None],
-                 host_addresses: Callable[[], Awaitable[frozenset[IPAddress]]]) -> None:
+                 host_addresses: Callable[[], Awaitable[frozenset[IPAddress]]],
+                 interception: Interception | None = None) -> None:
         self.resolver = resolver
+        self.interception = interception
         self.policy_for = policy_for  # box key -> its sandbox and rules (None: nobody's box)
         self.record = record
         self.host_addresses = host_addresses
@@ -174,14 +195,20 @@ class EgressProxy:
             if not verdict.allowed:
                 raise _Refused(403, verdict.rule, f"{host}:{port} is not allowed ({verdict.rule})")
             entry.verdict = "allowed"
+            secrets = [i for i in policy.injections if i.allows(host)] if path is None and self.interception else []
+            tls_up = self.interception.upstream if secrets and self.interception else None
             try:
-                up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(str(ip), port), CONNECT_TIMEOUT)
-            except (OSError, TimeoutError) as e:
+                up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(
+                    str(ip), port, ssl=tls_up, server_hostname=host if tls_up else None), CONNECT_TIMEOUT)
+            except (OSError, TimeoutError) as e:  # ssl.SSLError too: the host's certificate did not check out
                 entry.verdict, entry.error = "failed", str(e)[:200] or type(e).__name__
                 raise _Refused(502, "connect_failed", f"could not connect to {host}:{port}: {entry.error}") from None
             upstream = up_writer
             if path is None:
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                if secrets:
+                    await self._swap_secrets(reader, writer, up_reader, upstream, host, port, secrets, entry)
+                    return
                 if not await _tunnel_allowed(reader, upstream, host, verdict, entry):
                     return
             else:
@@ -208,6 +235,43 @@ class EgressProxy:
                     self.record(entry)
                 except Exception:
                     log.exception("writing the network log")
+
+    async def _swap_secrets(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                            up_reader: asyncio.StreamReader, upstream: asyncio.StreamWriter, host: str, port: int,
+                            secrets: list[Injection], entry: LogEntry) -> None:
+        """Terminate the box's TLS and relay its requests with their stand-ins swapped."""
+        assert self.interception is not None
+        hooks = self.interception
+        await writer.drain()
+        try:
+            await writer.start_tls(hooks.ca.server_context(host), ssl_handshake_timeout=HEAD_TIMEOUT)
+        except (ssl.SSLError, OSError, TimeoutError) as e:
+            entry.error = f"the box's TLS handshake failed: {e}"[:200]
+            return
+
+        def swapped(swap: Swap) -> None:
+            if swap.injection.secret_name not in entry.secrets:
+                entry.secrets.append(swap.injection.secret_name)
+            try:
+                hooks.audit(entry.sandbox_id, host, swap)
+            except Exception:
+                log.exception("writing the secret audit log")
+
+        def counted(out: int, into: int) -> None:
+            entry.bytes_out += out
+            entry.bytes_in += into
+
+        try:
+            await inject.relay(reader, writer, up_reader, upstream, host, port, secrets, hooks.reveal, swapped, counted)
+        finally:
+            # A lingering close: the box closes first, once it has read everything. Closing TLS
+            # from here while the box still reads can lose the tail of the answer (seen with
+            # uvloop: the last ~180 KB of a large download).
+            with contextlib.suppress(OSError, TimeoutError, ssl.SSLError):
+                await asyncio.wait_for(_until_eof(reader), LINGER_TIMEOUT)
+            writer.close()
+            with contextlib.suppress(OSError, TimeoutError, ssl.SSLError):
+                await asyncio.wait_for(writer.wait_closed(), LINGER_TIMEOUT)
 
     async def _decide(self, rules: NetworkRules, host: str) -> tuple[IPAddress | None, Verdict]:
         """The address to connect to and the verdict: each address the name resolves to is
@@ -369,6 +433,11 @@ async def _tunnel_allowed(reader: asyncio.StreamReader, upstream: asyncio.Stream
     upstream.write(raw)
     entry.bytes_out += len(raw)
     return True
+
+
+async def _until_eof(reader: asyncio.StreamReader) -> None:
+    while await reader.read(CHUNK):
+        pass
 
 
 async def _answer(writer: asyncio.StreamWriter, refused: _Refused) -> None:

@@ -57,17 +57,30 @@ def parse_cidr(text: str) -> IPNetwork:
         raise ValueError(f"{text!r} is not a CIDR (like 10.0.0.0/8 or 2001:db8::/32)") from None
 
 
+def parse_domain(text: str) -> str:
+    """A domain pattern ("example.com" or "*.example.com") in normal form."""
+    wildcard = text.startswith("*.")
+    name = normalize_host(text[2:] if wildcard else text)
+    if name is None or "*" in text[2 if wildcard else 0:]:
+        raise ValueError(f"{text!r} is not a domain (example.com or *.example.com)")
+    return f"*.{name}" if wildcard else name
+
+
+def domain_matches(pattern: str, host: str) -> bool:
+    """"example.com" matches itself only; "*.example.com" any name below it, not the apex."""
+    return host.endswith(pattern[1:]) if pattern.startswith("*.") else host == pattern
+
+
 def parse_allow(text: str) -> IPNetwork | str:
     """An allow_out entry: a network, or a domain pattern in normal form."""
     try:
         return parse_cidr(text)
     except ValueError:
         pass
-    wildcard = text.startswith("*.")
-    name = normalize_host(text[2:] if wildcard else text)
-    if name is None or "*" in text[2 if wildcard else 0:]:
-        raise ValueError(f"{text!r} is neither a CIDR nor a domain (example.com or *.example.com)")
-    return f"*.{name}" if wildcard else name
+    try:
+        return parse_domain(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is neither a CIDR nor a domain (example.com or *.example.com)") from None
 
 
 @dataclass(frozen=True)
@@ -102,13 +115,7 @@ class NetworkRules:
 
     def domain_rule(self, host: str) -> str | None:
         """The allow rule that names this host, if any."""
-        for pattern in self.allow_domains:
-            if pattern.startswith("*."):
-                if host.endswith(pattern[1:]):
-                    return pattern
-            elif host == pattern:
-                return pattern
-        return None
+        return next((pattern for pattern in self.allow_domains if domain_matches(pattern, host)), None)
 
     def decide(self, host: str | None, ip: IPAddress, host_addresses: frozenset[IPAddress]) -> Verdict:
         """Whether a connection to `ip` (reached by the name `host`, or by the address alone when

@@ -37,6 +37,13 @@ _PROXY = f"http://127.0.0.1:{p.PROXY_PORT}"
 PROXY_ENV = {"HTTP_PROXY": _PROXY, "HTTPS_PROXY": _PROXY, "http_proxy": _PROXY, "https_proxy": _PROXY,
              "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1"}
 
+# Where TLS clients find what to trust: the box's bundle, which holds hutch's egress CA (it signs
+# what the box sees of the hosts it holds secrets for), in the spellings OpenSSL, requests, curl,
+# git, pip and Node read. Only when the host mounted it.
+TRUST_ENV = {"SSL_CERT_FILE": p.CA_BUNDLE, "REQUESTS_CA_BUNDLE": p.CA_BUNDLE, "CURL_CA_BUNDLE": p.CA_BUNDLE,
+             "GIT_SSL_CAINFO": p.CA_BUNDLE, "PIP_CERT": p.CA_BUNDLE,
+             "NODE_EXTRA_CA_CERTS": p.CA_CERT} if os.path.isfile(p.CA_BUNDLE) else {}
+
 StdinKind = Literal["null", "pipe", "pty"]
 
 
@@ -59,7 +66,7 @@ def command_env(as_root: bool, extra: dict[str, Any] | None) -> tuple[dict[str, 
     home = "/root" if as_root else p.BOX_HOME
     user = "root" if as_root else p.BOX_USER
     env = {"PATH": DEFAULT_PATH, "HOME": home, "USER": user, "LOGNAME": user, "SHELL": "/bin/sh", "LANG": "C.UTF-8",
-           **PROXY_ENV}
+           **PROXY_ENV, **TRUST_ENV}
     env.update({str(k): str(v) for k, v in (extra or {}).items()})
     return env, home
 

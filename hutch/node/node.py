@@ -128,7 +128,8 @@ def agent_client(socket: str) -> httpx.AsyncClient:
 
 class Node:
     def __init__(self, run_dir: Path, runsc: Runsc, runtime: AgentRuntime,
-                 on_exit: Callable[[str], None] | None = None) -> None:
+                 on_exit: Callable[[str], None] | None = None, trust_dir: Path | None = None) -> None:
+        self.trust_dir = trust_dir  # what TLS in every box trusts (hutch.egress.ca), mounted read-only
         self.boxes_dir = run_dir / "boxes"
         self.boxes_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.runsc = runsc
@@ -201,7 +202,7 @@ class Node:
         if wake:  # a restored agent sees it at once and listens again: no signal to race with
             (box.channel_dir / protocol.WAKE_FILE).touch()
         spec = box_spec(rootfs=rootfs, channel_dir=box.channel_dir, agent_dir=AGENT_DIR,
-                        runtime=self.runtime, hostname="sandbox", limits=limits)
+                        runtime=self.runtime, hostname="sandbox", limits=limits, trust_dir=self.trust_dir)
         (box.dir / "config.json").write_text(json.dumps(spec))
 
     async def _open_egress(self, box: Box) -> None:

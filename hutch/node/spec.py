@@ -56,11 +56,16 @@ class AgentRuntime:
 
 
 def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: AgentRuntime,
-             hostname: str, limits: Limits) -> dict[str, Any]:
+             hostname: str, limits: Limits, trust_dir: Path | None = None) -> dict[str, Any]:
     def bind(src: Path, dst: str, mode: str) -> dict[str, Any]:
         return {"destination": dst, "type": "bind", "source": str(src), "options": ["rbind", mode]}
 
     caps = list(AGENT_CAPABILITIES)
+    trust = []
+    if trust_dir is not None:
+        trust.append(bind(trust_dir, protocol.TRUST_DIR, "ro"))
+        if (rootfs / protocol.SYSTEM_BUNDLE.lstrip("/")).is_file():  # tools that read only the system's bundle
+            trust.append(bind(trust_dir / "bundle.crt", protocol.SYSTEM_BUNDLE, "ro"))
     return {
         "ociVersion": "1.0.0",
         "process": {
@@ -88,6 +93,7 @@ def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: Agent
             bind(channel_dir, protocol.CHANNEL_DIR, "rw"),
             bind(agent_dir, protocol.AGENT_DIR, "ro"),
             bind(runtime.root, protocol.RUNTIME_DIR, "ro"),
+            *trust,
         ],
         "linux": {
             "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],

@@ -13,13 +13,27 @@ from hutch.sdk.errors import (
     ServerError,
     ValidationError,
 )
-from hutch.sdk.ops import CommandResult, NetworkConfig, NetworkLogEntry, NetworkLogPage, ProcessInfo, SandboxInfo
+from hutch.sdk.ops import (
+    CommandResult,
+    NetworkConfig,
+    NetworkLogEntry,
+    NetworkLogPage,
+    ProcessInfo,
+    SandboxInfo,
+    SecretAuditEntry,
+    SecretAuditPage,
+    SecretAuth,
+    SecretBinding,
+    SecretInfo,
+)
 from hutch.sdk.process import AsyncProcess, Process, PtySize
 from hutch.sdk.sandbox import AsyncSandbox, Sandbox
+from hutch.sdk.secrets import AsyncSecret, Provider, Secret
 
 __all__ = [
-    "AsyncProcess", "AsyncSandbox", "AuthenticationError", "CommandResult", "ConflictError", "NetworkConfig", "NetworkLogEntry",
-    "NetworkLogPage", "NotFoundError",
-    "Process", "ProcessInfo", "PtySize", "RateLimitError", "Sandbox", "SandboxError", "SandboxInfo",
-    "SandboxTimeoutError", "ServerError", "ValidationError",
+    "AsyncProcess", "AsyncSandbox", "AsyncSecret", "AuthenticationError", "CommandResult", "ConflictError",
+    "NetworkConfig", "NetworkLogEntry", "NetworkLogPage", "NotFoundError", "Process", "ProcessInfo", "Provider",
+    "PtySize", "RateLimitError", "Sandbox", "SandboxError", "SandboxInfo", "SandboxTimeoutError", "Secret",
+    "SecretAuditEntry", "SecretAuditPage", "SecretAuth", "SecretBinding", "SecretInfo", "ServerError",
+    "ValidationError",
 ]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import httpx
 
@@ -64,12 +64,27 @@ class NetworkLogEntry:
     bytes_out: int
     bytes_in: int
     error: str | None = None
+    secrets: list[str] | None = None  # the secrets swapped into its requests
 
 
 @dataclass
 class NetworkLogPage:
     entries: list[NetworkLogEntry]
     next_before: int | None  # pass as `before` for older entries; None at the end
+
+
+@dataclass
+class SecretBinding:
+    """A secret bound to an env var of a sandbox (the box sees only a stand-in)."""
+
+    env: str
+    secret: str
+    revoked: bool  # the secret was deleted: its stand-in is not swapped any more
+    created_at: datetime
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SecretBinding:
+        return cls(d["env"], d["secret"], d["revoked"], datetime.fromisoformat(d["created_at"]))
 
 
 @dataclass
@@ -89,6 +104,7 @@ class SandboxInfo:
     updated_at: datetime
     failure: str | None = None
     network: NetworkConfig | None = None
+    secrets: list[SecretBinding] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SandboxInfo:
@@ -99,6 +115,7 @@ class SandboxInfo:
             created_at=datetime.fromisoformat(d["created_at"]), updated_at=datetime.fromisoformat(d["updated_at"]),
             failure=d.get("failure"),
             network=NetworkConfig(**d["network"]) if d.get("network") else None,
+            secrets=[SecretBinding.from_json(b) for b in d.get("secrets", ())],
         )
 
 
@@ -221,6 +238,113 @@ def kill(cfg: ConnectionConfig, sandbox_id: str) -> Flow[None]:
         yield from send(Call("DELETE", f"{cfg.base_url}/v1/sandboxes/{sandbox_id}", _auth(cfg)))
     except NotFoundError:
         pass
+
+
+def sandbox_secrets(cfg: ConnectionConfig, sandbox_id: str, method: str = "GET", env: str | None = None,
+                    secret: str | None = None) -> Flow[list[SecretBinding]]:
+    """A sandbox's bindings: listed (GET), one attached (PUT) or detached (DELETE) first."""
+    url = f"{cfg.base_url}/v1/sandboxes/{sandbox_id}/secrets" + (f"/{quote(env, safe='')}" if env else "")
+    reply = yield from send(Call(method, url, _auth(cfg), json={"secret": secret} if secret is not None else None))
+    return [SecretBinding.from_json(b) for b in _json(reply.body)]
+
+
+# --- secrets --------------------------------------------------------------------------------------
+
+@dataclass
+class SecretAuth:
+    """Where clients send the credential: a header, and its value with "{value}" for the
+    credential ("Bearer {value}"). The stand-in is swapped only there."""
+
+    header: str
+    format: str = "{value}"
+
+
+@dataclass
+class SecretInfo:
+    name: str
+    provider: str | None
+    allowed_hosts: list[str]
+    auth: SecretAuth
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SecretInfo:
+        return cls(d["name"], d.get("provider"), d["allowed_hosts"], SecretAuth(**d["auth"]), d["version"],
+                   datetime.fromisoformat(d["created_at"]), datetime.fromisoformat(d["updated_at"]))
+
+
+@dataclass
+class ProviderInfo:
+    """A service whose auth scheme and hosts a secret takes by name (`provider="openai"`)."""
+
+    name: str
+    description: str
+    allowed_hosts: list[str]
+    auth: SecretAuth
+    env: str  # the variable its client libraries read
+
+
+@dataclass
+class SecretAuditEntry:
+    id: int
+    at: datetime
+    sandbox_id: str
+    env: str
+    host: str
+    method: str
+    path: str
+    status: int | None  # None: no answer came
+
+
+@dataclass
+class SecretAuditPage:
+    entries: list[SecretAuditEntry]
+    next_before: int | None
+
+
+def _secret_url(cfg: ConnectionConfig, name: str, tail: str = "") -> str:
+    return f"{cfg.base_url}/v1/secrets/{quote(name, safe='')}{tail}"
+
+
+def create_secret(cfg: ConnectionConfig, body: dict[str, Any]) -> Flow[SecretInfo]:
+    reply = yield from send(Call("POST", f"{cfg.base_url}/v1/secrets", _auth(cfg), json=body))
+    return SecretInfo.from_json(_json(reply.body))
+
+
+def get_secret(cfg: ConnectionConfig, name: str) -> Flow[SecretInfo]:
+    reply = yield from send(Call("GET", _secret_url(cfg, name), _auth(cfg)))
+    return SecretInfo.from_json(_json(reply.body))
+
+
+def list_secrets(cfg: ConnectionConfig) -> Flow[list[SecretInfo]]:
+    reply = yield from send(Call("GET", f"{cfg.base_url}/v1/secrets", _auth(cfg)))
+    return [SecretInfo.from_json(d) for d in _json(reply.body)]
+
+
+def rotate_secret(cfg: ConnectionConfig, name: str, value: str) -> Flow[SecretInfo]:
+    reply = yield from send(Call("POST", _secret_url(cfg, name, "/rotate"), _auth(cfg), json={"value": value}))
+    return SecretInfo.from_json(_json(reply.body))
+
+
+def delete_secret(cfg: ConnectionConfig, name: str) -> Flow[None]:
+    yield from send(Call("DELETE", _secret_url(cfg, name), _auth(cfg)))
+
+
+def secret_audit(cfg: ConnectionConfig, name: str, limit: int, before: int | None,
+                 sandbox_id: str | None) -> Flow[SecretAuditPage]:
+    params = {"limit": str(limit), **({"before": str(before)} if before is not None else {}),
+              **({"sandbox_id": sandbox_id} if sandbox_id else {})}
+    reply = yield from send(Call("GET", _secret_url(cfg, name, "/audit"), _auth(cfg), params=params))
+    d = _json(reply.body)
+    return SecretAuditPage([SecretAuditEntry(**{**e, "at": datetime.fromisoformat(e["at"])}) for e in d["entries"]],
+                           d["next_before"])
+
+
+def list_providers(cfg: ConnectionConfig) -> Flow[list[ProviderInfo]]:
+    reply = yield from send(Call("GET", f"{cfg.base_url}/v1/providers", _auth(cfg)))
+    return [ProviderInfo(**{**d, "auth": SecretAuth(**d["auth"])}) for d in _json(reply.body)]
 
 
 # --- data plane ---------------------------------------------------------------------------------

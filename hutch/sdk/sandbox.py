@@ -6,6 +6,7 @@ once, in `ops`.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import signal as signals
 from collections.abc import Awaitable, Callable
@@ -17,7 +18,16 @@ from hutch.sdk import ops
 from hutch.sdk.config import ConnectionConfig, tls_context
 from hutch.sdk.errors import SandboxError, ValidationError
 from hutch.sdk.flow import Flow, run_async, run_sync
-from hutch.sdk.ops import UNSET, CommandResult, DataPlane, NetworkConfig, NetworkLogPage, ProcessInfo, SandboxInfo
+from hutch.sdk.ops import (
+    UNSET,
+    CommandResult,
+    DataPlane,
+    NetworkConfig,
+    NetworkLogPage,
+    ProcessInfo,
+    SandboxInfo,
+    SecretBinding,
+)
 from hutch.sdk.process import AsyncProcess, Process, PtySize
 
 ClientT = TypeVar("ClientT", httpx.Client, httpx.AsyncClient)
@@ -26,10 +36,11 @@ OutputCallback = Callable[[str], Any]  # on the async SDK it may also return an 
 
 def _create_body(name: str, from_template: str | None, timeout_seconds: int | None,
                  auto_delete_seconds: int | None, metadata: dict[str, str] | None,
-                 env_vars: dict[str, str] | None, network: NetworkConfig | None) -> dict[str, Any]:
+                 env_vars: dict[str, str] | None, network: NetworkConfig | None,
+                 secrets: dict[str, str] | None) -> dict[str, Any]:
     body = {"name": name, "from_template": from_template, "timeout_seconds": timeout_seconds,
             "auto_delete_seconds": auto_delete_seconds, "metadata": metadata, "env_vars": env_vars,
-            "network": ops.network_body(network)}
+            "network": ops.network_body(network), "secrets": secrets}
     return {k: v for k, v in body.items() if v is not None}
 
 
@@ -61,6 +72,15 @@ class _SandboxBase(Generic[ClientT]):
     @property
     def metadata(self) -> dict[str, str]:
         return dict(self._info.metadata)
+
+    @property
+    def secrets(self) -> list[SecretBinding]:
+        """The secrets bound to env vars, as of the last get_info(), attach or detach."""
+        return list(self._info.secrets)
+
+    def _bound(self, bindings: list[SecretBinding]) -> list[SecretBinding]:
+        self._info.secrets = bindings
+        return list(bindings)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(id={self.id!r}, name={self.name!r}, status={self.status!r})"
@@ -104,11 +124,15 @@ class Sandbox(_SandboxBase[httpx.Client]):
     def create(cls, name: str, *, from_template: str | None = None, timeout_seconds: int | None = None,
                auto_delete_seconds: int | None = None, metadata: dict[str, str] | None = None,
                env_vars: dict[str, str] | None = None, network: NetworkConfig | None = None,
-               api_key: str | None = None, base_url: str | None = None) -> Sandbox:
+               secrets: dict[str, str] | None = None, api_key: str | None = None,
+               base_url: str | None = None) -> Sandbox:
         """Create a sandbox and return once it is ready for commands. `network` sets its egress
-        rules (default: any public address over HTTP(S); never private, loopback or link-local)."""
+        rules (default: any public address over HTTP(S); never private, loopback or link-local).
+        `secrets` binds env vars to secrets by name: the box sees a stand-in token, swapped for
+        the real value only on requests to the secret's hosts."""
         cfg = ConnectionConfig.resolve(api_key, base_url)
-        body = _create_body(name, from_template, timeout_seconds, auto_delete_seconds, metadata, env_vars, network)
+        body = _create_body(name, from_template, timeout_seconds, auto_delete_seconds, metadata, env_vars, network,
+                            secrets)
         return cls._open(cfg, ops.create(cfg, body))
 
     @classmethod
@@ -139,6 +163,7 @@ class Sandbox(_SandboxBase[httpx.Client]):
 
     def get_info(self) -> SandboxInfo:
         info: SandboxInfo = self._run(ops.get_info(self._cfg, self.id))
+        self._bound(info.secrets)
         return info
 
     def update(self, *, metadata: dict[str, str] | None = UNSET, timeout_seconds: int | None = UNSET,
@@ -153,6 +178,15 @@ class Sandbox(_SandboxBase[httpx.Client]):
         """The box's connection attempts, newest first; `page.next_before` asks for older ones."""
         page: NetworkLogPage = self._run(ops.network_log(self._cfg, self.id, limit, before))
         return page
+
+    def attach_secret(self, env: str, secret: str) -> builtins.list[SecretBinding]:
+        """Bind a secret to an env var (active or paused box); commands started afterwards see
+        its stand-in. Replaces a binding the variable had."""
+        return self._bound(self._run(ops.sandbox_secrets(self._cfg, self.id, "PUT", env, secret)))
+
+    def detach_secret(self, env: str) -> builtins.list[SecretBinding]:
+        """Commands started afterwards no longer get the variable."""
+        return self._bound(self._run(ops.sandbox_secrets(self._cfg, self.id, "DELETE", env)))
 
     def pause(self) -> None:
         """Checkpoint the whole box (memory, processes, files) to disk and free its memory.
@@ -293,9 +327,11 @@ class AsyncSandbox(_SandboxBase[httpx.AsyncClient]):
     async def create(cls, name: str, *, from_template: str | None = None, timeout_seconds: int | None = None,
                      auto_delete_seconds: int | None = None, metadata: dict[str, str] | None = None,
                      env_vars: dict[str, str] | None = None, network: NetworkConfig | None = None,
-                     api_key: str | None = None, base_url: str | None = None) -> AsyncSandbox:
+                     secrets: dict[str, str] | None = None, api_key: str | None = None,
+                     base_url: str | None = None) -> AsyncSandbox:
         cfg = ConnectionConfig.resolve(api_key, base_url)
-        body = _create_body(name, from_template, timeout_seconds, auto_delete_seconds, metadata, env_vars, network)
+        body = _create_body(name, from_template, timeout_seconds, auto_delete_seconds, metadata, env_vars, network,
+                            secrets)
         return await cls._open(cfg, ops.create(cfg, body))
 
     @classmethod
@@ -324,6 +360,7 @@ class AsyncSandbox(_SandboxBase[httpx.AsyncClient]):
 
     async def get_info(self) -> SandboxInfo:
         info: SandboxInfo = await self._run(ops.get_info(self._cfg, self.id))
+        self._bound(info.secrets)
         return info
 
     async def update(self, *, metadata: dict[str, str] | None = UNSET, timeout_seconds: int | None = UNSET,
@@ -331,6 +368,12 @@ class AsyncSandbox(_SandboxBase[httpx.AsyncClient]):
         changes = _changes(metadata, timeout_seconds, auto_delete_seconds, network)
         self._info = await self._run(ops.update(self._cfg, self.id, changes))
         return self._info
+
+    async def attach_secret(self, env: str, secret: str) -> builtins.list[SecretBinding]:
+        return self._bound(await self._run(ops.sandbox_secrets(self._cfg, self.id, "PUT", env, secret)))
+
+    async def detach_secret(self, env: str) -> builtins.list[SecretBinding]:
+        return self._bound(await self._run(ops.sandbox_secrets(self._cfg, self.id, "DELETE", env)))
 
     async def get_network_log(self, *, limit: int = 100, before: int | None = None) -> NetworkLogPage:
         page: NetworkLogPage = await self._run(ops.network_log(self._cfg, self.id, limit, before))

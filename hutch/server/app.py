@@ -20,28 +20,39 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hutch.egress.ca import CertificateAuthority, upstream_context
 from hutch.egress.host import HostAddresses
-from hutch.egress.proxy import EgressProxy, LogEntry, Policy, Resolver, load_hosts_file
+from hutch.egress.proxy import EgressProxy, Interception, LogEntry, Policy, Resolver, load_hosts_file
 from hutch.egress.rules import NetworkRules
 from hutch.guest import protocol
 from hutch.node import base_image
 from hutch.node.node import Node
 from hutch.node.runsc import Runsc, RunscConfig, find_runsc
 from hutch.node.spec import AgentRuntime, Limits
+from hutch.secrets.vault import Vault
 from hutch.server import errors
 from hutch.server.attach import Attachment
 from hutch.server.config import ServerConfig
 from hutch.server.dataplane import DataPlane
 from hutch.server.errors import ApiError
 from hutch.server.models import (
+    AttachSecret,
     CommandResult,
     CreateSandbox,
+    CreateSecret,
+    EnvName,
     FileWritten,
     NetworkLogPage,
     ProcessInfo,
+    ProviderInfo,
+    RotateSecret,
     RunCommand,
     SandboxAccess,
     SandboxInfo,
+    SecretAuditPage,
+    SecretBinding,
+    SecretInfo,
+    SecretName,
     Signalled,
     SignalProcess,
     SpawnCommand,
@@ -49,6 +60,7 @@ from hutch.server.models import (
 )
 from hutch.server.pool import WarmPool
 from hutch.server.sandboxes import Sandboxes, register_base_template
+from hutch.server.secrets import Secrets, providers
 from hutch.server.tokens import TokenSigner, load_or_create_key
 from hutch.store import SandboxRecord, Store
 
@@ -74,13 +86,18 @@ class State:
             raise RuntimeError("runsc (gVisor) is not installed: see the README's set-up command")
         runsc = Runsc(RunscConfig(config.run_dir / "runsc", binary=binary, platform=config.runsc_platform,
                                   checkpoint_compression=config.checkpoint_compression))
-        self.node = Node(config.run_dir, runsc, AgentRuntime.find(base_root))
+        self.secrets = Secrets(self.store, Vault(config.data_dir / "secrets.key"))
+        ca = CertificateAuthority(config.data_dir / "ca")
+        box_trust = config.data_dir / "ca" / "box"  # mounted read-only in every box at /.hutch/ca
+        ca.write_box_trust(box_trust, base_root / "etc/ssl/certs/ca-certificates.crt", list(config.trust_ca))
+        self.node = Node(config.run_dir, runsc, AgentRuntime.find(base_root), trust_dir=box_trust)
         hosts = load_hosts_file(config.egress_hosts) if config.egress_hosts else None
+        interception = Interception(ca, upstream_context(list(config.trust_ca)), self.secrets.reveal, self.secrets.record)
         self.egress = EgressProxy(Resolver(hosts, system=config.egress_system_dns), self._egress_policy,
-                                  self._egress_record, HostAddresses().get)
+                                  self._egress_record, HostAddresses().get, interception)
         self.node.egress = self.egress
         self.signer = TokenSigner(load_or_create_key(config.data_dir / "server.key"))
-        self.sandboxes = Sandboxes(config, self.store, self.node, self.signer)
+        self.sandboxes = Sandboxes(config, self.store, self.node, self.signer, self.secrets)
         self.pool = WarmPool(self.node, config.warm_pool, base_root,
                              Limits(memory_mib=config.memory_mib, pids=config.pids, cpu_shares=1024 * config.vcpu))
         self.sandboxes.pool = self.pool
@@ -93,11 +110,14 @@ class State:
         if rec is None:
             return None
         network = rec.network or {}
-        return Policy(rec.id, NetworkRules.parse(network.get("allow_out", ()), network.get("deny_out", ())))
+        return Policy(rec.id, NetworkRules.parse(network.get("allow_out", ()), network.get("deny_out", ())),
+                      self.secrets.injections(rec.id))
 
     def _egress_record(self, entry: LogEntry) -> None:
         self.store.add_network_log(**entry.__dict__)
         self.metrics.egress_connections.labels(entry.verdict).inc()
+        if entry.secrets:
+            self.metrics.secret_connections.inc()
 
 
 def state(request: Request) -> State:
@@ -193,6 +213,60 @@ def control_routes(app: FastAPI) -> None:
         """Every connection the box tried, newest first: destination, address, verdict, the rule
         that decided, bytes each way."""
         return st.sandboxes.network_log(team_id, sandbox_id, limit, before)
+
+    # --- secrets ---
+
+    @app.post("/v1/secrets", status_code=201, response_model=SecretInfo)
+    async def create_secret(body: CreateSecret, st: StateDep, team_id: TeamDep) -> SecretInfo:
+        """Store a credential (sealed at rest; no call ever returns it)."""
+        return st.secrets.info(st.secrets.create(team_id, body))
+
+    @app.get("/v1/secrets", response_model=list[SecretInfo])
+    async def list_secrets(st: StateDep, team_id: TeamDep) -> list[SecretInfo]:
+        return [st.secrets.info(r) for r in st.store.list_secrets(team_id)]
+
+    @app.get("/v1/secrets/{name}", response_model=SecretInfo)
+    async def get_secret(name: SecretName, st: StateDep, team_id: TeamDep) -> SecretInfo:
+        return st.secrets.info(st.secrets.get(team_id, name))
+
+    @app.delete("/v1/secrets/{name}", status_code=204)
+    async def delete_secret(name: SecretName, st: StateDep, team_id: TeamDep) -> Response:
+        """Boxes bound to it keep their stand-in, which is never swapped again (revoked)."""
+        st.secrets.delete(team_id, name)
+        return Response(status_code=204)
+
+    @app.post("/v1/secrets/{name}/rotate", response_model=SecretInfo)
+    async def rotate_secret(name: SecretName, body: RotateSecret, st: StateDep, team_id: TeamDep) -> SecretInfo:
+        """A new value, used from the next request out of any box."""
+        return st.secrets.info(st.secrets.rotate(team_id, name, body.value))
+
+    @app.get("/v1/secrets/{name}/audit", response_model=SecretAuditPage)
+    async def secret_audit(name: SecretName, st: StateDep, team_id: TeamDep,
+                           limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                           before: Annotated[int | None, Query(ge=1)] = None,
+                           sandbox_id: Annotated[str | None, Query(max_length=64)] = None) -> SecretAuditPage:
+        """Every request the secret was swapped into, newest first."""
+        return st.secrets.audit(team_id, name, limit, before, sandbox_id)
+
+    @app.get("/v1/providers", response_model=list[ProviderInfo])
+    async def list_providers(team_id: TeamDep) -> list[ProviderInfo]:
+        """Services whose auth scheme and hosts a secret can take by name."""
+        return providers()
+
+    @app.get("/v1/sandboxes/{sandbox_id}/secrets", response_model=list[SecretBinding])
+    async def sandbox_secrets(sandbox_id: str, st: StateDep, team_id: TeamDep) -> list[SecretBinding]:
+        return st.secrets.bindings(st.sandboxes.get(team_id, sandbox_id).id)
+
+    @app.put("/v1/sandboxes/{sandbox_id}/secrets/{env}", response_model=list[SecretBinding])
+    async def attach_secret(sandbox_id: str, env: EnvName, body: AttachSecret, st: StateDep,
+                            team_id: TeamDep) -> list[SecretBinding]:
+        """Bind a secret to an env var; commands started from now on see its stand-in."""
+        return await st.sandboxes.attach_secret(team_id, sandbox_id, env, body.secret)
+
+    @app.delete("/v1/sandboxes/{sandbox_id}/secrets/{env}", response_model=list[SecretBinding])
+    async def detach_secret(sandbox_id: str, env: EnvName, st: StateDep, team_id: TeamDep) -> list[SecretBinding]:
+        """Unbind; commands started from now on do not have the variable."""
+        return await st.sandboxes.detach_secret(team_id, sandbox_id, env)
 
     @app.get("/metrics", response_class=Response)
     async def metrics(st: StateDep) -> Response:

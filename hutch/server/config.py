@@ -31,6 +31,9 @@ class ServerConfig:
     checkpoint_compression: str = "none"  # or "flate-best-speed": a quarter of the disk, slower pause/resume
     egress_hosts: Path | None = None  # an /etc/hosts-style map the egress proxy resolves with first
     egress_system_dns: bool = True  # names not in that map go to the host's resolver (off: they fail)
+    # CA certificates (PEM files) trusted beyond the host's store: added to every box's bundle, and
+    # used by the egress proxy to check the hosts it swaps secrets in for (a TLS-inspecting proxy's CA, say)
+    trust_ca: tuple[Path, ...] = ()
 
     @property
     def db_url(self) -> str:

@@ -167,9 +167,10 @@ class DataPlane:
 
     def _context(self, rec: SandboxRecord, req: RunCommand | SpawnCommand) -> dict[str, Any]:
         """What every command in the box starts with: the template's env and workdir, the
-        sandbox's env, then the call's own."""
+        sandbox's env and its secrets' stand-ins, then the call's own."""
         template = self.sandboxes.store.get_template(rec.template)
-        env = {**(template.env if template else {}), **rec.env_vars, **(req.env or {})}
+        env = {**(template.env if template else {}), **rec.env_vars, **self.sandboxes.secrets.standins(rec.id),
+               **(req.env or {})}
         cwd = req.cwd or (template.workdir if template else None)
         if cwd is not None:
             check_path(cwd)

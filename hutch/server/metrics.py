@@ -31,6 +31,8 @@ class Metrics:
         self.sandboxes = Gauge("hutch_sandboxes", "Sandboxes by status", ["status"], registry=r)
         self.egress_connections = Counter("hutch_egress_connections", "Connections boxes tried, by verdict",
                                           ["verdict"], registry=r)
+        self.secret_connections = Counter("hutch_egress_secret_connections",
+                                          "Connections that had a secret swapped into a request", registry=r)
         self.warm_pool = Gauge("hutch_warm_pool_boxes", "Boxes booted and waiting in the warm pool", registry=r)
 
     def render(self, count_by_status: Callable[[], dict[str, int]], pool_size: int) -> bytes:

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Base64Bytes, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from hutch.egress.rules import MAX_RULES, parse_allow, parse_cidr
+from hutch.egress.rules import MAX_RULES, parse_allow, parse_cidr, parse_domain
 
 MAX_METADATA_KEYS = 64
 MAX_ENV_VARS = 256
@@ -59,6 +59,97 @@ class NetworkConfig(Strict):
     deny_out: Annotated[list[Annotated[Rule, _rule(parse_cidr)]], Field(max_length=MAX_RULES)] = []
 
 
+# --- secrets --------------------------------------------------------------------------------------
+
+MAX_SECRET_HOSTS = 32
+MAX_BOUND_SECRETS = 64
+SecretName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+# a value travels in an HTTP header: printable, no line breaks
+SecretValue = Annotated[str, StringConstraints(min_length=1, max_length=8192, pattern=r"^[\x20-\x7e\x80-\xff]+$")]
+HeaderName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")]
+SecretHost = Annotated[str, StringConstraints(min_length=1, max_length=255), _rule(parse_domain)]
+BoundSecrets = Annotated[dict[EnvName, SecretName], _few_keys(MAX_BOUND_SECRETS)]
+
+
+class SecretAuth(Strict):
+    """Where a client puts the credential: the header, and its value with "{value}" standing
+    for the credential (e.g. "Bearer {value}")."""
+
+    header: HeaderName
+    format: Annotated[str, StringConstraints(min_length=7, max_length=256, pattern=r"^[\x20-\x7e]+$")] = "{value}"
+
+    @model_validator(mode="after")
+    def _one_value(self) -> SecretAuth:
+        if self.format.count("{value}") != 1:
+            raise ValueError('format must hold "{value}" exactly once')
+        return self
+
+
+class CreateSecret(Strict):
+    """`provider` sets the auth scheme and hosts of a known service (GET /v1/providers);
+    `allowed_hosts` and `auth` set or override them. Without a provider, allowed_hosts is
+    required and auth defaults to "authorization: Bearer {value}"."""
+
+    name: SecretName
+    value: SecretValue
+    provider: Annotated[str, StringConstraints(min_length=1, max_length=64)] | None = None
+    allowed_hosts: Annotated[list[SecretHost], Field(min_length=1, max_length=MAX_SECRET_HOSTS)] | None = None
+    auth: SecretAuth | None = None
+
+
+class RotateSecret(Strict):
+    value: SecretValue
+
+
+class SecretInfo(BaseModel):
+    """A secret as the API shows it: everything but its value, which no call returns."""
+
+    name: str
+    provider: str | None
+    allowed_hosts: list[str]
+    auth: SecretAuth
+    version: int  # 1, and one more with each rotation
+    created_at: datetime
+    updated_at: datetime
+
+
+class ProviderInfo(BaseModel):
+    name: str
+    description: str
+    allowed_hosts: list[str]
+    auth: SecretAuth
+    env: str  # the variable its client libraries read
+
+
+class SecretBinding(BaseModel):
+    env: str
+    secret: str
+    revoked: bool  # the secret was deleted: the stand-in is swapped for nothing any more
+    created_at: datetime
+
+
+class AttachSecret(Strict):
+    secret: SecretName
+
+
+class SecretAuditEntry(BaseModel):
+    id: int
+    at: datetime
+    sandbox_id: str
+    env: str
+    host: str
+    method: str
+    path: str  # without the query
+    status: int | None  # null: no answer came
+
+
+class SecretAuditPage(BaseModel):
+    entries: list[SecretAuditEntry]
+    next_before: int | None
+
+
+# --- sandboxes ------------------------------------------------------------------------------------
+
 class CreateSandbox(Strict):
     name: Name
     from_template: Name | None = None
@@ -67,6 +158,14 @@ class CreateSandbox(Strict):
     metadata: Metadata | None = None
     env_vars: EnvVars | None = None
     network: NetworkConfig | None = None
+    secrets: Annotated[BoundSecrets, Field(description="env var -> secret name: the box sees a stand-in")] | None = None
+
+    @model_validator(mode="after")
+    def _env_once(self) -> CreateSandbox:
+        both = sorted(set(self.env_vars or ()) & set(self.secrets or ()))
+        if both:
+            raise ValueError(f"{', '.join(both)} cannot be both an env var and a secret")
+        return self
 
 
 class UpdateSandbox(Strict):
@@ -92,6 +191,7 @@ class SandboxInfo(BaseModel):
     updated_at: datetime
     failure: str | None = None
     network: NetworkConfig | None = None
+    secrets: list[SecretBinding] = []
 
 
 class SandboxAccess(SandboxInfo):
@@ -169,6 +269,7 @@ class NetworkLogEntry(BaseModel):
     bytes_out: int
     bytes_in: int
     error: str | None = None
+    secrets: list[str] | None = None  # the secrets swapped into this connection's requests
 
 
 class NetworkLogPage(BaseModel):

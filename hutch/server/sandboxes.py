@@ -32,10 +32,12 @@ from hutch.server.models import (
     NetworkLogPage,
     SandboxAccess,
     SandboxInfo,
+    SecretBinding,
     UpdateSandbox,
     timestamp,
 )
 from hutch.server.pool import WarmPool
+from hutch.server.secrets import Secrets
 from hutch.server.tokens import TokenSigner
 from hutch.store import SandboxRecord, Store, TemplateRecord
 
@@ -48,8 +50,8 @@ DISK_RESERVE = 64 * 2**20  # below this much free space in the data dir, a faile
 
 
 class Sandboxes:
-    def __init__(self, config: ServerConfig, store: Store, node: Node, signer: TokenSigner) -> None:
-        self.config, self.store, self.node, self.signer = config, store, node, signer
+    def __init__(self, config: ServerConfig, store: Store, node: Node, signer: TokenSigner, secrets: Secrets) -> None:
+        self.config, self.store, self.node, self.signer, self.secrets = config, store, node, signer, secrets
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._starting = 0
         self.pool: WarmPool | None = None
@@ -65,6 +67,7 @@ class Sandboxes:
             auto_delete_seconds=rec.auto_delete_seconds, vcpu_count=rec.vcpu, memory_mib=rec.memory_mib,
             created_at=timestamp(rec.created_at), updated_at=timestamp(rec.updated_at), failure=rec.failure,
             network=NetworkConfig.model_validate(rec.network) if rec.network is not None else None,
+            secrets=self.secrets.bindings(rec.id),
         )
 
     def network_log(self, team_id: str, sandbox_id: str, limit: int, before: int | None) -> NetworkLogPage:
@@ -132,6 +135,7 @@ class Sandboxes:
             auto_delete_seconds=req.auto_delete_seconds, pause_at=self._deadline(req.timeout_seconds),
             network=req.network.model_dump() if req.network else None,
         )
+        bindings = self.secrets.new_bindings(team_id, rec.id, req.secrets or {})  # a missing secret: 404, nothing made
         rootfs, limits = self._limits(rec)
         self._starting += 1
         started = time.perf_counter()
@@ -147,7 +151,7 @@ class Sandboxes:
         self.metrics.create_seconds.labels(source).observe(time.perf_counter() - started)
         rec.runtime_id, rec.box_key = box.runtime_id, box.dir.name
         try:
-            self.store.insert_sandbox(rec)
+            self.store.insert_sandbox(rec, bindings)
         except BaseException:
             await self.node.stop(box.runtime_id, rec.box_key)  # never a box without a record
             raise
@@ -168,6 +172,19 @@ class Sandboxes:
             if changes:
                 self.store.update_sandbox(rec.id, **changes)
             return self.get(team_id, sandbox_id)
+
+    async def attach_secret(self, team_id: str, sandbox_id: str, env: str, secret: str) -> list[SecretBinding]:
+        """On an active or paused box: commands started after this see the stand-in."""
+        async with self._locks[sandbox_id]:
+            rec = self.get(team_id, sandbox_id)
+            self.secrets.attach(team_id, rec, env, secret)
+            return self.secrets.bindings(rec.id)
+
+    async def detach_secret(self, team_id: str, sandbox_id: str, env: str) -> list[SecretBinding]:
+        async with self._locks[sandbox_id]:
+            rec = self.get(team_id, sandbox_id)
+            self.secrets.detach(rec, env)
+            return self.secrets.bindings(rec.id)
 
     # --- pause, resume --------------------------------------------------------------------------
 
@@ -260,6 +277,7 @@ class Sandboxes:
             shutil.rmtree(self.image_dir(rec.id), ignore_errors=True)
             self.store.update_sandbox(rec.id, status="deleted", runtime_id=None, pause_at=None, delete_at=None)
             self.store.delete_network_log(rec.id)
+            self.store.delete_bindings(rec.id)
         self._locks.pop(sandbox_id, None)
 
     # --- the data plane's view ------------------------------------------------------------------

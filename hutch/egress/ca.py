@@ -1,0 +1,140 @@
+"""The per-install certificate authority with which the egress proxy terminates TLS, and what the
+boxes trust.
+
+The proxy terminates TLS only for hosts a box holds a secret for (see inject.py): there it shows
+the box a certificate for the host, signed by this CA, which every box trusts. The CA's key stays
+in the data dir and never enters a box. Each install makes its own CA the first time it starts,
+so a certificate minted by one hutch means nothing to the boxes of another.
+
+What a box trusts is one read-only directory, mounted at /.hutch/ca: `ca.crt` (this CA alone) and
+`bundle.crt` (the Debian base's public roots, the server's extra CAs, and this CA).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import ssl
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CA_DAYS = 3650
+LEAF_DAYS = 30
+LEAF_REUSE_SECONDS = 24 * 3600  # a host's certificate is minted again after a day
+MAX_CACHED_HOSTS = 512
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+class CertificateAuthority:
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        key_path, cert_path = self.dir / "ca.key", self.dir / "ca.crt"
+        if not (key_path.exists() and cert_path.exists()):
+            self._create(key_path, cert_path)
+        self._key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        self.cert_pem = cert_path.read_bytes()
+        self._cert = x509.load_pem_x509_certificate(self.cert_pem)
+        self._leaf_key = ec.generate_private_key(ec.SECP256R1())  # one per process: minting stays ~1 ms
+        self._contexts: OrderedDict[str, tuple[float, ssl.SSLContext]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _create(key_path: Path, cert_path: Path) -> None:
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "hutch"),
+                          x509.NameAttribute(NameOID.COMMON_NAME, f"hutch egress CA {os.urandom(4).hex()}")])
+        now = datetime.datetime.now(datetime.UTC)
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(hours=1))
+                .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+                .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+                .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
+                                             data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                             crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+                .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+                .sign(key, hashes.SHA256()))
+        _write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                   serialization.NoEncryption()))
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+    def server_context(self, host: str) -> ssl.SSLContext:
+        """A TLS server context presenting a certificate for `host` signed by this CA (HTTP/1.1
+        only: the proxy reads requests with h11)."""
+        with self._lock:
+            cached = self._contexts.get(host)
+            if cached is not None and cached[0] > time.monotonic():
+                self._contexts.move_to_end(host)
+                return cached[1]
+            ctx = self._mint(host)
+            self._contexts[host] = (time.monotonic() + LEAF_REUSE_SECONDS, ctx)
+            while len(self._contexts) > MAX_CACHED_HOSTS:
+                self._contexts.popitem(last=False)
+            return ctx
+
+    def _mint(self, host: str) -> ssl.SSLContext:
+        now = datetime.datetime.now(datetime.UTC)
+        ca_key = self._key
+        assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+        cert = (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host[:64])]))
+                .issuer_name(self._cert.subject).public_key(self._leaf_key.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(hours=1))
+                .not_valid_after(now + datetime.timedelta(days=LEAF_DAYS))
+                .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+                .sign(ca_key, hashes.SHA256()))
+        pem = cert.public_bytes(serialization.Encoding.PEM) + self._leaf_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.set_alpn_protocols(["http/1.1"])
+        # ssl loads a chain only from a file: one that lives for the call, readable by root alone
+        fd, name = tempfile.mkstemp(dir=self.dir, prefix=".leaf-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(pem)
+            ctx.load_cert_chain(name)
+        finally:
+            os.unlink(name)
+        return ctx
+
+    def write_box_trust(self, target: Path, public_roots: Path | None, extra: list[Path]) -> None:
+        """The directory every box mounts read-only at /.hutch/ca."""
+        target.mkdir(parents=True, exist_ok=True, mode=0o755)
+        parts = [public_roots.read_bytes()] if public_roots is not None and public_roots.is_file() else []
+        parts += [p.read_bytes() for p in extra]
+        parts.append(self.cert_pem)
+        bundle = b"".join(part if part.endswith(b"\n") else part + b"\n" for part in parts)
+        for name, data in (("ca.crt", self.cert_pem), ("bundle.crt", bundle)):
+            tmp = target / f".{name}.tmp"
+            tmp.write_bytes(data)
+            tmp.chmod(0o644)
+            tmp.replace(target / name)
+
+
+def upstream_context(extra: list[Path]) -> ssl.SSLContext:
+    """How the proxy checks the real servers of the TLS it terminates: the host's trust store,
+    plus the server's extra CAs."""
+    ctx = ssl.create_default_context()
+    ctx.set_alpn_protocols(["http/1.1"])
+    for path in extra:
+        ctx.load_verify_locations(cafile=str(path))
+    return ctx

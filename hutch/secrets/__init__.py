@@ -1,0 +1,1 @@
+"""Secrets: values kept encrypted at rest, and the catalog of providers' auth schemes."""

@@ -1,0 +1,152 @@
+"""Secrets: what the secret routes, a sandbox's bindings and the egress proxy do with them.
+
+A secret's value is sealed at rest (hutch.secrets.vault) and opened only by the egress proxy, at
+the moment it swaps a stand-in on a request to one of the secret's hosts. No API call returns it
+and nothing logs it. A binding gives one sandbox one env var holding a stand-in token, unique to
+that sandbox and binding; commands started in the box get it, never the value.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets as random
+import time
+import uuid
+
+from hutch.egress.inject import Injection, Swap
+from hutch.secrets.providers import DEFAULT_FORMAT, DEFAULT_HEADER, PROVIDERS
+from hutch.secrets.vault import Vault, VaultError
+from hutch.server.errors import ApiError, not_found
+from hutch.server.models import (
+    CreateSecret,
+    ProviderInfo,
+    SecretAuditEntry,
+    SecretAuditPage,
+    SecretAuth,
+    SecretBinding,
+    SecretInfo,
+    timestamp,
+)
+from hutch.store import BindingRecord, SandboxRecord, SecretRecord, Store
+
+log = logging.getLogger("hutch.secrets")
+
+STANDIN_PREFIX = "hutch_standin_"
+
+
+def _bound_to(rec: SecretRecord) -> str:
+    return f"{rec.team_id}/{rec.id}"
+
+
+def providers() -> list[ProviderInfo]:
+    return [ProviderInfo(name=p.name, description=p.description, allowed_hosts=list(p.hosts),
+                         auth=SecretAuth(header=p.header, format=p.format), env=p.env) for p in PROVIDERS.values()]
+
+
+class Secrets:
+    def __init__(self, store: Store, vault: Vault) -> None:
+        self.store, self.vault = store, vault
+
+    # --- the secrets themselves ------------------------------------------------------------------
+
+    def info(self, rec: SecretRecord) -> SecretInfo:
+        return SecretInfo(name=rec.name, provider=rec.provider, allowed_hosts=rec.hosts,
+                          auth=SecretAuth(header=rec.header, format=rec.format), version=rec.version,
+                          created_at=timestamp(rec.created_at), updated_at=timestamp(rec.updated_at))
+
+    def get(self, team_id: str, name: str) -> SecretRecord:
+        rec = self.store.get_secret(team_id, name)
+        if rec is None:
+            raise not_found("secret", name)
+        return rec
+
+    def create(self, team_id: str, req: CreateSecret) -> SecretRecord:
+        provider = PROVIDERS.get(req.provider) if req.provider is not None else None
+        if req.provider is not None and provider is None:
+            raise ApiError(400, "unknown_provider", f"no provider {req.provider!r}; GET /v1/providers lists them")
+        hosts = req.allowed_hosts or (list(provider.hosts) if provider else None)
+        if not hosts:
+            raise ApiError(400, "validation_error", "a secret without a provider needs allowed_hosts")
+        auth = req.auth or (SecretAuth(header=provider.header, format=provider.format) if provider
+                            else SecretAuth(header=DEFAULT_HEADER, format=DEFAULT_FORMAT))
+        now = time.time()
+        rec = SecretRecord(id=str(uuid.uuid4()), team_id=team_id, name=req.name, provider=req.provider,
+                           header=auth.header.lower(), format=auth.format, hosts=sorted(set(hosts)), sealed=b"",
+                           version=1, created_at=now, updated_at=now)
+        rec.sealed = self.vault.seal(req.value, _bound_to(rec))
+        if not self.store.insert_secret(rec):
+            raise ApiError(409, "secret_exists", f"a secret named {req.name!r} exists; rotate it or delete it first")
+        return rec
+
+    def rotate(self, team_id: str, name: str, value: str) -> SecretRecord:
+        """The new value is what the next request out of any box gets."""
+        rec = self.get(team_id, name)
+        self.store.rotate_secret(rec.id, self.vault.seal(value, _bound_to(rec)))
+        return self.get(team_id, name)
+
+    def delete(self, team_id: str, name: str) -> None:
+        """Its bindings stay, marked revoked; their stand-ins are never swapped again."""
+        self.store.delete_secret(self.get(team_id, name).id)
+
+    def audit(self, team_id: str, name: str, limit: int, before: int | None,
+              sandbox_id: str | None) -> SecretAuditPage:
+        rec = self.get(team_id, name)
+        rows = self.store.secret_audit(rec.id, limit, before, sandbox_id)
+        entries = [SecretAuditEntry(**{k: v for k, v in r.__dict__.items() if k not in ("secret_id", "at")},
+                                    at=timestamp(r.at))
+                   for r in rows]
+        return SecretAuditPage(entries=entries, next_before=rows[-1].id if len(rows) == limit else None)
+
+    # --- bindings -------------------------------------------------------------------------------
+
+    def new_bindings(self, team_id: str, sandbox_id: str, wanted: dict[str, str]) -> list[BindingRecord]:
+        """Bindings for env var -> secret name; a missing secret is a 404 and nothing is made."""
+        out = []
+        for env, name in wanted.items():
+            rec = self.get(team_id, name)
+            out.append(BindingRecord(sandbox_id=sandbox_id, env=env, secret_id=rec.id, secret_name=rec.name,
+                                     standin=STANDIN_PREFIX + random.token_hex(20), created_at=time.time()))
+        return out
+
+    def attach(self, team_id: str, box: SandboxRecord, env: str, name: str) -> None:
+        if env in box.env_vars:
+            raise ApiError(400, "validation_error", f"{env} is an env var of this sandbox; a secret cannot be one too")
+        self.store.bind_secret(self.new_bindings(team_id, box.id, {env: name})[0])
+
+    def detach(self, box: SandboxRecord, env: str) -> None:
+        if not self.store.unbind_secret(box.id, env):
+            raise ApiError(404, "not_found", f"sandbox {box.id} has no secret on {env}")
+
+    def bindings(self, sandbox_id: str) -> list[SecretBinding]:
+        return [SecretBinding(env=b.env, secret=b.secret_name, revoked=b.revoked, created_at=timestamp(b.created_at))
+                for b in self.store.bindings(sandbox_id)]
+
+    def standins(self, sandbox_id: str) -> dict[str, str]:
+        """The env of a command started now: each bound var holds its stand-in."""
+        return {b.env: b.standin for b in self.store.bindings(sandbox_id)}
+
+    # --- what the egress proxy asks -------------------------------------------------------------
+
+    def injections(self, sandbox_id: str) -> tuple[Injection, ...]:
+        out = []
+        for b in self.store.bindings(sandbox_id):
+            rec = None if b.revoked else self.store.secret_by_id(b.secret_id)
+            if rec is not None:
+                out.append(Injection(secret_id=rec.id, secret_name=rec.name, env=b.env, standin=b.standin,
+                                     header=rec.header, format=rec.format, hosts=tuple(rec.hosts)))
+        return tuple(out)
+
+    def reveal(self, secret_id: str) -> str | None:
+        rec = self.store.secret_by_id(secret_id)
+        if rec is None:
+            return None
+        try:
+            return self.vault.open(rec.sealed, _bound_to(rec))
+        except VaultError:
+            log.error("secret %s does not open with this data dir's key: not swapped in", rec.name)
+            return None
+
+    def record(self, sandbox_id: str, host: str, swap: Swap) -> None:
+        self.store.add_secret_audit(secret_id=swap.injection.secret_id, at=time.time(), sandbox_id=sandbox_id,
+                                    env=swap.injection.env, host=host, method=swap.method[:32], path=swap.path,
+                                    status=swap.status)
