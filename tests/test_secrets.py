@@ -311,3 +311,43 @@ def test_a_large_answer_through_a_swapped_connection_arrives_whole(box: Any, sec
                else f"curl -sS -H \"x-api-key: $KEY\" {url} | wc -c")
     r = box.commands.run(command, timeout_seconds=120)
     assert r.stdout.strip() == str(size), r.stderr
+
+
+HOSTILE = r"""
+import socket, ssl, sys
+def tunnel(raw):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    s.sendall(b"CONNECT api.anthropic.com:443 HTTP/1.1\r\nHost: api.anthropic.com:443\r\n\r\n")
+    assert s.recv(4096).startswith(b"HTTP/1.1 200")
+    t = ssl.create_default_context().wrap_socket(s, server_hostname="api.anthropic.com")
+    t.sendall(raw)
+    out = b""
+    try:
+        while chunk := t.recv(65536):
+            out += chunk
+    except (ssl.SSLError, OSError):
+        pass
+    return out.split(b"\r\n", 1)[0].decode() or "closed"
+for raw in (b"GARBAGE\r\n\r\n",
+            b"GET http://example.test/ HTTP/1.1\r\nHost: api.anthropic.com\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: api.anthropic.com\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: api.anthropic.com\r\nHost: example.test\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: api.anthropic.com\r\nX-Long: " + b"a" * 100000 + b"\r\n\r\n"):
+    print(tunnel(raw), flush=True)
+"""
+
+
+def test_hostile_requests_inside_a_swapped_tunnel_go_nowhere(box: Any, secret: tuple[Secret, str],
+                                                             internet: Internet) -> None:
+    s, _ = secret
+    box.attach_secret("KEY", s.name)
+    count = len(internet.seen())
+    box.files.write("/tmp/hostile.py", HOSTILE)
+    r = box.commands.run("python3 /tmp/hostile.py", timeout_seconds=120)
+    assert r.exit_code == 0, r.stderr
+    answers = r.stdout.splitlines()
+    assert answers[0] == "closed" and answers[4] in ("closed", "HTTP/1.1 431 "), answers  # not HTTP; a 100 KB head
+    assert "400" in answers[1] and "400" in answers[2], answers  # an absolute URL; two framings
+    assert answers[3] in ("closed", "HTTP/1.1 403 "), answers  # a second Host
+    assert len(internet.seen()) == count, "none of them reached the host"
+    assert curl(box, "https://api.anthropic.com/still-fine", "x-api-key: $KEY").stdout == "200"

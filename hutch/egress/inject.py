@@ -106,6 +106,13 @@ def _check_target(request: h11.Request, host: str, port: int) -> None:
     target = request.target.decode("latin-1")
     if not target.startswith("/"):
         raise _Refused(400, "inside a tunnel, a request names only a path")
+    if len(request.target) + sum(len(k) + len(v) + 4 for k, v in request.headers) > MAX_HEAD:
+        raise _Refused(431, f"request heads are limited to {MAX_HEAD} bytes")  # h11 may have parsed more
+    names = {k for k, _ in request.headers}
+    if b"transfer-encoding" in names and b"content-length" in names:
+        # two framings: a server that reads the other one would take the next request (and the
+        # secret in it) as this one's body
+        raise _Refused(400, "a request has Content-Length or Transfer-Encoding, not both")
     names = [v.decode("latin-1").lower() for k, v in request.headers if k == b"host"]
     allowed = {host, f"{host}:{port}"}
     if len(names) != 1 or names[0] not in allowed:

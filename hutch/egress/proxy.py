@@ -46,7 +46,7 @@ MAX_CONNECTIONS_PER_BOX = 256
 HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10.0
 RESOLVE_TIMEOUT = 10.0
-LINGER_TIMEOUT = 10.0  # how long a finished tunnel waits for the box to close its end
+CLOSE_TIMEOUT = 10.0
 CHUNK = 64 * 1024
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te",
               "trailer", "upgrade"}
@@ -263,15 +263,10 @@ class EgressProxy:
 
         try:
             await inject.relay(reader, writer, up_reader, upstream, host, port, secrets, hooks.reveal, swapped, counted)
-        finally:
-            # A lingering close: the box closes first, once it has read everything. Closing TLS
-            # from here while the box still reads can lose the tail of the answer (seen with
-            # uvloop: the last ~180 KB of a large download).
-            with contextlib.suppress(OSError, TimeoutError, ssl.SSLError):
-                await asyncio.wait_for(_until_eof(reader), LINGER_TIMEOUT)
+        finally:  # TLS keeps written data until its close: let it go before the caller drops the socket
             writer.close()
             with contextlib.suppress(OSError, TimeoutError, ssl.SSLError):
-                await asyncio.wait_for(writer.wait_closed(), LINGER_TIMEOUT)
+                await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT)
 
     async def _decide(self, rules: NetworkRules, host: str) -> tuple[IPAddress | None, Verdict]:
         """The address to connect to and the verdict: each address the name resolves to is
@@ -433,11 +428,6 @@ async def _tunnel_allowed(reader: asyncio.StreamReader, upstream: asyncio.Stream
     upstream.write(raw)
     entry.bytes_out += len(raw)
     return True
-
-
-async def _until_eof(reader: asyncio.StreamReader) -> None:
-    while await reader.read(CHUNK):
-        pass
 
 
 async def _answer(writer: asyncio.StreamWriter, refused: _Refused) -> None:
