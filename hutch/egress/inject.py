@@ -16,16 +16,13 @@ longer swapped), and every swap is reported with the response's status.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import h11
 
+from hutch import http_relay
 from hutch.egress.rules import domain_matches
-
-MAX_HEAD = 64 * 1024
-READ = 64 * 1024
-IDLE_TIMEOUT = 300.0  # a kept-alive connection with no request for this long is closed
 
 
 @dataclass(frozen=True)
@@ -60,12 +57,6 @@ class Swap:
 Reveal = Callable[[str], "str | None"]  # a secret id -> its current value (None: it is gone)
 
 
-class _Refused(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 def swap_headers(headers: list[tuple[bytes, bytes]], injections: list[Injection],
                  reveal: Reveal) -> tuple[list[tuple[bytes, bytes]], list[Injection], list[tuple[bytes, bytes]]]:
     """The headers with every stand-in in its scheme's place replaced, the injections used, and
@@ -86,163 +77,25 @@ def swap_headers(headers: list[tuple[bytes, bytes]], injections: list[Injection]
     return out, used, pairs
 
 
-async def _next_event(conn: h11.Connection, reader: asyncio.StreamReader, timeout: float) -> object:
-    while True:
-        event = conn.next_event()
-        if event is not h11.NEED_DATA:
-            return event
-        data = await asyncio.wait_for(reader.read(READ), timeout)
-        conn.receive_data(data)
-
-
-async def _send(conn: h11.Connection, writer: asyncio.StreamWriter, event: h11.Event) -> None:
-    data = conn.send(event)
-    if data:
-        writer.write(data)
-        await writer.drain()
-
-
-def _check_target(request: h11.Request, host: str, port: int) -> None:
-    target = request.target.decode("latin-1")
-    if not target.startswith("/"):
-        raise _Refused(400, "inside a tunnel, a request names only a path")
-    if len(request.target) + sum(len(k) + len(v) + 4 for k, v in request.headers) > MAX_HEAD:
-        raise _Refused(431, f"request heads are limited to {MAX_HEAD} bytes")  # h11 may have parsed more
-    names = {k for k, _ in request.headers}
-    if b"transfer-encoding" in names and b"content-length" in names:
-        # two framings: a server that reads the other one would take the next request (and the
-        # secret in it) as this one's body
-        raise _Refused(400, "a request has Content-Length or Transfer-Encoding, not both")
-    names = [v.decode("latin-1").lower() for k, v in request.headers if k == b"host"]
-    allowed = {host, f"{host}:{port}"}
-    if len(names) != 1 or names[0] not in allowed:
-        raise _Refused(403, f"the Host header must name the tunnel's host {host}")
-
-
-@dataclass
-class _Exchange:
-    status: int | None = None  # the upstream's status, once its head has come
-
-
 async def relay(box_reader: asyncio.StreamReader, box_writer: asyncio.StreamWriter,
-                up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, host: str, port: int,
-                injections: list[Injection], reveal: Reveal, swapped: Callable[[Swap], None],
-                counted: Callable[[int, int], None]) -> None:
-    """Relay requests from the box to the host until either side closes. `counted(out, in)`
-    is told the bytes of each message body."""
-    box = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
-    up = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
-    while True:
-        try:
-            event = await _next_event(box, box_reader, IDLE_TIMEOUT)
-        except (h11.RemoteProtocolError, TimeoutError, OSError):
-            return
-        if not isinstance(event, h11.Request):
-            return  # ConnectionClosed, or something h11 would not take
-        try:
-            _check_target(event, host, port)
-        except _Refused as e:
-            await _refuse(box, box_writer, e)
-            return
-        headers, used, pairs = swap_headers(list(event.headers), injections, reveal)
-        if box.they_are_waiting_for_100_continue:  # answered here: the body is read before the upstream answers
-            await _send(box, box_writer, h11.InformationalResponse(status_code=100, headers=[]))
-        headers = [(k, v) for k, v in headers if k != b"expect"]
-        path = event.target.decode("latin-1").split("?", 1)[0][:300]
-        exchange = _Exchange()
-        try:
-            await _send(up, up_writer, h11.Request(method=event.method, target=event.target, headers=headers))
-            while not isinstance(body := await _next_event(box, box_reader, IDLE_TIMEOUT), h11.EndOfMessage):
-                if not isinstance(body, h11.Data):
-                    return  # the box went away mid-request
-                counted(len(body.data), 0)
-                await _send(up, up_writer, body)
-            await _send(up, up_writer, h11.EndOfMessage())
-            await _relay_response(up, up_reader, box, box_writer, pairs, counted, exchange)
-        except (h11.ProtocolError, TimeoutError, OSError, asyncio.IncompleteReadError) as e:  # ssl errors too
-            if exchange.status is None and box.our_state is h11.SEND_RESPONSE:
-                await _refuse(box, box_writer, _Refused(502, f"no good answer from {host}: {e}"))
-            return
-        finally:
+                upstream: http_relay.Upstream, host: str, port: int, injections: list[Injection], reveal: Reveal,
+                swapped: Callable[[Swap], None], counted: http_relay.Counted) -> None:
+    """Relay the box's requests to the host until either side closes, swapping stand-ins in."""
+
+    async def prepare(request: h11.Request) -> http_relay.Forward:
+        if http_relay.host_of(request) not in (host, f"{host}:{port}"):
+            raise http_relay.Answer(403, f"the Host header must name the tunnel's host {host}",
+                                    [(b"x-hutch-egress", b"host_mismatch")])
+        headers, used, pairs = swap_headers(list(request.headers), injections, reveal)
+        method, path = request.method.decode("latin-1"), request.target.decode("latin-1").split("?", 1)[0][:300]
+
+        def answered(status: int | None) -> None:
             for inj in used:
-                swapped(Swap(inj, event.method.decode("latin-1"), path, exchange.status))
-        if box.our_state is h11.SWITCHED_PROTOCOL:
-            await _splice(box_reader, box_writer, box.trailing_data[0], up_reader, up_writer, up.trailing_data[0],
-                          counted)
-            return
-        if not (box.our_state is box.their_state is up.our_state is up.their_state is h11.DONE):
-            return  # either side asked to close
-        box.start_next_cycle()
-        up.start_next_cycle()
+                swapped(Swap(inj, method, path, status))
 
+        return http_relay.Forward(headers, scrub=pairs, answered=answered)
 
-async def _relay_response(up: h11.Connection, up_reader: asyncio.StreamReader, box: h11.Connection,
-                          box_writer: asyncio.StreamWriter, pairs: list[tuple[bytes, bytes]],
-                          counted: Callable[[int, int], None], exchange: _Exchange) -> None:
-    while True:
-        event = await _next_event(up, up_reader, IDLE_TIMEOUT)
-        if isinstance(event, h11.InformationalResponse):
-            if event.status_code == 101:  # a protocol switch (WebSocket): relayed as bytes from here
-                exchange.status = 101
-                await _send(box, box_writer, h11.InformationalResponse(status_code=101,
-                                                                       headers=_scrub(event.headers, pairs)))
-                return
-            continue  # 100 Continue: the box was answered already
-        if not isinstance(event, h11.Response):
-            raise h11.RemoteProtocolError("no response")
-        exchange.status = event.status_code
-        await _send(box, box_writer, h11.Response(status_code=event.status_code, reason=event.reason,
-                                                  headers=_scrub(event.headers, pairs)))
-        break
-    while not isinstance(body := await _next_event(up, up_reader, IDLE_TIMEOUT), h11.EndOfMessage):
-        if not isinstance(body, h11.Data):
-            raise h11.RemoteProtocolError("the response ended early")
-        counted(0, len(body.data))
-        await _send(box, box_writer, body)
-    await _send(box, box_writer, h11.EndOfMessage())
+    async def opened() -> http_relay.Upstream:
+        return upstream
 
-
-def _scrub(headers: Iterable[tuple[bytes, bytes]], pairs: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """A real value a server echoes in a response header goes back to the box as the stand-in."""
-    out = []
-    for name, value in headers:
-        for real, standin in pairs:
-            value = value.replace(real, standin)
-        out.append((name, value))
-    return out
-
-
-async def _splice(box_reader: asyncio.StreamReader, box_writer: asyncio.StreamWriter, box_left: bytes,
-                  up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, up_left: bytes,
-                  counted: Callable[[int, int], None]) -> None:
-    """After a protocol switch: bytes both ways, as they are, until both ends are done."""
-
-    async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter, left: bytes, outward: bool) -> None:
-        try:
-            data = left
-            while True:
-                if data:
-                    counted(len(data), 0) if outward else counted(0, len(data))
-                    dst.write(data)
-                    await dst.drain()
-                data = await src.read(READ)
-                if not data:
-                    break
-            if dst.can_write_eof():
-                dst.write_eof()
-        except (ConnectionError, OSError):
-            dst.close()
-
-    await asyncio.gather(copy(box_reader, up_writer, box_left, True), copy(up_reader, box_writer, up_left, False))
-
-
-async def _refuse(conn: h11.Connection, writer: asyncio.StreamWriter, refused: _Refused) -> None:
-    body = f"hutch egress: {refused}\n".encode()
-    try:
-        await _send(conn, writer, h11.Response(status_code=refused.status, headers=[
-            (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()),
-            (b"connection", b"close"), (b"x-hutch-egress", b"secret_host_check")]))
-        await _send(conn, writer, h11.Data(data=body))
-        await _send(conn, writer, h11.EndOfMessage())
-    except (h11.ProtocolError, ConnectionError, OSError):
-        pass
+    await http_relay.relay(box_reader, box_writer, prepare, opened, counted)

@@ -262,7 +262,8 @@ class EgressProxy:
             entry.bytes_in += into
 
         try:
-            await inject.relay(reader, writer, up_reader, upstream, host, port, secrets, hooks.reveal, swapped, counted)
+            await inject.relay(reader, writer, (up_reader, upstream), host, port, secrets, hooks.reveal, swapped,
+                               counted)
         finally:  # TLS keeps written data until its close: let it go before the caller drops the socket
             writer.close()
             with contextlib.suppress(OSError, TimeoutError, ssl.SSLError):

@@ -1,0 +1,213 @@
+"""An HTTP/1.1 relay that reads every request before it goes on: the one used where hutch stands
+in the middle of HTTP (the egress proxy swapping secrets in, the preview proxy checking access).
+
+Both sides are parsed with h11, so framing is never guessed: a request is read, handed to the
+caller's `prepare` (which may refuse it, answer it here, or say how it goes on), sent upstream,
+and its answer streamed back (chunked bodies and server-sent events as they come). Keep-alive
+goes request by request, each one prepared anew; a protocol switch (WebSocket) turns the
+connection into plain bytes both ways.
+
+The client is hostile: a request with two framings or a head over MAX_HEAD is refused, and
+anything h11 will not parse ends the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+
+import h11
+
+MAX_HEAD = 64 * 1024
+READ = 64 * 1024
+IDLE_TIMEOUT = 300.0  # a kept-alive connection with no request for this long is closed
+
+Headers = list[tuple[bytes, bytes]]
+Upstream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class Answer(Exception):
+    """Answer the request here instead of sending it on (a refusal, a redirect); the connection
+    then closes."""
+
+    def __init__(self, status: int, message: str = "", headers: Headers | None = None, reason: str = "") -> None:
+        super().__init__(message)
+        self.status, self.message, self.headers, self.reason = status, message, headers or [], reason
+
+
+@dataclass
+class Forward:
+    """How a prepared request goes on."""
+
+    headers: Headers
+    scrub: list[tuple[bytes, bytes]] = field(default_factory=list)  # (found, put instead) in the answer's headers
+    answered: Callable[[int | None], None] | None = None  # told the upstream's status (None: no answer)
+
+
+Prepare = Callable[[h11.Request], Awaitable[Forward]]
+Counted = Callable[[int, int], None]  # body bytes out (to upstream), in (to the client)
+
+
+def check_request(request: h11.Request) -> None:
+    """What every relayed request must be: origin-form, one framing, a bounded head."""
+    if not request.target.startswith(b"/"):
+        raise Answer(400, "a request here names only a path")
+    if len(request.target) + sum(len(k) + len(v) + 4 for k, v in request.headers) > MAX_HEAD:
+        raise Answer(431, f"request heads are limited to {MAX_HEAD} bytes")  # h11 may have parsed more
+    names = {k for k, _ in request.headers}
+    if b"transfer-encoding" in names and b"content-length" in names:
+        # two framings: a server that reads the other one would take the next request (and
+        # whatever it carries) as this one's body
+        raise Answer(400, "a request has Content-Length or Transfer-Encoding, not both")
+
+
+def host_of(request: h11.Request) -> str | None:
+    """The request's one Host header, in lower case (None if it has none or several)."""
+    hosts = [v for k, v in request.headers if k == b"host"]
+    return hosts[0].decode("latin-1").lower() if len(hosts) == 1 else None
+
+
+async def _next_event(conn: h11.Connection, reader: asyncio.StreamReader, timeout: float) -> object:
+    while True:
+        event = conn.next_event()
+        if event is not h11.NEED_DATA:
+            return event
+        conn.receive_data(await asyncio.wait_for(reader.read(READ), timeout))
+
+
+async def _send(conn: h11.Connection, writer: asyncio.StreamWriter, event: h11.Event) -> None:
+    data = conn.send(event)
+    if data:
+        writer.write(data)
+        await writer.drain()
+
+
+@dataclass
+class _Exchange:
+    status: int | None = None  # the upstream's status, once its head has come
+
+
+async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, prepare: Prepare,
+                open_upstream: Callable[[], Awaitable[Upstream]], counted: Counted = lambda _o, _i: None,
+                idle_timeout: float = IDLE_TIMEOUT) -> None:
+    """Relay requests from a client until either side is done. The upstream is opened when the
+    first request has been prepared (so a refused client never costs one); the caller closes
+    both ends."""
+    client = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+    up_conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
+    upstream: Upstream | None = None
+    while True:
+        try:
+            request = await _next_event(client, reader, idle_timeout)
+        except (h11.RemoteProtocolError, TimeoutError, OSError):
+            return
+        if not isinstance(request, h11.Request):
+            return  # ConnectionClosed, or something h11 would not take
+        try:
+            check_request(request)
+            forward = await prepare(request)
+            if upstream is None:
+                upstream = await open_upstream()
+        except Answer as e:
+            await answer(client, writer, e)
+            return
+        up_reader, up_writer = upstream
+        if client.they_are_waiting_for_100_continue:  # the body is read before the upstream answers
+            await _send(client, writer, h11.InformationalResponse(status_code=100, headers=[]))
+        headers = [(k, v) for k, v in forward.headers if k != b"expect"]
+        exchange = _Exchange()
+        try:
+            await _send(up_conn, up_writer, h11.Request(method=request.method, target=request.target, headers=headers))
+            while not isinstance(body := await _next_event(client, reader, idle_timeout), h11.EndOfMessage):
+                if not isinstance(body, h11.Data):
+                    return  # the client went away mid-request
+                counted(len(body.data), 0)
+                await _send(up_conn, up_writer, body)
+            await _send(up_conn, up_writer, h11.EndOfMessage())
+            await _relay_response(up_conn, up_reader, client, writer, forward.scrub, counted, exchange, idle_timeout)
+        except (h11.ProtocolError, TimeoutError, OSError, asyncio.IncompleteReadError) as e:  # ssl errors too
+            if exchange.status is None and client.our_state is h11.SEND_RESPONSE:
+                await answer(client, writer, Answer(502, f"no good answer from upstream: {e}", reason="bad_gateway"))
+            return
+        finally:
+            if forward.answered is not None:
+                forward.answered(exchange.status)
+        if client.our_state is h11.SWITCHED_PROTOCOL:
+            await _splice(reader, writer, client.trailing_data[0], up_reader, up_writer, up_conn.trailing_data[0],
+                          counted)
+            return
+        if not (client.our_state is client.their_state is up_conn.our_state is up_conn.their_state is h11.DONE):
+            return  # either side asked to close
+        client.start_next_cycle()
+        up_conn.start_next_cycle()
+
+
+async def _relay_response(up: h11.Connection, up_reader: asyncio.StreamReader, client: h11.Connection,
+                          writer: asyncio.StreamWriter, scrub: list[tuple[bytes, bytes]], counted: Counted,
+                          exchange: _Exchange, idle_timeout: float) -> None:
+    while True:
+        event = await _next_event(up, up_reader, idle_timeout)
+        if isinstance(event, h11.InformationalResponse):
+            if event.status_code == 101:  # a protocol switch: plain bytes from here
+                exchange.status = 101
+                await _send(client, writer, h11.InformationalResponse(status_code=101, headers=_scrub(event.headers,
+                                                                                                      scrub)))
+                return
+            continue  # 100 Continue: the client was answered already
+        if not isinstance(event, h11.Response):
+            raise h11.RemoteProtocolError("no response")
+        exchange.status = event.status_code
+        await _send(client, writer, h11.Response(status_code=event.status_code, reason=event.reason,
+                                                 headers=_scrub(event.headers, scrub)))
+        break
+    while not isinstance(body := await _next_event(up, up_reader, idle_timeout), h11.EndOfMessage):
+        if not isinstance(body, h11.Data):
+            raise h11.RemoteProtocolError("the response ended early")
+        counted(0, len(body.data))
+        await _send(client, writer, body)
+    await _send(client, writer, h11.EndOfMessage())
+
+
+def _scrub(headers: Iterable[tuple[bytes, bytes]], pairs: list[tuple[bytes, bytes]]) -> Headers:
+    out = []
+    for name, value in headers:
+        for found, instead in pairs:
+            value = value.replace(found, instead)
+        out.append((name, value))
+    return out
+
+
+async def _splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_left: bytes,
+                  up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, up_left: bytes,
+                  counted: Counted) -> None:
+    """After a protocol switch: bytes both ways, as they are, until both ends are done."""
+
+    async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter, data: bytes, outward: bool) -> None:
+        try:
+            while True:
+                if data:
+                    counted(len(data), 0) if outward else counted(0, len(data))
+                    dst.write(data)
+                    await dst.drain()
+                data = await src.read(READ)
+                if not data:
+                    break
+            if dst.can_write_eof():
+                dst.write_eof()
+        except (ConnectionError, OSError):
+            dst.close()
+
+    await asyncio.gather(copy(reader, up_writer, client_left, True), copy(up_reader, writer, up_left, False))
+
+
+async def answer(conn: h11.Connection, writer: asyncio.StreamWriter, e: Answer) -> None:
+    """Answer here, and close."""
+    body = f"hutch: {e.message}\n".encode() if e.message else b""
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()),
+               (b"connection", b"close"), *e.headers]
+    with contextlib.suppress(h11.ProtocolError, ConnectionError, OSError):
+        await _send(conn, writer, h11.Response(status_code=e.status, headers=headers))
+        await _send(conn, writer, h11.Data(data=body))
+        await _send(conn, writer, h11.EndOfMessage())
