@@ -69,7 +69,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = ServerConfig(data_dir=args.data_dir, cache_dir=args.cache_dir, host=args.host, port=args.port,
                           warm_pool=args.warm_pool, max_sandboxes=args.max_sandboxes,
                           team_max_sandboxes=args.team_max_sandboxes, egress_hosts=args.egress_hosts,
-                          egress_system_dns=not args.egress_no_system_dns, trust_ca=tuple(args.trust_ca or ()))
+                          egress_system_dns=not args.egress_no_system_dns, trust_ca=tuple(args.trust_ca or ()),
+                          preview_port=args.preview_port, preview_domain=args.preview_domain,
+                          preview_https=args.preview_https)
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if not base_image.is_built(config.cache_dir):
         base_image.build(config.cache_dir, progress=lambda line: print(line, flush=True))
@@ -276,6 +278,29 @@ def cmd_secret(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_preview(args: argparse.Namespace) -> int:
+    sb = Sandbox.connect(args.id)
+    try:
+        if args.port is None:
+            ports = sb.list_preview_ports()
+            if args.json:
+                print(json.dumps([json.loads(json.dumps(asdict(p), default=str)) for p in ports]))
+            else:
+                print(_table([[str(p.port), p.access, p.url] for p in ports], ["PORT", "ACCESS", "URL"]))
+            return 0
+        if args.private:
+            sb.publish_preview_port(args.port, access="private")
+            out = sb.get_signed_preview_url(args.port, expires_in_seconds=args.expires)
+        else:
+            if args.publish:
+                sb.publish_preview_port(args.port, access="public")
+            out = sb.get_preview_url(args.port)
+    finally:
+        sb.close()
+    print(json.dumps({"url": out}) if args.json else out)
+    return 0
+
+
 def cmd_providers(args: argparse.Namespace) -> int:
     providers = Provider.list()
     if args.json:
@@ -361,6 +386,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--trust-ca", action="append", type=Path, metavar="PEM",
                    help="a CA certificate boxes and the secret-swapping proxy trust beyond the host's store "
                         "(a TLS-inspecting proxy's, say; repeatable)")
+    s.add_argument("--preview-port", type=int, default=7424, metavar="P",
+                   help="where preview URLs are served (default %(default)s)")
+    s.add_argument("--preview-domain", default="localhost",
+                   help="preview URLs are http://PORT-ID.DOMAIN:P (default %(default)s: this machine's browsers)")
+    s.add_argument("--preview-https", action="store_true",
+                   help="a TLS proxy on 443 fronts the preview port: URLs say https, cookies are Secure")
     s.set_defaults(fn=cmd_serve)
 
     s = sub.add_parser("build-base", help="build the base template (Debian) if it is not built")
@@ -394,6 +425,14 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--sandbox", help="audit: only this sandbox's requests")
     s.add_argument("--limit", type=int, default=50)
     s.set_defaults(fn=cmd_secret)
+
+    s = sub.add_parser("preview", help="a box's preview URLs: hutch preview ID [PORT [--publish | --private]]")
+    s.add_argument("id")
+    s.add_argument("port", type=int, nargs="?")
+    s.add_argument("--publish", action="store_true", help="publish the port, public")
+    s.add_argument("--private", action="store_true", help="publish the port, private, and print a signed link")
+    s.add_argument("--expires", type=int, default=3600, metavar="SECONDS", help="the signed link's life (default 1 h)")
+    s.set_defaults(fn=cmd_preview)
 
     s = sub.add_parser("providers", help="services a secret can name as its provider")
     s.set_defaults(fn=cmd_providers)

@@ -56,6 +56,7 @@ sandboxes = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
     sa.Column("network", sa.Text),  # {"allow_out": [...], "deny_out": [...]}, or null: no rules
+    sa.Column("preview_access", sa.String(16)),  # what a newly published port gets: public (null) or private
     sa.Index("ix_sandboxes_box_key", "box_key"),
 )
 network_log = sa.Table(
@@ -124,6 +125,15 @@ secret_audit = sa.Table(
     sa.Index("ix_secret_audit_secret", "secret_id", "id"),
 )
 
+preview_ports = sa.Table(
+    "preview_ports", meta,
+    sa.Column("sandbox_id", sa.String(36), primary_key=True),
+    sa.Column("port", sa.Integer, primary_key=True),
+    sa.Column("access", sa.String(16), nullable=False),  # public | private
+    sa.Column("generation", sa.Integer, nullable=False),  # a rotation bumps it: older links, cookies and tokens fail
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
 API_KEY_PREFIX = "hutch_"
 POOL_SIZE = 5  # database connections kept open (route dependencies run on worker threads)
 
@@ -154,6 +164,7 @@ class SandboxRecord:
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
     network: dict[str, list[str]] | None = None
+    preview_access: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> SandboxRecord:
@@ -225,6 +236,15 @@ class AuditRecord:
     method: str
     path: str
     status: int | None
+
+
+@dataclass
+class PreviewPortRecord:
+    sandbox_id: str
+    port: int
+    access: str
+    generation: int
+    created_at: float
 
 
 @dataclass
@@ -449,6 +469,46 @@ class Store:
             q = q.where(a.sandbox_id == sandbox_id)
         with self._tx() as c:
             return [AuditRecord(**r._mapping) for r in c.execute(q.order_by(a.id.desc()).limit(limit))]
+
+    # --- preview ports ---------------------------------------------------------------------------
+
+    def publish_port(self, rec: PreviewPortRecord) -> PreviewPortRecord:
+        """Publish, or change the access of a published port (its credentials stay valid)."""
+        with self._tx() as c:
+            found = c.execute(sa.select(preview_ports).where(preview_ports.c.sandbox_id == rec.sandbox_id,
+                                                             preview_ports.c.port == rec.port)).first()
+            if found is None:
+                c.execute(preview_ports.insert().values(**rec.__dict__))
+                return rec
+            c.execute(preview_ports.update().where(preview_ports.c.sandbox_id == rec.sandbox_id,
+                                                   preview_ports.c.port == rec.port).values(access=rec.access))
+            return PreviewPortRecord(**{**found._mapping, "access": rec.access})
+
+    def preview_port(self, sandbox_id: str, port: int) -> PreviewPortRecord | None:
+        with self._tx() as c:
+            row = c.execute(sa.select(preview_ports).where(preview_ports.c.sandbox_id == sandbox_id,
+                                                           preview_ports.c.port == port)).first()
+        return PreviewPortRecord(**row._mapping) if row else None
+
+    def preview_ports(self, sandbox_id: str) -> list[PreviewPortRecord]:
+        with self._tx() as c:
+            rows = c.execute(sa.select(preview_ports).where(preview_ports.c.sandbox_id == sandbox_id)
+                             .order_by(preview_ports.c.port))
+            return [PreviewPortRecord(**r._mapping) for r in rows]
+
+    def rotate_preview_port(self, sandbox_id: str, port: int) -> bool:
+        with self._tx() as c:
+            return bool(c.execute(preview_ports.update().where(
+                preview_ports.c.sandbox_id == sandbox_id, preview_ports.c.port == port).values(
+                generation=preview_ports.c.generation + 1)).rowcount)
+
+    def unpublish_port(self, sandbox_id: str, port: int | None = None) -> bool:
+        """One port, or (None) every port of the sandbox."""
+        q = preview_ports.delete().where(preview_ports.c.sandbox_id == sandbox_id)
+        if port is not None:
+            q = q.where(preview_ports.c.port == port)
+        with self._tx() as c:
+            return bool(c.execute(q).rowcount)
 
     def due(self, now: float) -> tuple[list[str], list[str]]:
         """Ids of active sandboxes past their pause deadline, and of paused ones past deletion."""

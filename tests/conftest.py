@@ -52,6 +52,10 @@ class Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def preview_port(self) -> int:
+        return int(self.args[self.args.index("--preview-port") + 1])
+
     def start(self) -> None:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([*HUTCH, "--data-dir", str(self.data_dir), "serve", "--port", str(self.port),
@@ -110,7 +114,8 @@ def make_server(*args: str) -> Server:
     hosts = root / "egress-hosts"
     hosts.write_text(EGRESS_HOSTS)
     return Server(root / "data", free_port(), ("--egress-hosts", str(hosts), "--egress-no-system-dns",
-                                               "--trust-ca", str(certificate()[0]), *args))
+                                               "--trust-ca", str(certificate()[0]),
+                                               "--preview-port", str(free_port()), *args))
 
 
 def runsc_cli(server: Server, *args: str) -> str:

@@ -24,7 +24,7 @@ try:
     from hutch.guest import launch as L
     from hutch.guest import protocol as p
     from hutch.guest.procs import Proc, ProcError, ProcTable, parse_resize, parse_signal
-    from hutch.guest.relay import Relay
+    from hutch.guest.relay import Relay, pipe
     from hutch.guest.spawner import Spawner
 except ImportError:  # in the box: run as a script beside its modules, without the hutch package
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -32,7 +32,7 @@ except ImportError:  # in the box: run as a script beside its modules, without t
     import launch as L  # type: ignore[import-not-found, no-redef]
     import protocol as p  # type: ignore[import-not-found, no-redef]
     from procs import Proc, ProcError, ProcTable, parse_resize, parse_signal  # type: ignore[import-not-found, no-redef]
-    from relay import Relay  # type: ignore[import-not-found, no-redef]
+    from relay import Relay, pipe  # type: ignore[import-not-found, no-redef]
     from spawner import Spawner  # type: ignore[import-not-found, no-redef]
 
 SPAWNER: Spawner  # set by serve()
@@ -151,12 +151,45 @@ class Handler(http1.Handler):
             self._spawn()
         elif route.startswith(p.PROCS + "/"):
             self._proc_route(route, "POST")
+        elif route == p.TUNNEL:
+            self._tunnel()
         elif route == p.QUIESCE:
             self._json(200, {"quiescing": True})
             self.close_connection = True
             threading.Thread(target=_stop_serving, args=(self.server,), daemon=True).start()
         else:
             self._error(404, p.ERR_BAD_REQUEST, "no such route")
+
+    # --- tunnels (preview URLs) -----------------------------------------------------------------
+
+    def _tunnel(self) -> None:
+        """Connect to 127.0.0.1:port in the box and relay bytes both ways for the rest of this
+        connection. The host sends nothing after its request until it has the answer's head, so
+        nothing of the tunnel's bytes sits in the request buffer. A pause ends it (close_all)."""
+        port = self._query().get("port", "")
+        if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            return self._error(400, p.ERR_BAD_REQUEST, "port must be 1-65535")
+        try:
+            target = socket.create_connection(("127.0.0.1", int(port)), timeout=5)
+        except OSError as e:
+            return self._error(502, p.ERR_PORT_CLOSED, f"nothing listens on port {port} in the box: {e.strerror or e}")
+        target.settimeout(None)
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.end_headers()
+        self.wfile.flush()
+        outward = threading.Thread(target=pipe, args=(target, self.connection), daemon=True)
+        outward.start()
+        try:
+            while data := self.rfile.read1(CHUNK):
+                target.sendall(data)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            target.shutdown(socket.SHUT_WR)
+        outward.join()
+        target.close()
 
     # --- files ----------------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ PROC_STDIN = "stdin"  # POST raw bytes
 PROC_STDIN_CLOSE = "stdin-close"
 PROC_SIGNAL = "signal"  # POST {"signal": int}, to the process group
 PROC_RESIZE = "resize"  # POST {"rows": int, "cols": int}
+TUNNEL = f"/v{VERSION}/tunnel"  # POST ?port=N: this connection becomes bytes to and from 127.0.0.1:N
 QUIESCE = f"/v{VERSION}/quiesce"  # close every host socket before a checkpoint
 WAKE_FILE = "wake"  # in the channel dir after a restore (or SIGUSR1): the agent listens again
 
@@ -64,6 +65,7 @@ ERR_NOT_TTY = "not_a_terminal"
 ERR_STDIN_CLOSED = "stdin_closed"
 ERR_STDIN_FULL = "stdin_full"  # the process has not read its stdin for a while
 ERR_TOO_MANY_PROCS = "too_many_processes"
+ERR_PORT_CLOSED = "port_not_listening"  # nothing in the box accepts connections on that port
 
 
 def path_problem(path: str) -> str | None:

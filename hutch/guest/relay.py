@@ -64,9 +64,9 @@ class Relay:
                 with contextlib.suppress(OSError):
                     conn.sendall(UNAVAILABLE)
                 return
-            outward = threading.Thread(target=_copy, args=(conn, host), daemon=True)
+            outward = threading.Thread(target=pipe, args=(conn, host), daemon=True)
             outward.start()
-            _copy(host, conn)
+            pipe(host, conn)
             outward.join()
         finally:
             host.close()
@@ -94,7 +94,8 @@ class Relay:
             self._cond.notify_all()
 
 
-def _copy(src: socket.socket, dst: socket.socket) -> None:
+def pipe(src: socket.socket, dst: socket.socket) -> None:
+    """Copy until the source ends, then end the destination's sending side."""
     try:
         while data := src.recv(CHUNK):
             dst.sendall(data)

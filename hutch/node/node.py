@@ -51,6 +51,17 @@ class NoSpaceError(OSError):
     """Not enough disk for a box's checkpoint; the box was not touched."""
 
 
+class TunnelError(RuntimeError):
+    """The agent would not open a tunnel to a port in the box."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+TUNNEL_TIMEOUT = 10.0
+
+
 CHECKPOINT_SLACK = 32 * 2**20  # beyond the sandbox's resident memory, which bounds its image
 
 
@@ -80,6 +91,30 @@ class Box:
         self._socket_fd = fd
         self._agent = agent_client(f"/proc/self/fd/{fd}")
         return True
+
+    async def open_tunnel(self, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A byte stream to 127.0.0.1:`port` inside the box, through the agent (preview URLs)."""
+        if self._socket_fd is None:
+            raise ChannelError(f"box {self.runtime_id} has no pinned channel")
+        reader, writer = await asyncio.open_unix_connection(f"/proc/self/fd/{self._socket_fd}")
+        try:
+            writer.write(f"POST {protocol.TUNNEL}?port={int(port)} HTTP/1.1\r\nHost: agent\r\n"
+                         f"Content-Length: 0\r\n\r\n".encode())
+            head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TUNNEL_TIMEOUT)).decode("latin-1")
+            status = head.split(" ", 2)[1] if head.count(" ") >= 2 else ""
+            if status == "200":
+                return reader, writer
+            length = next((int(line.split(":", 1)[1]) for line in head.split("\r\n")
+                           if line.lower().startswith("content-length:")), 0)
+            body = await asyncio.wait_for(reader.readexactly(min(length, 4096)), TUNNEL_TIMEOUT)
+            try:
+                err = json.loads(body)
+                raise TunnelError(str(err["code"]), str(err["message"])[:500])
+            except (ValueError, KeyError, TypeError):
+                raise TunnelError("agent_error", f"the agent answered {status or 'nothing'}") from None
+        except BaseException:
+            writer.close()
+            raise
 
     async def release(self) -> None:
         if self._agent is not None:

@@ -18,6 +18,7 @@ from hutch.sdk.ops import (
     NetworkConfig,
     NetworkLogEntry,
     NetworkLogPage,
+    PreviewPort,
     ProcessInfo,
     SandboxInfo,
     SecretAuditEntry,
@@ -32,7 +33,7 @@ from hutch.sdk.secrets import AsyncSecret, Provider, Secret
 
 __all__ = [
     "AsyncProcess", "AsyncSandbox", "AsyncSecret", "AuthenticationError", "CommandResult", "ConflictError",
-    "NetworkConfig", "NetworkLogEntry", "NetworkLogPage", "NotFoundError", "Process", "ProcessInfo", "Provider",
+    "NetworkConfig", "NetworkLogEntry", "NetworkLogPage", "NotFoundError", "PreviewPort", "Process", "ProcessInfo", "Provider",
     "PtySize", "RateLimitError", "Sandbox", "SandboxError", "SandboxInfo", "SandboxTimeoutError", "Secret",
     "SecretAuditEntry", "SecretAuditPage", "SecretAuth", "SecretBinding", "SecretInfo", "ServerError",
     "ValidationError",

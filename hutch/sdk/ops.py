@@ -105,6 +105,8 @@ class SandboxInfo:
     failure: str | None = None
     network: NetworkConfig | None = None
     secrets: list[SecretBinding] = field(default_factory=list)
+    preview_access: str = "public"  # what a port published without an access of its own gets
+    preview_url_template: str = ""  # a published port's URL, "{port}" standing for the port
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SandboxInfo:
@@ -116,6 +118,7 @@ class SandboxInfo:
             failure=d.get("failure"),
             network=NetworkConfig(**d["network"]) if d.get("network") else None,
             secrets=[SecretBinding.from_json(b) for b in d.get("secrets", ())],
+            preview_access=d.get("preview_access", "public"), preview_url_template=d.get("preview_url_template", ""),
         )
 
 
@@ -246,6 +249,40 @@ def sandbox_secrets(cfg: ConnectionConfig, sandbox_id: str, method: str = "GET",
     url = f"{cfg.base_url}/v1/sandboxes/{sandbox_id}/secrets" + (f"/{quote(env, safe='')}" if env else "")
     reply = yield from send(Call(method, url, _auth(cfg), json={"secret": secret} if secret is not None else None))
     return [SecretBinding.from_json(b) for b in _json(reply.body)]
+
+
+# --- preview ports --------------------------------------------------------------------------------
+
+PREVIEW_PORTS = range(1024, 65536)
+RELAY_PORT = 3128  # the box's egress relay: never published
+
+
+def check_preview_port(port: int) -> int:
+    """Ports 1024-65535, not the box's relay: a ValidationError before any request."""
+    if isinstance(port, bool) or not isinstance(port, int) or port not in PREVIEW_PORTS or port == RELAY_PORT:
+        raise ValidationError(f"a preview port is an int in 1024-65535 other than {RELAY_PORT}, not {port!r}",
+                              code="invalid_port")
+    return port
+
+
+@dataclass
+class PreviewPort:
+    port: int
+    access: str  # "public" or "private"
+    url: str
+    created_at: datetime
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PreviewPort:
+        return cls(d["port"], d["access"], d["url"], datetime.fromisoformat(d["created_at"]))
+
+
+def preview_ports(cfg: ConnectionConfig, sandbox_id: str, method: str = "GET", port: int | None = None,
+                  tail: str = "", body: dict[str, Any] | None = None) -> Flow[Any]:
+    """The preview-port routes: the answer's JSON (None for a 204)."""
+    url = f"{cfg.base_url}/v1/sandboxes/{sandbox_id}/preview-ports" + (f"/{port}" if port is not None else "") + tail
+    reply = yield from send(Call(method, url, _auth(cfg), json=body))
+    return _json(reply.body) if reply.body else None
 
 
 # --- secrets --------------------------------------------------------------------------------------

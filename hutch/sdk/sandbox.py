@@ -24,9 +24,11 @@ from hutch.sdk.ops import (
     DataPlane,
     NetworkConfig,
     NetworkLogPage,
+    PreviewPort,
     ProcessInfo,
     SandboxInfo,
     SecretBinding,
+    check_preview_port,
 )
 from hutch.sdk.process import AsyncProcess, Process, PtySize
 
@@ -37,10 +39,10 @@ OutputCallback = Callable[[str], Any]  # on the async SDK it may also return an 
 def _create_body(name: str, from_template: str | None, timeout_seconds: int | None,
                  auto_delete_seconds: int | None, metadata: dict[str, str] | None,
                  env_vars: dict[str, str] | None, network: NetworkConfig | None,
-                 secrets: dict[str, str] | None) -> dict[str, Any]:
+                 secrets: dict[str, str] | None, preview_access: str | None) -> dict[str, Any]:
     body = {"name": name, "from_template": from_template, "timeout_seconds": timeout_seconds,
             "auto_delete_seconds": auto_delete_seconds, "metadata": metadata, "env_vars": env_vars,
-            "network": ops.network_body(network), "secrets": secrets}
+            "network": ops.network_body(network), "secrets": secrets, "preview_access": preview_access}
     return {k: v for k, v in body.items() if v is not None}
 
 
@@ -81,6 +83,15 @@ class _SandboxBase(Generic[ClientT]):
     def _bound(self, bindings: list[SecretBinding]) -> list[SecretBinding]:
         self._info.secrets = bindings
         return list(bindings)
+
+    def get_preview_url(self, port: int) -> str:
+        """The URL of a port at the preview proxy (no request: publish it to make it answer)."""
+        return self._info.preview_url_template.replace("{port}", str(check_preview_port(port)))
+
+    def _ports(self, method: str = "GET", port: int | None = None, tail: str = "",
+               body: dict[str, Any] | None = None) -> Flow[Any]:
+        return ops.preview_ports(self._cfg, self.id, method, None if port is None else check_preview_port(port), tail,
+                                 body)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(id={self.id!r}, name={self.name!r}, status={self.status!r})"
@@ -124,15 +135,16 @@ class Sandbox(_SandboxBase[httpx.Client]):
     def create(cls, name: str, *, from_template: str | None = None, timeout_seconds: int | None = None,
                auto_delete_seconds: int | None = None, metadata: dict[str, str] | None = None,
                env_vars: dict[str, str] | None = None, network: NetworkConfig | None = None,
-               secrets: dict[str, str] | None = None, api_key: str | None = None,
-               base_url: str | None = None) -> Sandbox:
+               secrets: dict[str, str] | None = None, preview_access: str | None = None,
+               api_key: str | None = None, base_url: str | None = None) -> Sandbox:
         """Create a sandbox and return once it is ready for commands. `network` sets its egress
         rules (default: any public address over HTTP(S); never private, loopback or link-local).
         `secrets` binds env vars to secrets by name: the box sees a stand-in token, swapped for
-        the real value only on requests to the secret's hosts."""
+        the real value only on requests to the secret's hosts. `preview_access` ("public" or
+        "private") is what ports published later get by default."""
         cfg = ConnectionConfig.resolve(api_key, base_url)
         body = _create_body(name, from_template, timeout_seconds, auto_delete_seconds, metadata, env_vars, network,
-                            secrets)
+                            secrets, preview_access)
         return cls._open(cfg, ops.create(cfg, body))
 
     @classmethod
@@ -178,6 +190,34 @@ class Sandbox(_SandboxBase[httpx.Client]):
         """The box's connection attempts, newest first; `page.next_before` asks for older ones."""
         page: NetworkLogPage = self._run(ops.network_log(self._cfg, self.id, limit, before))
         return page
+
+    def publish_preview_port(self, port: int, *, access: str | None = None) -> PreviewPort:
+        """Serve a port of the box at its preview URL. `access`: "public" (anyone with the URL)
+        or "private" (a signed link, its cookie, or the port's token); default: the sandbox's
+        `preview_access`. Publishing again changes the access."""
+        return PreviewPort.from_json(self._run(self._ports("POST", body={"port": check_preview_port(port),
+                                                                         "access": access})))
+
+    def unpublish_preview_port(self, port: int) -> None:
+        self._run(self._ports("DELETE", port))
+
+    def list_preview_ports(self) -> builtins.list[PreviewPort]:
+        return [PreviewPort.from_json(d) for d in self._run(self._ports())]
+
+    def get_signed_preview_url(self, port: int, expires_in_seconds: int = 60) -> str:
+        """A link to a private port: opened in a browser before it expires, it is exchanged for a
+        cookie for this port only."""
+        url: str = self._run(self._ports("POST", port, "/signed-url", {"expires_in_seconds": expires_in_seconds}))["url"]
+        return url
+
+    def get_preview_token(self, port: int) -> str:
+        """A credential for machine clients: send it as X-Hutch-Preview-Token. Valid until rotated."""
+        token: str = self._run(self._ports("GET", port, "/token"))["token"]
+        return token
+
+    def rotate_preview_token(self, port: int) -> None:
+        """Void the port's links, cookies and token at once (and cut its open connections)."""
+        self._run(self._ports("POST", port, "/rotate"))
 
     def attach_secret(self, env: str, secret: str) -> builtins.list[SecretBinding]:
         """Bind a secret to an env var (active or paused box); commands started afterwards see
@@ -327,11 +367,11 @@ class AsyncSandbox(_SandboxBase[httpx.AsyncClient]):
     async def create(cls, name: str, *, from_template: str | None = None, timeout_seconds: int | None = None,
                      auto_delete_seconds: int | None = None, metadata: dict[str, str] | None = None,
                      env_vars: dict[str, str] | None = None, network: NetworkConfig | None = None,
-                     secrets: dict[str, str] | None = None, api_key: str | None = None,
-                     base_url: str | None = None) -> AsyncSandbox:
+                     secrets: dict[str, str] | None = None, preview_access: str | None = None,
+                     api_key: str | None = None, base_url: str | None = None) -> AsyncSandbox:
         cfg = ConnectionConfig.resolve(api_key, base_url)
         body = _create_body(name, from_template, timeout_seconds, auto_delete_seconds, metadata, env_vars, network,
-                            secrets)
+                            secrets, preview_access)
         return await cls._open(cfg, ops.create(cfg, body))
 
     @classmethod
@@ -368,6 +408,28 @@ class AsyncSandbox(_SandboxBase[httpx.AsyncClient]):
         changes = _changes(metadata, timeout_seconds, auto_delete_seconds, network)
         self._info = await self._run(ops.update(self._cfg, self.id, changes))
         return self._info
+
+    async def publish_preview_port(self, port: int, *, access: str | None = None) -> PreviewPort:
+        return PreviewPort.from_json(await self._run(self._ports("POST", body={"port": check_preview_port(port),
+                                                                               "access": access})))
+
+    async def unpublish_preview_port(self, port: int) -> None:
+        await self._run(self._ports("DELETE", port))
+
+    async def list_preview_ports(self) -> builtins.list[PreviewPort]:
+        return [PreviewPort.from_json(d) for d in await self._run(self._ports())]
+
+    async def get_signed_preview_url(self, port: int, expires_in_seconds: int = 60) -> str:
+        answer = await self._run(self._ports("POST", port, "/signed-url", {"expires_in_seconds": expires_in_seconds}))
+        url: str = answer["url"]
+        return url
+
+    async def get_preview_token(self, port: int) -> str:
+        token: str = (await self._run(self._ports("GET", port, "/token")))["token"]
+        return token
+
+    async def rotate_preview_token(self, port: int) -> None:
+        await self._run(self._ports("POST", port, "/rotate"))
 
     async def attach_secret(self, env: str, secret: str) -> builtins.list[SecretBinding]:
         return self._bound(await self._run(ops.sandbox_secrets(self._cfg, self.id, "PUT", env, secret)))

@@ -29,6 +29,7 @@ from hutch.node import base_image
 from hutch.node.node import Node
 from hutch.node.runsc import Runsc, RunscConfig, find_runsc
 from hutch.node.spec import AgentRuntime, Limits
+from hutch.preview.access import PreviewKeys
 from hutch.secrets.vault import Vault
 from hutch.server import errors
 from hutch.server.attach import Attachment
@@ -43,8 +44,12 @@ from hutch.server.models import (
     EnvName,
     FileWritten,
     NetworkLogPage,
+    PreviewPort,
+    PreviewPortNumber,
+    PreviewToken,
     ProcessInfo,
     ProviderInfo,
+    PublishPreviewPort,
     RotateSecret,
     RunCommand,
     SandboxAccess,
@@ -55,10 +60,13 @@ from hutch.server.models import (
     SecretName,
     Signalled,
     SignalProcess,
+    SignedPreviewUrl,
+    SignPreviewUrl,
     SpawnCommand,
     UpdateSandbox,
 )
 from hutch.server.pool import WarmPool
+from hutch.server.previews import Previews
 from hutch.server.sandboxes import Sandboxes, register_base_template
 from hutch.server.secrets import Secrets, providers
 from hutch.server.tokens import TokenSigner, load_or_create_key
@@ -96,8 +104,10 @@ class State:
         self.egress = EgressProxy(Resolver(hosts, system=config.egress_system_dns), self._egress_policy,
                                   self._egress_record, HostAddresses().get, interception)
         self.node.egress = self.egress
-        self.signer = TokenSigner(load_or_create_key(config.data_dir / "server.key"))
+        server_key = load_or_create_key(config.data_dir / "server.key")
+        self.signer = TokenSigner(server_key)
         self.sandboxes = Sandboxes(config, self.store, self.node, self.signer, self.secrets)
+        self.previews = Previews(self.sandboxes, PreviewKeys(server_key), self.sandboxes.preview_site)
         self.pool = WarmPool(self.node, config.warm_pool, base_root,
                              Limits(memory_mib=config.memory_mib, pids=config.pids, cpu_shares=1024 * config.vcpu))
         self.sandboxes.pool = self.pool
@@ -252,6 +262,42 @@ def control_routes(app: FastAPI) -> None:
     async def list_providers(team_id: TeamDep) -> list[ProviderInfo]:
         """Services whose auth scheme and hosts a secret can take by name."""
         return providers()
+
+    # --- preview ports ---
+
+    @app.post("/v1/sandboxes/{sandbox_id}/preview-ports", response_model=PreviewPort)
+    async def publish_preview_port(sandbox_id: str, body: PublishPreviewPort, st: StateDep,
+                                   team_id: TeamDep) -> PreviewPort:
+        """Publish a port of the box at its preview URL (or change a published port's access)."""
+        return st.previews.publish(st.sandboxes.get(team_id, sandbox_id), body.port, body.access)
+
+    @app.get("/v1/sandboxes/{sandbox_id}/preview-ports", response_model=list[PreviewPort])
+    async def list_preview_ports(sandbox_id: str, st: StateDep, team_id: TeamDep) -> list[PreviewPort]:
+        return st.previews.list(st.sandboxes.get(team_id, sandbox_id))
+
+    @app.delete("/v1/sandboxes/{sandbox_id}/preview-ports/{port}", status_code=204)
+    async def unpublish_preview_port(sandbox_id: str, port: PreviewPortNumber, st: StateDep,
+                                     team_id: TeamDep) -> Response:
+        """The preview proxy refuses the port again, and its open connections are cut."""
+        st.previews.unpublish(st.sandboxes.get(team_id, sandbox_id), port)
+        return Response(status_code=204)
+
+    @app.post("/v1/sandboxes/{sandbox_id}/preview-ports/{port}/signed-url", response_model=SignedPreviewUrl)
+    async def sign_preview_url(sandbox_id: str, port: PreviewPortNumber, body: SignPreviewUrl, st: StateDep,
+                               team_id: TeamDep) -> SignedPreviewUrl:
+        """A link to the port that a browser exchanges for a cookie for that port alone."""
+        return st.previews.signed_url(st.sandboxes.get(team_id, sandbox_id), port, body.expires_in_seconds)
+
+    @app.get("/v1/sandboxes/{sandbox_id}/preview-ports/{port}/token", response_model=PreviewToken)
+    async def preview_token(sandbox_id: str, port: PreviewPortNumber, st: StateDep, team_id: TeamDep) -> PreviewToken:
+        """A header credential for the port, for machine clients; valid until rotated."""
+        return st.previews.token(st.sandboxes.get(team_id, sandbox_id), port)
+
+    @app.post("/v1/sandboxes/{sandbox_id}/preview-ports/{port}/rotate", response_model=PreviewPort)
+    async def rotate_preview_port(sandbox_id: str, port: PreviewPortNumber, st: StateDep,
+                                  team_id: TeamDep) -> PreviewPort:
+        """Void every link, cookie and token of the port, and cut its open connections."""
+        return st.previews.rotate(st.sandboxes.get(team_id, sandbox_id), port)
 
     @app.get("/v1/sandboxes/{sandbox_id}/secrets", response_model=list[SecretBinding])
     async def sandbox_secrets(sandbox_id: str, st: StateDep, team_id: TeamDep) -> list[SecretBinding]:
@@ -416,6 +462,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         st.node.start_reaping()
         await st.sandboxes.reconcile()
         st.pool.start()
+        await st.previews.proxy.start(config.host, config.preview_port)
         loop = asyncio.get_running_loop()
         lifetimes = loop.create_task(st.sandboxes.run_lifetimes())
         loop.add_signal_handler(signal.SIGUSR2, _dump_tasks)  # `kill -USR2 <pid>`: what every task waits on
@@ -425,6 +472,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             lifetimes.cancel()
             await st.pool.close()  # nobody's boxes: not worth keeping
             await st.egress.close_all()
+            await st.previews.proxy.close()
             await st.node.close()  # the sandboxes outlive the server; a restart takes them back
 
     app = FastAPI(title="hutch", version="0.1.0", lifespan=lifespan,

@@ -34,6 +34,12 @@ class ServerConfig:
     # CA certificates (PEM files) trusted beyond the host's store: added to every box's bundle, and
     # used by the egress proxy to check the hosts it swaps secrets in for (a TLS-inspecting proxy's CA, say)
     trust_ca: tuple[Path, ...] = ()
+    # Preview URLs: http://{port}-{sandbox id}.{preview_domain}:{preview_port}, served on this port of
+    # `host`. Browsers resolve every name under "localhost" to this machine. With preview_https (a TLS
+    # proxy in front, on 443), the URLs say https and carry no port, and preview cookies are Secure.
+    preview_port: int = 7424
+    preview_domain: str = "localhost"
+    preview_https: bool = False
 
     @property
     def db_url(self) -> str:

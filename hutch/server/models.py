@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Base64Bytes, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from hutch.egress.rules import MAX_RULES, parse_allow, parse_cidr, parse_domain
+from hutch.guest.protocol import PROXY_PORT
 
 MAX_METADATA_KEYS = 64
 MAX_ENV_VARS = 256
@@ -148,6 +149,47 @@ class SecretAuditPage(BaseModel):
     next_before: int | None
 
 
+# --- preview ports ------------------------------------------------------------------------------
+
+PREVIEW_PORT_MIN = 1024
+Access = Literal["public", "private"]
+
+
+def _preview_port(port: int) -> int:
+    if port == PROXY_PORT:
+        raise ValueError(f"port {PROXY_PORT} is the box's egress relay and cannot be published")
+    return port
+
+
+PreviewPortNumber = Annotated[int, Field(ge=PREVIEW_PORT_MIN, le=65535), AfterValidator(_preview_port)]
+
+
+class PublishPreviewPort(Strict):
+    port: PreviewPortNumber
+    access: Access | None = None  # default: the sandbox's preview_access
+
+
+class PreviewPort(BaseModel):
+    port: int
+    access: Access
+    url: str
+    created_at: datetime
+
+
+class SignPreviewUrl(Strict):
+    expires_in_seconds: Annotated[int, Field(ge=1, le=7 * 24 * 3600)] = 60
+
+
+class SignedPreviewUrl(BaseModel):
+    url: str  # opened in a browser, it is exchanged for a cookie for this port
+    expires_at: datetime
+
+
+class PreviewToken(BaseModel):
+    token: str
+    header: str  # send the token in this header
+
+
 # --- sandboxes ------------------------------------------------------------------------------------
 
 class CreateSandbox(Strict):
@@ -159,6 +201,7 @@ class CreateSandbox(Strict):
     env_vars: EnvVars | None = None
     network: NetworkConfig | None = None
     secrets: Annotated[BoundSecrets, Field(description="env var -> secret name: the box sees a stand-in")] | None = None
+    preview_access: Access | None = None  # for ports published later without an access of their own (public)
 
     @model_validator(mode="after")
     def _env_once(self) -> CreateSandbox:
@@ -192,6 +235,8 @@ class SandboxInfo(BaseModel):
     failure: str | None = None
     network: NetworkConfig | None = None
     secrets: list[SecretBinding] = []
+    preview_access: Access = "public"
+    preview_url_template: str = ""  # a published port's URL, with "{port}" for the port
 
 
 class SandboxAccess(SandboxInfo):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from hutch.node.node import Box, BoxStartError, Node, NoSpaceError
 from hutch.node.spec import Limits
+from hutch.preview.proxy import PreviewSite
 from hutch.server.config import ServerConfig
 from hutch.server.errors import ApiError, not_found
 from hutch.server.metrics import Metrics
@@ -55,6 +56,8 @@ class Sandboxes:
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._starting = 0
         self.pool: WarmPool | None = None
+        self.preview_site = PreviewSite(config.preview_domain, None if config.preview_https else config.preview_port,
+                                        config.preview_https)
         self.metrics = Metrics()
         node.on_exit = self._box_ended
 
@@ -67,7 +70,8 @@ class Sandboxes:
             auto_delete_seconds=rec.auto_delete_seconds, vcpu_count=rec.vcpu, memory_mib=rec.memory_mib,
             created_at=timestamp(rec.created_at), updated_at=timestamp(rec.updated_at), failure=rec.failure,
             network=NetworkConfig.model_validate(rec.network) if rec.network is not None else None,
-            secrets=self.secrets.bindings(rec.id),
+            secrets=self.secrets.bindings(rec.id), preview_access=rec.preview_access or "public",  # type: ignore[arg-type]
+            preview_url_template=self.preview_site.url(rec.id, "{port}"),
         )
 
     def network_log(self, team_id: str, sandbox_id: str, limit: int, before: int | None) -> NetworkLogPage:
@@ -133,7 +137,7 @@ class Sandboxes:
             memory_mib=template.memory_mib, vcpu=template.vcpu, metadata=req.metadata or {},
             env_vars=req.env_vars or {}, timeout_seconds=req.timeout_seconds,
             auto_delete_seconds=req.auto_delete_seconds, pause_at=self._deadline(req.timeout_seconds),
-            network=req.network.model_dump() if req.network else None,
+            network=req.network.model_dump() if req.network else None, preview_access=req.preview_access,
         )
         bindings = self.secrets.new_bindings(team_id, rec.id, req.secrets or {})  # a missing secret: 404, nothing made
         rootfs, limits = self._limits(rec)
@@ -278,6 +282,7 @@ class Sandboxes:
             self.store.update_sandbox(rec.id, status="deleted", runtime_id=None, pause_at=None, delete_at=None)
             self.store.delete_network_log(rec.id)
             self.store.delete_bindings(rec.id)
+            self.store.unpublish_port(rec.id)
         self._locks.pop(sandbox_id, None)
 
     # --- the data plane's view ------------------------------------------------------------------

@@ -66,7 +66,7 @@ class Secrets:
             raise ApiError(400, "unknown_provider", f"no provider {req.provider!r}; GET /v1/providers lists them")
         hosts = req.allowed_hosts or (list(provider.hosts) if provider else None)
         if not hosts:
-            raise ApiError(400, "validation_error", "a secret without a provider needs allowed_hosts")
+            raise ApiError(400, "invalid_request", "a secret without a provider needs allowed_hosts")
         auth = req.auth or (SecretAuth(header=provider.header, format=provider.format) if provider
                             else SecretAuth(header=DEFAULT_HEADER, format=DEFAULT_FORMAT))
         now = time.time()
@@ -110,7 +110,7 @@ class Secrets:
 
     def attach(self, team_id: str, box: SandboxRecord, env: str, name: str) -> None:
         if env in box.env_vars:
-            raise ApiError(400, "validation_error", f"{env} is an env var of this sandbox; a secret cannot be one too")
+            raise ApiError(400, "invalid_request", f"{env} is an env var of this sandbox; a secret cannot be one too")
         self.store.bind_secret(self.new_bindings(team_id, box.id, {env: name})[0])
 
     def detach(self, box: SandboxRecord, env: str) -> None:

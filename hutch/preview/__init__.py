@@ -1,0 +1,1 @@
+"""Preview URLs: a port of a box, published, reached from a browser through the preview proxy."""

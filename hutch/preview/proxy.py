@@ -1,0 +1,182 @@
+"""The preview proxy: browsers and clients reach a published port of a box, and nothing else.
+
+It listens on its own port. A request's Host names what it wants, `{port}-{sandbox id}.{domain}`;
+the port must be published for that sandbox, and a private port wants a credential (access.py).
+Only then is the box reached: the node opens a tunnel through the box's agent to 127.0.0.1:port
+inside it (resuming a paused box first), and the request goes on through hutch.http_relay, so
+bodies stream both ways, server-sent events flow as they come, and a WebSocket upgrade becomes
+bytes both ways. Every request on a kept-alive connection is checked again, and must name the
+same port of the same box as the first. Rotating or unpublishing a port cuts its open connections.
+
+Hostile: everything the client sends (Host, cookies, the query, headers, bodies) and everything
+the box's server answers. hutch's own cookie, link parameter and token header never reach the box.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode
+
+import h11
+
+from hutch import http_relay
+from hutch.http_relay import Answer, Forward, Upstream
+from hutch.preview import access
+from hutch.preview.access import PreviewKeys
+
+log = logging.getLogger("hutch.preview")
+
+MAX_CONNECTIONS = 1024
+
+
+@dataclass(frozen=True)
+class Published:
+    """A published port as the store has it now."""
+
+    sandbox_id: str
+    port: int
+    private: bool
+    generation: int
+
+
+@dataclass(frozen=True)
+class PreviewSite:
+    """How preview URLs look: {scheme}://{port}-{id}.{domain}{:url_port}."""
+
+    domain: str
+    url_port: int | None  # None: the scheme's default
+    https: bool = False
+
+    def url(self, sandbox_id: str, port: int | str) -> str:
+        scheme = "https" if self.https else "http"
+        suffix = f":{self.url_port}" if self.url_port else ""
+        return f"{scheme}://{port}-{sandbox_id}.{self.domain}{suffix}"
+
+    def parse(self, host: str | None) -> tuple[str, int] | None:
+        """(sandbox id, port) from a Host header, or None if it is not a preview host."""
+        if not host:
+            return None
+        name, _, port_text = host.rpartition(":")
+        if not (port_text.isascii() and port_text.isdigit()):
+            name = host
+        if not name.endswith("." + self.domain):
+            return None
+        label = name[: -len(self.domain) - 1]
+        port, _, sandbox_id = label.partition("-")
+        if "." in label or not (port.isascii() and port.isdigit() and len(port) <= 5) or not sandbox_id:
+            return None
+        return sandbox_id, int(port)
+
+
+OpenTunnel = Callable[[str, int], Awaitable[Upstream]]  # raises Answer when the box cannot be reached
+
+
+class PreviewProxy:
+    def __init__(self, site: PreviewSite, lookup: Callable[[str, int], Published | None], keys: PreviewKeys,
+                 open_tunnel: OpenTunnel) -> None:
+        self.site, self.lookup, self.keys, self.open_tunnel = site, lookup, keys, open_tunnel
+        self._server: asyncio.Server | None = None
+        self._live: dict[tuple[str, int], set[asyncio.Task[None]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._accept, host, port, limit=http_relay.MAX_HEAD)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+
+    def cut(self, sandbox_id: str, port: int | None = None) -> None:
+        """End the open connections to a port (every port: None) of a sandbox."""
+        for key in [k for k in self._live if k[0] == sandbox_id and port in (None, k[1])]:
+            for task in self._live.pop(key, set()):
+                task.cancel()
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._tasks) >= MAX_CONNECTIONS:
+            writer.close()
+            return
+        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        bound: Published | None = None
+        upstream: Upstream | None = None
+        me = asyncio.current_task()
+        assert me is not None
+
+        async def prepare(request: h11.Request) -> Forward:
+            nonlocal bound
+            host = http_relay.host_of(request)
+            wanted = self.site.parse(host)
+            if wanted is None:
+                raise Answer(404, "not a preview URL of this server")
+            published = self.lookup(*wanted)
+            if published is None:
+                raise Answer(404, f"port {wanted[1]} of this sandbox is not published")
+            if bound is not None and (bound.sandbox_id, bound.port) != (published.sandbox_id, published.port):
+                raise Answer(421, "one connection serves one port of one sandbox")
+            headers = self._admit(request, published, host or "")
+            if bound is None:
+                bound = published
+                self._live.setdefault((published.sandbox_id, published.port), set()).add(me)
+            return Forward(headers)
+
+        async def opened() -> Upstream:
+            nonlocal upstream
+            assert bound is not None
+            upstream = await self.open_tunnel(bound.sandbox_id, bound.port)
+            return upstream
+
+        try:
+            await http_relay.relay(reader, writer, prepare, opened)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        except Exception:  # never let one connection take the proxy down
+            log.exception("preview connection")
+        finally:
+            if bound is not None:
+                self._live.get((bound.sandbox_id, bound.port), set()).discard(me)
+            for w in (upstream[1] if upstream else None, writer):
+                if w is not None:
+                    w.close()
+
+    def _admit(self, request: h11.Request, port: Published, host: str) -> http_relay.Headers:
+        """The headers to send on, once the request may go (a private port's credential checked and
+        taken off); or an Answer: a refusal, or the redirect that turns a signed link into a cookie."""
+        path, _, query = request.target.decode("latin-1").partition("?")
+        params = parse_qsl(query, keep_blank_values=True)
+        link = next((v for k, v in params if k == access.LINK_PARAM), None)
+        cookie_name = access.cookie_name(port.port)
+        cookies = [c.strip() for k, v in request.headers if k == b"cookie" for c in v.decode("latin-1").split(";")]
+        ours = [c.partition("=")[2] for c in cookies if c.partition("=")[0] == cookie_name]
+        tokens = [v.decode("latin-1") for k, v in request.headers if k == access.TOKEN_HEADER.encode()]
+        if link is not None:
+            if not self.keys.check_expiring("link", link, port.sandbox_id, port.port, port.generation):
+                raise Answer(403, "this preview link has expired or was revoked")
+            rest = urlencode([(k, v) for k, v in params if k != access.LINK_PARAM])
+            cookie = self.keys.expiring("cookie", port.sandbox_id, port.port, port.generation,
+                                        int(time.time()) + access.COOKIE_SECONDS)
+            flags = "; Secure" if self.site.https else ""
+            raise Answer(303, "", [(b"location", (path + (f"?{rest}" if rest else "")).encode("latin-1")),
+                                   (b"set-cookie", f"{cookie_name}={cookie}; Path=/; Max-Age={access.COOKIE_SECONDS}; "
+                                                   f"HttpOnly; SameSite=Lax{flags}".encode()),
+                                   (b"cache-control", b"no-store")])
+        if port.private and not (
+                any(self.keys.check_expiring("cookie", c, port.sandbox_id, port.port, port.generation) for c in ours)
+                or any(self.keys.check_token(t, port.sandbox_id, port.port, port.generation) for t in tokens)):
+            raise Answer(401, "this preview port is private: open a signed link, or send X-Hutch-Preview-Token")
+        kept_cookies = "; ".join(c for c in cookies if c and c.partition("=")[0] != cookie_name)
+        headers = [(k, v) for k, v in request.headers if k not in (b"cookie", access.TOKEN_HEADER.encode())]
+        if kept_cookies:
+            headers.append((b"cookie", kept_cookies.encode("latin-1")))
+        headers += [(b"x-forwarded-host", host.encode("latin-1")),
+                    (b"x-forwarded-proto", b"https" if self.site.https else b"http")]
+        return headers
