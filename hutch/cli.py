@@ -301,6 +301,17 @@ def cmd_preview(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from hutch.integrations.mcp_server import IsolationError, serve
+
+    try:
+        serve(args.listen, os.environ.get("HUTCH_MCP_TOKEN"), args.ephemeral)
+    except IsolationError as e:
+        print(f"hutch: {e}: refusing to serve", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_providers(args: argparse.Namespace) -> int:
     providers = Provider.list()
     if args.json:
@@ -308,6 +319,17 @@ def cmd_providers(args: argparse.Namespace) -> int:
         return 0
     rows = [[p.name, p.env, ",".join(p.allowed_hosts), f"{p.auth.header}: {p.auth.format}"] for p in providers]
     print(_table(rows, ["PROVIDER", "ENV", "HOSTS", "AUTH"]))
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    page = Sandbox.get_audit_log_by_id(args.id, limit=args.limit)
+    if args.json:
+        print(json.dumps([json.loads(json.dumps(asdict(e), default=str)) for e in page.entries]))
+        return 0
+    rows = [[e.at.strftime("%Y-%m-%d %H:%M:%S"), e.actor, e.op, "-" if e.exit_code is None else str(e.exit_code),
+             e.outcome, e.detail.replace("\n", " ")[:80]] for e in page.entries]
+    print(_table(rows, ["TIME", "WHO", "OP", "EXIT", "OUTCOME", "WHAT"]))
     return 0
 
 
@@ -434,6 +456,14 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--expires", type=int, default=3600, metavar="SECONDS", help="the signed link's life (default 1 h)")
     s.set_defaults(fn=cmd_preview)
 
+    s = sub.add_parser("mcp", help="an MCP server of hutch's sandboxes: hutch mcp serve [--listen HOST:PORT]")
+    s.add_argument("action", choices=["serve"])
+    s.add_argument("--listen", metavar="HOST:PORT",
+                   help="streamable HTTP at /mcp instead of stdio; clients send Authorization: Bearer $HUTCH_MCP_TOKEN")
+    s.add_argument("--ephemeral", action="store_true",
+                   help="one tool, sandbox_exec, each call in a fresh box deleted afterwards (fails closed)")
+    s.set_defaults(fn=cmd_mcp)
+
     s = sub.add_parser("providers", help="services a secret can name as its provider")
     s.set_defaults(fn=cmd_providers)
 
@@ -465,6 +495,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("id")
     s.add_argument("--limit", type=int, default=50)
     s.set_defaults(fn=cmd_netlog)
+
+    s = sub.add_parser("audit", help="a sandbox's audit log: every command and file operation, newest first")
+    s.add_argument("id")
+    s.add_argument("--limit", type=int, default=50)
+    s.set_defaults(fn=cmd_audit)
 
     s = sub.add_parser("ps", help="the processes spawned in a sandbox that still run")
     s.add_argument("id")

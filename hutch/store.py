@@ -134,6 +134,19 @@ preview_ports = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
 )
 
+audit_log = sa.Table(
+    "audit_log", meta,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("sandbox_id", sa.String(36), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("actor", sa.String(300), nullable=False),  # who: the client's address and its X-Hutch-Actor or User-Agent
+    sa.Column("op", sa.String(32), nullable=False),  # exec | spawn | signal | file_write | file_read | dir_download
+    sa.Column("detail", sa.Text, nullable=False),  # the command, or the path (at most 4 KiB)
+    sa.Column("exit_code", sa.Integer),  # a command's, once it ended (null: still running, or cut off)
+    sa.Column("outcome", sa.String(64), nullable=False),  # ok, or the error code the call ended with
+    sa.Index("ix_audit_log_sandbox", "sandbox_id", "id"),
+)
+
 API_KEY_PREFIX = "hutch_"
 POOL_SIZE = 5  # database connections kept open (route dependencies run on worker threads)
 
@@ -236,6 +249,18 @@ class AuditRecord:
     method: str
     path: str
     status: int | None
+
+
+@dataclass
+class AuditLogRecord:
+    id: int
+    sandbox_id: str
+    at: float
+    actor: str
+    op: str
+    detail: str
+    exit_code: int | None
+    outcome: str
 
 
 @dataclass
@@ -469,6 +494,20 @@ class Store:
             q = q.where(a.sandbox_id == sandbox_id)
         with self._tx() as c:
             return [AuditRecord(**r._mapping) for r in c.execute(q.order_by(a.id.desc()).limit(limit))]
+
+    # --- the audit log of commands and file operations (append-only) -----------------------------
+
+    def add_audit(self, **entry: Any) -> None:
+        with self._tx() as c:
+            c.execute(audit_log.insert().values(**entry))
+
+    def audit_log(self, sandbox_id: str, limit: int, before: int | None = None) -> list[AuditLogRecord]:
+        """Newest first; `before` an id from an earlier page."""
+        q = sa.select(audit_log).where(audit_log.c.sandbox_id == sandbox_id)
+        if before is not None:
+            q = q.where(audit_log.c.id < before)
+        with self._tx() as c:
+            return [AuditLogRecord(**r._mapping) for r in c.execute(q.order_by(audit_log.c.id.desc()).limit(limit))]
 
     # --- preview ports ---------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ class ConnectionConfig:
     api_key: str
     base_url: str
     request_timeout: float = 120.0  # seconds for one control-plane request (create waits for boot)
+    actor: str | None = None  # who this client is, in sandboxes' audit logs (HUTCH_ACTOR)
 
     @classmethod
     def resolve(cls, api_key: str | None = None, base_url: str | None = None) -> ConnectionConfig:
@@ -28,7 +29,7 @@ class ConnectionConfig:
         if not key:
             raise AuthenticationError("no API key: pass api_key= or set HUTCH_API_KEY", code="missing_api_key")
         url = base_url or os.environ.get("HUTCH_BASE_URL") or DEFAULT_BASE_URL
-        return cls(api_key=key, base_url=url.rstrip("/"))
+        return cls(api_key=key, base_url=url.rstrip("/"), actor=os.environ.get("HUTCH_ACTOR") or None)
 
 
 @functools.cache

@@ -133,7 +133,7 @@ class DataPlane:
     cfg: ConnectionConfig
 
     def headers(self) -> dict[str, str]:
-        return {"X-Access-Token": self.token}
+        return {"X-Access-Token": self.token, **_actor(self.cfg)}
 
 
 @dataclass
@@ -149,8 +149,12 @@ class _Output:
     stderr: list[str] = field(default_factory=list)
 
 
+def _actor(cfg: ConnectionConfig) -> dict[str, str]:
+    return {"X-Hutch-Actor": cfg.actor} if cfg.actor else {}
+
+
 def _auth(cfg: ConnectionConfig) -> dict[str, str]:
-    return {"Authorization": f"Bearer {cfg.api_key}"}
+    return {"Authorization": f"Bearer {cfg.api_key}", **_actor(cfg)}
 
 
 def _json(body: bytes) -> Any:
@@ -233,6 +237,33 @@ def network_log(cfg: ConnectionConfig, sandbox_id: str, limit: int, before: int 
     d = _json(reply.body)
     entries = [NetworkLogEntry(**{**e, "at": datetime.fromisoformat(e["at"])}) for e in d["entries"]]
     return NetworkLogPage(entries, d["next_before"])
+
+
+@dataclass
+class AuditEntry:
+    """A command or file operation on a sandbox."""
+
+    id: int
+    at: datetime
+    actor: str  # the client's address and what it calls itself (HUTCH_ACTOR, else its User-Agent)
+    op: str  # exec, spawn, signal, file_write, file_read, dir_download
+    detail: str  # the command, or the path
+    exit_code: int | None  # a command's, once it ended
+    outcome: str  # "ok", or the error code the call ended with
+
+
+@dataclass
+class AuditPage:
+    entries: list[AuditEntry]
+    next_before: int | None
+
+
+def audit_log(cfg: ConnectionConfig, sandbox_id: str, limit: int, before: int | None) -> Flow[AuditPage]:
+    params = {"limit": str(limit), **({"before": str(before)} if before is not None else {})}
+    reply = yield from send(Call("GET", f"{cfg.base_url}/v1/sandboxes/{sandbox_id}/audit", _auth(cfg), params=params))
+    d = _json(reply.body)
+    return AuditPage([AuditEntry(**{**e, "at": datetime.fromisoformat(e["at"])}) for e in d["entries"]],
+                     d["next_before"])
 
 
 def kill(cfg: ConnectionConfig, sandbox_id: str) -> Flow[None]:

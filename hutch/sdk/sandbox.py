@@ -20,6 +20,7 @@ from hutch.sdk.errors import SandboxError, ValidationError
 from hutch.sdk.flow import Flow, run_async, run_sync
 from hutch.sdk.ops import (
     UNSET,
+    AuditPage,
     CommandResult,
     DataPlane,
     NetworkConfig,
@@ -189,6 +190,19 @@ class Sandbox(_SandboxBase[httpx.Client]):
     def get_network_log(self, *, limit: int = 100, before: int | None = None) -> NetworkLogPage:
         """The box's connection attempts, newest first; `page.next_before` asks for older ones."""
         page: NetworkLogPage = self._run(ops.network_log(self._cfg, self.id, limit, before))
+        return page
+
+    def get_audit_log(self, *, limit: int = 100, before: int | None = None) -> AuditPage:
+        """Every command and file operation on the box, newest first: who, when, what, exit code."""
+        page: AuditPage = self._run(ops.audit_log(self._cfg, self.id, limit, before))
+        return page
+
+    @classmethod
+    def get_audit_log_by_id(cls, sandbox_id: str, *, limit: int = 100, before: int | None = None,
+                            api_key: str | None = None, base_url: str | None = None) -> AuditPage:
+        """As `get_audit_log`, without connecting (a paused box stays paused)."""
+        cfg = ConnectionConfig.resolve(api_key, base_url)
+        page: AuditPage = _once_sync(cfg, ops.audit_log(cfg, sandbox_id, limit, before))
         return page
 
     def publish_preview_port(self, port: int, *, access: str | None = None) -> PreviewPort:
@@ -436,6 +450,10 @@ class AsyncSandbox(_SandboxBase[httpx.AsyncClient]):
 
     async def detach_secret(self, env: str) -> builtins.list[SecretBinding]:
         return self._bound(await self._run(ops.sandbox_secrets(self._cfg, self.id, "DELETE", env)))
+
+    async def get_audit_log(self, *, limit: int = 100, before: int | None = None) -> AuditPage:
+        page: AuditPage = await self._run(ops.audit_log(self._cfg, self.id, limit, before))
+        return page
 
     async def get_network_log(self, *, limit: int = 100, before: int | None = None) -> NetworkLogPage:
         page: NetworkLogPage = await self._run(ops.network_log(self._cfg, self.id, limit, before))

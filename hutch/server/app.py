@@ -31,13 +31,14 @@ from hutch.node.runsc import Runsc, RunscConfig, find_runsc
 from hutch.node.spec import AgentRuntime, Limits
 from hutch.preview.access import PreviewKeys
 from hutch.secrets.vault import Vault
-from hutch.server import errors
+from hutch.server import audit, errors
 from hutch.server.attach import Attachment
 from hutch.server.config import ServerConfig
 from hutch.server.dataplane import DataPlane
 from hutch.server.errors import ApiError
 from hutch.server.models import (
     AttachSecret,
+    AuditPage,
     CommandResult,
     CreateSandbox,
     CreateSecret,
@@ -113,6 +114,7 @@ class State:
         self.sandboxes.pool = self.pool
         self.metrics = self.sandboxes.metrics
         self.data = DataPlane(self.sandboxes, config.max_file_bytes)
+        self.audit = audit.AuditLog(self.store)
 
 
     def _egress_policy(self, box_key: str) -> Policy | None:
@@ -172,6 +174,7 @@ def authorize_box(st: State, sandbox_id: str, x_access_token: str | None) -> San
 
 
 BoxDep = Annotated[SandboxRecord, Depends(sandbox_by_token)]
+ActorDep = Annotated[str, Depends(audit.actor)]
 
 
 # --- control plane --------------------------------------------------------------------------------
@@ -215,6 +218,13 @@ def control_routes(app: FastAPI) -> None:
     @app.post("/v1/sandboxes/{sandbox_id}/resume", response_model=SandboxAccess)
     async def resume_sandbox(sandbox_id: str, st: StateDep, team_id: TeamDep) -> SandboxAccess:
         return st.sandboxes.access(await st.sandboxes.resume(team_id, sandbox_id))
+
+    @app.get("/v1/sandboxes/{sandbox_id}/audit", response_model=AuditPage)
+    async def get_audit_log(sandbox_id: str, st: StateDep, team_id: TeamDep,
+                            limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                            before: Annotated[int | None, Query(ge=1)] = None) -> AuditPage:
+        """Every command and file operation on the box, newest first: who, when, what, how it ended."""
+        return st.audit.page(st.sandboxes.get(team_id, sandbox_id).id, limit, before)
 
     @app.get("/v1/sandboxes/{sandbox_id}/network-log", response_model=NetworkLogPage)
     async def get_network_log(sandbox_id: str, st: StateDep, team_id: TeamDep,
@@ -322,7 +332,8 @@ def control_routes(app: FastAPI) -> None:
 
     @app.get("/health")
     async def health(st: StateDep) -> dict[str, Any]:
-        return {"status": "ok", "warm_pool": len(st.pool)}
+        # isolation: what a box is; `hutch mcp serve --ephemeral` refuses to run without "gvisor"
+        return {"status": "ok", "warm_pool": len(st.pool), "isolation": "gvisor"}
 
 
 # --- data plane -----------------------------------------------------------------------------------
@@ -336,13 +347,20 @@ def data_routes(app: FastAPI) -> None:
 
     @app.post(prefix + "/commands/run", response_model=CommandResult,
               responses={200: {"content": {"text/event-stream": {}}}})
-    async def run_command(body: RunCommand, rec: BoxDep, st: StateDep,
+    async def run_command(body: RunCommand, rec: BoxDep, st: StateDep, who: ActorDep,
                           accept: Annotated[str | None, Header()] = None) -> Any:
-        stream = await st.data.start_command(rec, body)
         if "text/event-stream" not in (accept or ""):
-            return await st.data.run_to_end(stream, rec)
+            async with st.audit.record(rec, who, "exec", body.command) as note:
+                result = await st.data.run_to_end(await st.data.start_command(rec, body), rec)
+                note.exit_code = result.exit_code
+                return result
+        try:
+            stream = await st.data.start_command(rec, body)
+        except ApiError:
+            async with st.audit.record(rec, who, "exec", body.command):  # a command that could not start
+                raise
 
-        async def events() -> AsyncIterator[bytes]:
+        async def events(note: audit.Outcome) -> AsyncIterator[bytes]:
             yield _sse("start", {"pid": stream.pid})
             async for ev in stream.events:
                 kind = ev["t"]
@@ -351,18 +369,25 @@ def data_routes(app: FastAPI) -> None:
                 elif kind == protocol.EVENT_PING:
                     yield b": keep-alive\n\n"  # proxies see a live stream; clients skip comments
                 elif kind == protocol.EVENT_EXIT:
+                    note.exit_code = ev["code"]
                     yield _sse("exit", {"exit_code": ev["code"], "timed_out": ev["timed_out"]})
                     return
             err = await st.sandboxes.box_unreachable(rec)
             yield _sse("error", {"code": err.code, "message": err.message})
 
-        return StreamingResponse(events(), media_type="text/event-stream",
+        async def audited() -> AsyncIterator[bytes]:
+            async with st.audit.record(rec, who, "exec", body.command) as note:
+                async for chunk in events(note):
+                    yield chunk
+
+        return StreamingResponse(audited(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @app.post(prefix + "/commands/spawn", response_model=ProcessInfo)
-    async def spawn_process(body: SpawnCommand, rec: BoxDep, st: StateDep) -> ProcessInfo:
+    async def spawn_process(body: SpawnCommand, rec: BoxDep, st: StateDep, who: ActorDep) -> ProcessInfo:
         """Start a long-lived process; attach to it with the WebSocket at /commands/{pid}/ws."""
-        return await st.data.spawn(rec, body)
+        async with st.audit.record(rec, who, "spawn", body.command):
+            return await st.data.spawn(rec, body)
 
     @app.get(prefix + "/commands", response_model=list[ProcessInfo])
     async def list_processes(rec: BoxDep, st: StateDep) -> list[ProcessInfo]:
@@ -371,9 +396,10 @@ def data_routes(app: FastAPI) -> None:
 
     @app.post(prefix + "/commands/{pid}/signal", response_model=Signalled)
     async def signal_process(pid: Annotated[int, Path(ge=1, le=2**31)], body: SignalProcess, rec: BoxDep,
-                             st: StateDep) -> Signalled:
+                             st: StateDep, who: ActorDep) -> Signalled:
         """Signal a spawned process' group; `signalled` is false if it had already ended."""
-        answer = await st.data.process_call(rec, pid, protocol.PROC_SIGNAL, json={"signal": body.signal})
+        async with st.audit.record(rec, who, "signal", f"signal {body.signal} to process {pid}"):
+            answer = await st.data.process_call(rec, pid, protocol.PROC_SIGNAL, json={"signal": body.signal})
         return Signalled(signalled=answer.get("signalled") is True)
 
     @app.websocket(prefix + "/commands/{pid}/ws")
@@ -395,22 +421,25 @@ def data_routes(app: FastAPI) -> None:
             await stream.aclose()  # the process runs on in the box
 
     @app.put(prefix + "/files", response_model=FileWritten)
-    async def write_file(request: Request, rec: BoxDep, st: StateDep,
+    async def write_file(request: Request, rec: BoxDep, st: StateDep, who: ActorDep,
                          path: Annotated[str, Query(max_length=4096)],
                          user: Literal["user", "root"] | None = None) -> Any:
-        return await st.data.write_file(rec, path, request.stream(), user)
+        async with st.audit.record(rec, who, "file_write", path):
+            return await st.data.write_file(rec, path, request.stream(), user)
 
     @app.get(prefix + "/files", response_class=StreamingResponse,
              responses={200: {"content": {"application/octet-stream": {}}}})
-    async def read_file(rec: BoxDep, st: StateDep, path: Annotated[str, Query(max_length=4096)]) -> Any:
-        resp, body = await st.data.read_file(rec, path)
+    async def read_file(rec: BoxDep, st: StateDep, who: ActorDep, path: Annotated[str, Query(max_length=4096)]) -> Any:
+        async with st.audit.record(rec, who, "file_read", path):
+            resp, body = await st.data.read_file(rec, path)
         headers = {k: v for k, v in resp.headers.items() if k.lower() == "content-length"}
         return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
 
     @app.get(prefix + "/files/zip", response_class=StreamingResponse,
              responses={200: {"content": {"application/zip": {}}}})
-    async def download_dir(rec: BoxDep, st: StateDep, path: Annotated[str, Query(max_length=4096)]) -> Any:
-        _resp, body = await st.data.zip_dir(rec, path)
+    async def download_dir(rec: BoxDep, st: StateDep, who: ActorDep, path: Annotated[str, Query(max_length=4096)]) -> Any:
+        async with st.audit.record(rec, who, "dir_download", path):
+            _resp, body = await st.data.zip_dir(rec, path)
         return StreamingResponse(body, media_type="application/zip")
 
 

@@ -322,6 +322,21 @@ class NetworkLogPage(BaseModel):
     next_before: int | None  # pass as `before` for the next (older) page; null at the end
 
 
+class AuditEntry(BaseModel):
+    id: int
+    at: datetime
+    actor: str  # the client's address, and its X-Hutch-Actor header (else its User-Agent)
+    op: Literal["exec", "spawn", "signal", "file_write", "file_read", "dir_download"]
+    detail: str  # the command, or the path
+    exit_code: int | None  # a command's, once it ended
+    outcome: str  # "ok", or the error code the call ended with
+
+
+class AuditPage(BaseModel):
+    entries: list[AuditEntry]
+    next_before: int | None
+
+
 class Signalled(BaseModel):
     signalled: bool
 

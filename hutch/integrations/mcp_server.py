@@ -1,0 +1,240 @@
+"""`hutch mcp serve`: hutch's sandboxes as MCP tools, on the official `mcp` package.
+
+    hutch mcp serve                          # stdio, for an agent that starts it
+    hutch mcp serve --listen 127.0.0.1:8765  # streamable HTTP at /mcp, bearer token required
+    hutch mcp serve --ephemeral              # one tool, sandbox_exec: each call in a fresh box
+
+The MCP server is a client of a hutch server (HUTCH_BASE_URL, HUTCH_API_KEY): every tool call is
+a call of the SDK, so the box's rules, secrets and audit log apply, and the audit log names the
+caller "hutch-mcp". Nothing ever runs on the machine of the MCP server itself: with
+`--ephemeral` it refuses to start unless the hutch server says its boxes are gVisor sandboxes,
+and a call whose box cannot be made fails.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+from typing import Any
+
+import httpx
+
+from hutch.integrations._extra import missing
+from hutch.integrations.tools import command_report
+from hutch.sdk import AsyncSandbox, NetworkConfig, SandboxError, SandboxTimeoutError
+from hutch.sdk.config import ConnectionConfig
+
+try:
+    from mcp.server.mcpserver import MCPServer
+except ImportError as e:  # pragma: no cover - depends on the extra
+    raise missing("mcp", e) from e
+
+ACTOR = "hutch-mcp"
+DEFAULT_TIMEOUT = 120
+
+
+class IsolationError(RuntimeError):
+    """The hutch server cannot show that its boxes are gVisor sandboxes."""
+
+
+def check_isolation(cfg: ConnectionConfig) -> str:
+    """What the hutch server isolates boxes with; raises unless it is gVisor (fail closed)."""
+    try:
+        health = httpx.get(f"{cfg.base_url}/health", timeout=10).json()
+    except (httpx.HTTPError, ValueError) as e:
+        raise IsolationError(f"the hutch server at {cfg.base_url} cannot be reached: {e}") from e
+    isolation = str(health.get("isolation", ""))
+    if isolation != "gvisor":
+        raise IsolationError(f"the hutch server at {cfg.base_url} reports isolation {isolation!r}, not gvisor")
+    return isolation
+
+
+def _error(e: SandboxError) -> str:
+    return f"error: {e.code}: {e.message}"
+
+
+async def _exec(sandbox: AsyncSandbox, command: str, cwd: str | None, timeout: int | None) -> str:
+    seconds = timeout or DEFAULT_TIMEOUT
+    try:
+        result = await sandbox.commands.run(command, cwd=cwd, timeout_seconds=seconds)
+    except SandboxTimeoutError as e:
+        return command_report(None, e.stdout, e.stderr, note=f"timed out after {seconds} s")
+    return command_report(result.exit_code, result.stdout, result.stderr)
+
+
+def build(cfg: ConnectionConfig | None = None, ephemeral: bool = False) -> MCPServer[Any]:
+    """The MCP server, its tools bound to the hutch server of `cfg` (default: the environment)."""
+    os.environ.setdefault("HUTCH_ACTOR", ACTOR)
+    cfg = cfg or ConnectionConfig.resolve()
+    conn: dict[str, Any] = {"api_key": cfg.api_key, "base_url": cfg.base_url}
+    server: MCPServer[Any] = MCPServer("hutch", instructions=(
+        "Run shell commands and read and write files in isolated gVisor sandboxes. Create a sandbox once, keep its id, "
+        "and pass it to the other tools; pause it when you are done for now."))
+
+    if ephemeral:
+        check_isolation(cfg)
+
+        @server.tool(name="sandbox_exec")
+        async def exec_once(command: str, timeout_seconds: int = DEFAULT_TIMEOUT) -> str:
+            """Run a shell command in a fresh, isolated sandbox that is deleted afterwards. Returns the exit
+            code, stdout and stderr. Nothing persists between calls."""
+            check_isolation(cfg)  # fail closed: never run anything if the server cannot show gVisor
+            try:
+                sandbox = await AsyncSandbox.create("mcp-ephemeral", **conn)
+            except SandboxError as e:
+                return _error(e)
+            try:
+                return await _exec(sandbox, command, None, timeout_seconds)
+            except SandboxError as e:
+                return _error(e)
+            finally:
+                await sandbox.kill()
+
+        return server
+
+    async def box(sandbox_id: str) -> AsyncSandbox:
+        return await AsyncSandbox.connect(sandbox_id, **conn)
+
+    @server.tool()
+    async def sandbox_create(name: str = "agent", template: str | None = None, metadata: dict[str, str] | None = None,
+                             timeout_seconds: int | None = None, auto_delete_seconds: int | None = None,
+                             allow_out: list[str] | None = None, deny_out: list[str] | None = None) -> str:
+        """Create a sandbox (a Debian box under gVisor). Returns its id, to pass to the other tools. allow_out /
+        deny_out restrict its network egress (domains or CIDRs; deny_out ["0.0.0.0/0"] with an allow list)."""
+        network = NetworkConfig(allow_out or [], deny_out or []) if allow_out or deny_out else None
+        try:
+            sb = await AsyncSandbox.create(name, from_template=template, metadata=metadata,
+                                           timeout_seconds=timeout_seconds, auto_delete_seconds=auto_delete_seconds,
+                                           network=network, **conn)
+        except SandboxError as e:
+            return _error(e)
+        await sb.close()
+        return json.dumps({"id": sb.id, "name": sb.name, "status": sb.status})
+
+    @server.tool()
+    async def sandbox_exec(sandbox_id: str, command: str, cwd: str | None = None,
+                           timeout_seconds: int = DEFAULT_TIMEOUT) -> str:
+        """Run a shell command in a sandbox (resuming it if paused). Returns the exit code, stdout and stderr."""
+        try:
+            sb = await box(sandbox_id)
+            try:
+                return await _exec(sb, command, cwd, timeout_seconds)
+            finally:
+                await sb.close()
+        except SandboxError as e:
+            return _error(e)
+
+    @server.tool()
+    async def sandbox_list(metadata: dict[str, str] | None = None) -> str:
+        """List sandboxes (id, name, status, metadata), optionally only those whose metadata has every pair given."""
+        try:
+            infos = await AsyncSandbox.list(metadata=metadata, **conn)
+        except SandboxError as e:
+            return _error(e)
+        return json.dumps([{"id": i.id, "name": i.name, "status": i.status, "metadata": i.metadata} for i in infos])
+
+    @server.tool()
+    async def sandbox_kill(sandbox_id: str) -> str:
+        """Delete a sandbox and everything in it."""
+        try:
+            await AsyncSandbox.kill_by_id(sandbox_id, **conn)
+        except SandboxError as e:
+            return _error(e)
+        return f"killed {sandbox_id}"
+
+    @server.tool()
+    async def sandbox_pause(sandbox_id: str) -> str:
+        """Pause a sandbox: its memory, processes and files are kept on disk; any later call resumes it."""
+        try:
+            sb = await box(sandbox_id)
+            await sb.pause()
+            await sb.close()
+        except SandboxError as e:
+            return _error(e)
+        return f"paused {sandbox_id}"
+
+    @server.tool()
+    async def sandbox_resume(sandbox_id: str) -> str:
+        """Resume a paused sandbox (other tools resume it on their own too)."""
+        try:
+            sb = await box(sandbox_id)
+            await sb.close()
+        except SandboxError as e:
+            return _error(e)
+        return f"{sandbox_id} is {sb.status}"
+
+    @server.tool()
+    async def files_read(sandbox_id: str, path: str) -> str:
+        """Read a text file from a sandbox (an absolute path)."""
+        try:
+            sb = await box(sandbox_id)
+            try:
+                return (await sb.files.read(path)).decode("utf-8", errors="replace")
+            finally:
+                await sb.close()
+        except SandboxError as e:
+            return _error(e)
+
+    @server.tool()
+    async def files_write(sandbox_id: str, path: str, content: str) -> str:
+        """Write a text file in a sandbox (an absolute path; parent directories are made)."""
+        try:
+            sb = await box(sandbox_id)
+            try:
+                await sb.files.write(path, content)
+            finally:
+                await sb.close()
+        except SandboxError as e:
+            return _error(e)
+        return f"wrote {len(content.encode())} bytes to {path}"
+
+    @server.tool()
+    async def preview_url(sandbox_id: str, port: int, private: bool = False) -> str:
+        """Publish a port of a sandbox (a server listening on it inside) and return its URL; private gives a
+        signed link valid for an hour."""
+        try:
+            sb = await box(sandbox_id)
+            try:
+                await sb.publish_preview_port(port, access="private" if private else "public")
+                if private:
+                    return await sb.get_signed_preview_url(port, expires_in_seconds=3600)
+                return sb.get_preview_url(port)
+            finally:
+                await sb.close()
+        except SandboxError as e:
+            return _error(e)
+
+    return server
+
+
+class BearerAuth:
+    """The streamable HTTP endpoint takes only requests with the token (constant-time compare)."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app, self.expected = app, f"Bearer {token}".encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                body = b'{"error": {"code": "unauthorized", "message": "Authorization: Bearer <token> required"}}'
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def serve(listen: str | None, token: str | None, ephemeral: bool) -> None:
+    server = build(ephemeral=ephemeral)
+    if listen is None:
+        server.run("stdio")
+        return
+    if not token:
+        raise SystemExit("hutch: --listen needs a token: set HUTCH_MCP_TOKEN (clients send Authorization: Bearer)")
+    import uvicorn
+
+    host, _, port = listen.rpartition(":")
+    app = BearerAuth(server.streamable_http_app(host=host or "127.0.0.1"), token)
+    uvicorn.run(app, host=host or "127.0.0.1", port=int(port), log_level="warning")
