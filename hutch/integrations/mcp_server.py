@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 import os
 from typing import Any
 
@@ -66,6 +67,7 @@ async def _exec(sandbox: AsyncSandbox, command: str, cwd: str | None, timeout: i
 def build(cfg: ConnectionConfig | None = None, ephemeral: bool = False) -> MCPServer[Any]:
     """The MCP server, its tools bound to the hutch server of `cfg` (default: the environment)."""
     os.environ.setdefault("HUTCH_ACTOR", ACTOR)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per SDK request is noise on the client's stderr
     cfg = cfg or ConnectionConfig.resolve()
     conn: dict[str, Any] = {"api_key": cfg.api_key, "base_url": cfg.base_url}
     server: MCPServer[Any] = MCPServer("hutch", instructions=(
