@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 import h11
 
+log = logging.getLogger("hutch.http_relay")
+
 MAX_HEAD = 64 * 1024
 READ = 64 * 1024
 IDLE_TIMEOUT = 300.0  # a kept-alive connection with no request for this long is closed
+HEAD_TIMEOUT = 30.0  # the whole first request head, once the connection is open: no slow drip
 
 Headers = list[tuple[bytes, bytes]]
 Upstream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -99,8 +103,9 @@ async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, prep
     up_conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
     upstream: Upstream | None = None
     while True:
-        try:
-            request = await _next_event(client, reader, idle_timeout)
+        try:  # one deadline for the whole head, not one per read
+            request = await asyncio.wait_for(_next_event(client, reader, idle_timeout),
+                                             HEAD_TIMEOUT if upstream is None else idle_timeout)
         except (h11.RemoteProtocolError, TimeoutError, OSError):
             return
         if not isinstance(request, h11.Request):
@@ -128,8 +133,10 @@ async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, prep
             await _send(up_conn, up_writer, h11.EndOfMessage())
             await _relay_response(up_conn, up_reader, client, writer, forward.scrub, counted, exchange, idle_timeout)
         except (h11.ProtocolError, TimeoutError, OSError, asyncio.IncompleteReadError) as e:  # ssl errors too
+            # Never the exception's text: it can quote the request as sent upstream (a secret in it)
+            log.info("relay ended: %s", type(e).__name__)
             if exchange.status is None and client.our_state is h11.SEND_RESPONSE:
-                await answer(client, writer, Answer(502, f"no good answer from upstream: {e}", reason="bad_gateway"))
+                await answer(client, writer, Answer(502, "no good answer from upstream", reason="bad_gateway"))
             return
         finally:
             if forward.answered is not None:
@@ -196,6 +203,8 @@ async def _splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, cl
                     break
             if dst.can_write_eof():
                 dst.write_eof()
+            else:  # TLS cannot half-close: the other side learns of the end by the close
+                dst.close()
         except (ConnectionError, OSError):
             dst.close()
 

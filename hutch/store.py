@@ -475,6 +475,11 @@ class Store:
             return [BindingRecord(**{k: v for k, v in r._mapping.items() if k != "live"}, revoked=r.live is None)
                     for r in c.execute(q)]
 
+    def binding_by_standin(self, standin: str) -> BindingRecord | None:
+        with self._tx() as c:
+            row = c.execute(sa.select(secret_bindings).where(secret_bindings.c.standin == standin)).first()
+        return BindingRecord(**row._mapping) if row else None
+
     def delete_bindings(self, sandbox_id: str) -> None:
         with self._tx() as c:
             c.execute(secret_bindings.delete().where(secret_bindings.c.sandbox_id == sandbox_id))

@@ -366,15 +366,19 @@ def test_every_command_and_file_operation_is_audited(sandbox: Sandbox, env: Env)
     assert sandbox.commands.kill(proc.pid)
     entries = list(reversed(sandbox.get_audit_log().entries))
     got = [(e.op, e.detail, e.exit_code, e.outcome) for e in entries]
-    assert got[:7] == [("exec", "echo hi", 0, "ok"), ("exec", "exit 4", 4, "ok"), ("exec", "sleep 0.1", 0, "ok"),
-                       ("file_write", "/tmp/a.txt", None, "ok"), ("file_read", "/tmp/a.txt", None, "ok"),
-                       ("file_read", "/tmp/missing", None, "file_not_found"),
-                       ("exec", "true", None, "invalid_cwd")]
-    assert [g[0] for g in got[7:]] == ["spawn", "signal"]
+    assert got[:12] == [("exec", "echo hi", None, "ok"), ("exit", "echo hi", 0, "ok"),
+                        ("exec", "exit 4", None, "ok"), ("exit", "exit 4", 4, "ok"),
+                        ("exec", "sleep 0.1", None, "ok"), ("exit", "sleep 0.1", 0, "ok"),
+                        ("file_write", "/tmp/a.txt", None, "ok"), ("file_read", "/tmp/a.txt", None, "ok"),
+                        ("file_read", "/tmp/missing", None, "file_not_found"),
+                        ("exec", "true  [cwd=/no/such/dir]", None, "invalid_cwd"),
+                        ("spawn", "sleep 30", None, "ok"), ("signal", f"signal 15 to process {proc.pid}", None, "ok")]
     assert all(e.actor.startswith("127.0.0.1 ") for e in entries)
     table = subprocess.run([*HUTCH, "audit", sandbox.id], capture_output=True, text=True, timeout=60,
                            env=_client_env(env, HUTCH_ACTOR="the-cli-test"))
     assert "echo hi" in table.stdout and "invalid_cwd" in table.stdout
+    sandbox.commands.run("sh -c \"$X\"", env={"X": "echo hidden"}, user="root")
+    assert sandbox.get_audit_log(limit=1).entries[0].detail == 'sh -c "$X"  [user=root env=X]', "what could hide it"
     os.environ["HUTCH_ACTOR"] = "agent-42"
     try:
         again = Sandbox.connect(sandbox.id)

@@ -171,6 +171,26 @@ def test_a_private_port_wants_a_credential_for_that_port_only(app: Any, sdk: Any
     assert get(env, url, path).status_code == 403
     assert get(env, url, headers={"X-Hutch-Preview-Token": app.get_preview_token(8000)}).status_code == 200
 
+    # unpublishing and publishing again brings no old credential back
+    fresh = app.get_preview_token(8000)
+    app.unpublish_preview_port(8000)
+    app.publish_preview_port(8000, access="private")
+    assert get(env, url, headers={"X-Hutch-Preview-Token": fresh}).status_code == 401
+
+
+def test_links_redirect_only_within_the_port_and_cookies_serve_only_its_own_site(app: Any, env: Env) -> None:
+    url = app.publish_preview_port(8000, access="private").url
+    link = app.get_signed_preview_url(8000)
+    query = link.split("?", 1)[1]
+    for path in (f"//evil.example/?{query}", f"/\\evil.example/?{query}"):
+        r = get(env, url, path)
+        assert r.status_code == 303 and r.headers["location"] == "/evil.example/", r.headers.get("location")
+    jar = {"Cookie": r.headers["set-cookie"].split(";")[0]}
+    from_elsewhere = {**jar, "Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "cors"}
+    assert get(env, url, "/headers", headers=from_elsewhere).status_code == 403, "another box's page cannot drive it"
+    assert get(env, url, headers={**jar, "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}).status_code == 200
+    assert get(env, url, "/asset.js", headers={**jar, "Sec-Fetch-Site": "same-origin"}).status_code == 200
+
 
 def test_signed_links_expire(app: Any, env: Env) -> None:
     url = app.publish_preview_port(8000, access="private").url

@@ -165,6 +165,32 @@ def test_keep_alive_requests_each_get_the_current_value(make_box: Any, secret: t
     assert len(entries) == 1, "both requests went on one connection"
 
 
+def test_a_detach_applies_to_an_open_connection(make_box: Any, secret: tuple[Secret, str],
+                                               internet: Internet) -> None:
+    """Two requests on one kept-alive connection, the secret detached between them."""
+    s, value = secret
+    box = make_box(secrets={"ANTHROPIC_API_KEY": s.name})
+    standin = box.commands.run("printenv ANTHROPIC_API_KEY").stdout.strip()
+    box.files.write("/tmp/ka.py", "import http.client, os, sys\n"
+                    "c = http.client.HTTPSConnection('127.0.0.1', 3128)\n"
+                    "c.set_tunnel('api.anthropic.com', 443)\n"
+                    f"for path in ('/{s.name}/d-1', '/{s.name}/d-2'):\n"
+                    "    c.request('GET', path, headers={'x-api-key': sys.argv[1]}); r = c.getresponse(); r.read()\n"
+                    "    print(r.status, flush=True); sys.stdin.readline()\n")
+    lines: list[str] = []
+    proc = box.commands.spawn(f"python3 /tmp/ka.py {standin}", on_stdout=lines.append)
+    try:
+        wait_for(lambda: "200" in "".join(lines), 30)
+        box.detach_secret("ANTHROPIC_API_KEY")
+        proc.stdin.write("next\n")
+        wait_for(lambda: "".join(lines).count("200") == 2, 30)
+    finally:
+        proc.close()
+    got = {q["path"].rsplit("/", 1)[1]: q["headers"]["x-api-key"] for q in internet.seen()
+           if q["path"].startswith(f"/{s.name}/d-")}
+    assert got == {"d-1": value, "d-2": standin}
+
+
 def test_attach_detach_and_revoke(sdk: Any, make_box: Any, secret: tuple[Secret, str], internet: Internet) -> None:
     s, value = secret
     box = make_box()
@@ -213,8 +239,9 @@ def test_bad_secrets_are_refused_and_change_nothing(env: Env, secret: tuple[Secr
     ]:
         with pytest.raises(kind):
             Secret.create(name="bad-" + random.token_hex(3), value="v", **kwargs)
-    with pytest.raises(ValidationError):
-        Secret.create(name="bad-newline", value="line\r\nInjected: yes", allowed_hosts=["api.example.test"])
+    for value in ("line\r\nInjected: yes", "trailing-space ", " leading"):
+        with pytest.raises(ValidationError):
+            Secret.create(name="bad-value", value=value, allowed_hosts=["api.example.test"])
     with pytest.raises(ConflictError):
         Secret.create(name=s.name, value="again", provider="anthropic")
     names = [x.name for x in Secret.list()]
@@ -351,3 +378,7 @@ def test_hostile_requests_inside_a_swapped_tunnel_go_nowhere(box: Any, secret: t
     assert answers[3] in ("closed", "HTTP/1.1 403 "), answers  # a second Host
     assert len(internet.seen()) == count, "none of them reached the host"
     assert curl(box, "https://api.anthropic.com/still-fine", "x-api-key: $KEY").stdout == "200"
+    # TRACE would echo the swapped header back in its body: refused
+    traced = box.commands.run('curl -sS -o /dev/null -w "%{http_code}" -X TRACE -H "x-api-key: $KEY" '
+                              "https://api.anthropic.com/echo")
+    assert traced.stdout == "405" and not [q for q in internet.seen() if q["path"] == "/echo"]

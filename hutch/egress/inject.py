@@ -54,7 +54,9 @@ class Swap:
     status: int | None = None
 
 
-Reveal = Callable[[str], "str | None"]  # a secret id -> its current value (None: it is gone)
+# A binding's stand-in -> its secret's current value; None once the binding or the secret is gone
+# (asked at each request, so a detach, a rebind or a delete applies to open connections too).
+Reveal = Callable[[Injection], "str | None"]
 
 
 def swap_headers(headers: list[tuple[bytes, bytes]], injections: list[Injection],
@@ -68,9 +70,9 @@ def swap_headers(headers: list[tuple[bytes, bytes]], injections: list[Injection]
         wanted = inj.render(inj.standin).lower()
         for i, (name, value) in enumerate(out):
             if name == inj.header.encode() and value.strip().lower() == wanted:
-                real = reveal(inj.secret_id)
+                real = reveal(inj)
                 if real is None:
-                    continue  # deleted since: the stand-in goes on as it is
+                    continue  # detached or deleted since: the stand-in goes on as it is
                 out[i] = (name, inj.render(real))
                 used.append(inj)
                 pairs.append((real.encode("latin-1"), inj.standin.encode()))
@@ -86,6 +88,13 @@ async def relay(box_reader: asyncio.StreamReader, box_writer: asyncio.StreamWrit
         if http_relay.host_of(request) not in (host, f"{host}:{port}"):
             raise http_relay.Answer(403, f"the Host header must name the tunnel's host {host}",
                                     [(b"x-hutch-egress", b"host_mismatch")])
+        if request.method in (b"TRACE", b"CONNECT"):  # TRACE echoes the request, secret and all, in its body
+            raise http_relay.Answer(405, "TRACE and CONNECT are not relayed to a host secrets are sent to",
+                                    [(b"x-hutch-egress", b"method_refused")])
+        upgrade = [v.lower() for k, v in request.headers if k == b"upgrade"]
+        if upgrade and upgrade != [b"websocket"]:  # after an h2c switch the answer would go back unscrubbed
+            raise http_relay.Answer(400, "only a WebSocket upgrade is relayed here",
+                                    [(b"x-hutch-egress", b"upgrade_refused")])
         headers, used, pairs = swap_headers(list(request.headers), injections, reveal)
         method, path = request.method.decode("latin-1"), request.target.decode("latin-1").split("?", 1)[0][:300]
 

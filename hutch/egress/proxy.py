@@ -67,7 +67,7 @@ class Interception:
 
     ca: CertificateAuthority  # signs what the box is shown
     upstream: ssl.SSLContext  # checks the real servers
-    reveal: Reveal  # a secret's current value
+    reveal: Reveal  # a binding's secret's current value, if the binding and the secret still stand
     audit: Callable[[str, str, Swap], None]  # sandbox id, host, a request that got a secret
 
 

@@ -41,6 +41,7 @@ PROCS: ProcTable
 CHUNK = L.CHUNK
 WAKE_POLL_SECONDS = 0.01  # how often a quiesced agent looks for the wake file (it is not running while paused)
 MAX_STDIN_BODY = 1 * 2**20
+TUNNEL_GRACE = 30.0  # after the host ends a tunnel, how long the box's server may still answer
 
 
 class ChannelServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -188,6 +189,9 @@ class Handler(http1.Handler):
             pass
         with contextlib.suppress(OSError):
             target.shutdown(socket.SHUT_WR)
+        outward.join(TUNNEL_GRACE)  # the box's server may still be answering
+        with contextlib.suppress(OSError):
+            target.shutdown(socket.SHUT_RDWR)  # one that neither answers nor closes holds nothing for ever
         outward.join()
         target.close()
 

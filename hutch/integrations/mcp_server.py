@@ -19,6 +19,7 @@ import logging
 import os
 from typing import Any
 
+import anyio
 import httpx
 
 from hutch.integrations._extra import missing
@@ -83,7 +84,9 @@ def build(cfg: ConnectionConfig | None = None, ephemeral: bool = False) -> MCPSe
             code, stdout and stderr. Nothing persists between calls."""
             check_isolation(cfg)  # fail closed: never run anything if the server cannot show gVisor
             try:
-                sandbox = await AsyncSandbox.create("mcp-ephemeral", **conn)
+                # a lifetime of its own, in case the kill below never happens: it pauses, then is deleted
+                sandbox = await AsyncSandbox.create("mcp-ephemeral", timeout_seconds=timeout_seconds + 60,
+                                                    auto_delete_seconds=0, **conn)
             except SandboxError as e:
                 return _error(e)
             try:
@@ -91,7 +94,8 @@ def build(cfg: ConnectionConfig | None = None, ephemeral: bool = False) -> MCPSe
             except SandboxError as e:
                 return _error(e)
             finally:
-                await sandbox.kill()
+                with anyio.CancelScope(shield=True), anyio.move_on_after(60):  # a cancelled call still kills its box
+                    await sandbox.kill()
 
         return server
 

@@ -31,6 +31,7 @@ from hutch.preview.access import PreviewKeys
 log = logging.getLogger("hutch.preview")
 
 MAX_CONNECTIONS = 1024
+MAX_PER_CLIENT = 128  # one client address cannot hold every connection
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,15 @@ class PreviewSite:
         return sandbox_id, int(port)
 
 
+def _from_another_site(request: h11.Request) -> bool:
+    """A request another site's page made (browsers say so in Sec-Fetch-Site), other than a
+    link followed to a page: the cookie must not let one box's page drive another's port."""
+    fetch = {k: v.lower() for k, v in request.headers if k in (b"sec-fetch-site", b"sec-fetch-mode")}
+    site = fetch.get(b"sec-fetch-site", b"none")
+    navigation = fetch.get(b"sec-fetch-mode") == b"navigate" and request.method in (b"GET", b"HEAD")
+    return site in (b"same-site", b"cross-site") and not navigation
+
+
 OpenTunnel = Callable[[str, int], Awaitable[Upstream]]  # raises Answer when the box cannot be reached
 
 
@@ -82,6 +92,7 @@ class PreviewProxy:
         self._server: asyncio.Server | None = None
         self._live: dict[tuple[str, int], set[asyncio.Task[None]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._per_client: dict[str, int] = {}
 
     async def start(self, host: str, port: int) -> None:
         self._server = await asyncio.start_server(self._accept, host, port, limit=http_relay.MAX_HEAD)
@@ -99,12 +110,22 @@ class PreviewProxy:
                 task.cancel()
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self._tasks) >= MAX_CONNECTIONS:
+        peer = writer.get_extra_info("peername")
+        client = str(peer[0]) if peer else "-"
+        if len(self._tasks) >= MAX_CONNECTIONS or self._per_client.get(client, 0) >= MAX_PER_CLIENT:
             writer.close()
             return
+        self._per_client[client] = self._per_client.get(client, 0) + 1
         task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            left = self._per_client.pop(client, 1) - 1
+            if left:
+                self._per_client[client] = left
+
+        task.add_done_callback(done)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         bound: Published | None = None
@@ -162,6 +183,7 @@ class PreviewProxy:
             if not self.keys.check_expiring("link", link, port.sandbox_id, port.port, port.generation):
                 raise Answer(403, "this preview link has expired or was revoked")
             rest = urlencode([(k, v) for k, v in params if k != access.LINK_PARAM])
+            path = "/" + path.lstrip("/\\")  # a path, never "//elsewhere": no open redirect
             cookie = self.keys.expiring("cookie", port.sandbox_id, port.port, port.generation,
                                         int(time.time()) + access.COOKIE_SECONDS)
             flags = "; Secure" if self.site.https else ""
@@ -169,10 +191,14 @@ class PreviewProxy:
                                    (b"set-cookie", f"{cookie_name}={cookie}; Path=/; Max-Age={access.COOKIE_SECONDS}; "
                                                    f"HttpOnly; SameSite=Lax{flags}".encode()),
                                    (b"cache-control", b"no-store")])
-        if port.private and not (
-                any(self.keys.check_expiring("cookie", c, port.sandbox_id, port.port, port.generation) for c in ours)
-                or any(self.keys.check_token(t, port.sandbox_id, port.port, port.generation) for t in tokens)):
-            raise Answer(401, "this preview port is private: open a signed link, or send X-Hutch-Preview-Token")
+        if port.private:
+            by_token = any(self.keys.check_token(t, port.sandbox_id, port.port, port.generation) for t in tokens)
+            by_cookie = any(self.keys.check_expiring("cookie", c, port.sandbox_id, port.port, port.generation)
+                            for c in ours)
+            if not (by_token or by_cookie):
+                raise Answer(401, "this preview port is private: open a signed link, or send X-Hutch-Preview-Token")
+            if not by_token and _from_another_site(request):
+                raise Answer(403, "a private preview port takes its cookie only from its own pages and links")
         kept_cookies = "; ".join(c for c in cookies if c and c.partition("=")[0] != cookie_name)
         headers = [(k, v) for k, v in request.headers if k not in (b"cookie", access.TOKEN_HEADER.encode())]
         if kept_cookies:

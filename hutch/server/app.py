@@ -349,16 +349,19 @@ def data_routes(app: FastAPI) -> None:
               responses={200: {"content": {"text/event-stream": {}}}})
     async def run_command(body: RunCommand, rec: BoxDep, st: StateDep, who: ActorDep,
                           accept: Annotated[str | None, Header()] = None) -> Any:
-        if "text/event-stream" not in (accept or ""):
-            async with st.audit.record(rec, who, "exec", body.command) as note:
-                result = await st.data.run_to_end(await st.data.start_command(rec, body), rec)
-                note.exit_code = result.exit_code
-                return result
+        detail = audit.describe(body.command, body.cwd, body.user, body.env)
         try:
             stream = await st.data.start_command(rec, body)
-        except ApiError:
-            async with st.audit.record(rec, who, "exec", body.command):  # a command that could not start
-                raise
+        except ApiError as e:
+            st.audit.add(rec, who, "exec", detail, audit.Outcome(outcome=e.code))  # it could not start
+            raise
+        st.audit.add(rec, who, "exec", detail)
+        if "text/event-stream" not in (accept or ""):
+            async with st.audit.record(rec, who, "exit", detail) as note:
+                result = await st.data.run_to_end(stream, rec)
+                note.exit_code = result.exit_code
+                note.outcome = "timed_out" if result.timed_out else "ok"
+                return result
 
         async def events(note: audit.Outcome) -> AsyncIterator[bytes]:
             yield _sse("start", {"pid": stream.pid})
@@ -369,14 +372,15 @@ def data_routes(app: FastAPI) -> None:
                 elif kind == protocol.EVENT_PING:
                     yield b": keep-alive\n\n"  # proxies see a live stream; clients skip comments
                 elif kind == protocol.EVENT_EXIT:
-                    note.exit_code = ev["code"]
+                    note.exit_code, note.outcome = ev["code"], "timed_out" if ev["timed_out"] else "ok"
                     yield _sse("exit", {"exit_code": ev["code"], "timed_out": ev["timed_out"]})
                     return
             err = await st.sandboxes.box_unreachable(rec)
+            note.outcome = err.code
             yield _sse("error", {"code": err.code, "message": err.message})
 
         async def audited() -> AsyncIterator[bytes]:
-            async with st.audit.record(rec, who, "exec", body.command) as note:
+            async with st.audit.record(rec, who, "exit", detail) as note:
                 async for chunk in events(note):
                     yield chunk
 
@@ -386,7 +390,7 @@ def data_routes(app: FastAPI) -> None:
     @app.post(prefix + "/commands/spawn", response_model=ProcessInfo)
     async def spawn_process(body: SpawnCommand, rec: BoxDep, st: StateDep, who: ActorDep) -> ProcessInfo:
         """Start a long-lived process; attach to it with the WebSocket at /commands/{pid}/ws."""
-        async with st.audit.record(rec, who, "spawn", body.command):
+        async with st.audit.record(rec, who, "spawn", audit.describe(body.command, body.cwd, body.user, body.env)):
             return await st.data.spawn(rec, body)
 
     @app.get(prefix + "/commands", response_model=list[ProcessInfo])
@@ -424,7 +428,7 @@ def data_routes(app: FastAPI) -> None:
     async def write_file(request: Request, rec: BoxDep, st: StateDep, who: ActorDep,
                          path: Annotated[str, Query(max_length=4096)],
                          user: Literal["user", "root"] | None = None) -> Any:
-        async with st.audit.record(rec, who, "file_write", path):
+        async with st.audit.record(rec, who, "file_write", path + (f"  [user={user}]" if user else "")):
             return await st.data.write_file(rec, path, request.stream(), user)
 
     @app.get(prefix + "/files", response_class=StreamingResponse,

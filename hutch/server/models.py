@@ -66,7 +66,8 @@ MAX_SECRET_HOSTS = 32
 MAX_BOUND_SECRETS = 64
 SecretName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 # a value travels in an HTTP header: printable, no line breaks
-SecretValue = Annotated[str, StringConstraints(min_length=1, max_length=8192, pattern=r"^[\x20-\x7e\x80-\xff]+$")]
+SecretValue = Annotated[str, StringConstraints(
+    min_length=1, max_length=8192, pattern=r"^[\x21-\x7e\x80-\xff](?:[\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?$")]
 HeaderName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")]
 SecretHost = Annotated[str, StringConstraints(min_length=1, max_length=255), _rule(parse_domain)]
 BoundSecrets = Annotated[dict[EnvName, SecretName], _few_keys(MAX_BOUND_SECRETS)]
@@ -77,7 +78,8 @@ class SecretAuth(Strict):
     for the credential (e.g. "Bearer {value}")."""
 
     header: HeaderName
-    format: Annotated[str, StringConstraints(min_length=7, max_length=256, pattern=r"^[\x20-\x7e]+$")] = "{value}"
+    format: Annotated[str, StringConstraints(min_length=7, max_length=256,
+                                             pattern=r"^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$")] = "{value}"
 
     @model_validator(mode="after")
     def _one_value(self) -> SecretAuth:
@@ -326,7 +328,7 @@ class AuditEntry(BaseModel):
     id: int
     at: datetime
     actor: str  # the client's address, and its X-Hutch-Actor header (else its User-Agent)
-    op: Literal["exec", "spawn", "signal", "file_write", "file_read", "dir_download"]
+    op: Literal["exec", "exit", "spawn", "signal", "file_write", "file_read", "dir_download"]
     detail: str  # the command, or the path
     exit_code: int | None  # a command's, once it ended
     outcome: str  # "ok", or the error code the call ended with

@@ -4,6 +4,7 @@ the node (is this port published, and a tunnel to it)."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from urllib.parse import quote
 
@@ -34,9 +35,14 @@ class Previews:
         return rec
 
     def publish(self, box: SandboxRecord, port: int, access_mode: str | None) -> PreviewPort:
-        """Publish a port (or change its access); the box need not listen on it yet."""
+        """Publish a port (or change its access, cutting its open connections); the box need not
+        listen on it yet. A new publication starts from a random generation, so nothing issued
+        for an earlier publication of the port opens it again."""
         mode = access_mode or box.preview_access or "public"
-        rec = self.store.publish_port(PreviewPortRecord(box.id, port, mode, 1, time.time()))
+        before = self.store.preview_port(box.id, port)
+        rec = self.store.publish_port(PreviewPortRecord(box.id, port, mode, secrets.randbelow(2**31), time.time()))
+        if before is not None and before.access != rec.access:
+            self.proxy.cut(box.id, port)
         return self.info(rec)
 
     def unpublish(self, box: SandboxRecord, port: int) -> None:

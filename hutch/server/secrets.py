@@ -18,6 +18,7 @@ from hutch.secrets.providers import DEFAULT_FORMAT, DEFAULT_HEADER, PROVIDERS
 from hutch.secrets.vault import Vault, VaultError
 from hutch.server.errors import ApiError, not_found
 from hutch.server.models import (
+    MAX_BOUND_SECRETS,
     CreateSecret,
     ProviderInfo,
     SecretAuditEntry,
@@ -111,6 +112,9 @@ class Secrets:
     def attach(self, team_id: str, box: SandboxRecord, env: str, name: str) -> None:
         if env in box.env_vars:
             raise ApiError(400, "invalid_request", f"{env} is an env var of this sandbox; a secret cannot be one too")
+        bound = {b.env for b in self.store.bindings(box.id)}
+        if env not in bound and len(bound) >= MAX_BOUND_SECRETS:
+            raise ApiError(400, "invalid_request", f"a sandbox has at most {MAX_BOUND_SECRETS} secrets")
         self.store.bind_secret(self.new_bindings(team_id, box.id, {env: name})[0])
 
     def detach(self, box: SandboxRecord, env: str) -> None:
@@ -136,8 +140,13 @@ class Secrets:
                                      header=rec.header, format=rec.format, hosts=tuple(rec.hosts)))
         return tuple(out)
 
-    def reveal(self, secret_id: str) -> str | None:
-        rec = self.store.secret_by_id(secret_id)
+    def reveal(self, injection: Injection) -> str | None:
+        """The value to swap in for a stand-in, if its binding is still there, still to the same
+        secret, and the secret exists."""
+        binding = self.store.binding_by_standin(injection.standin)
+        if binding is None or binding.secret_id != injection.secret_id:
+            return None
+        rec = self.store.secret_by_id(injection.secret_id)
         if rec is None:
             return None
         try:
