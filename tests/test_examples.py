@@ -22,8 +22,8 @@ EXPECTED = {
                             "cleaned up 1 box"],
     "approval_denies_rm.py": ["I was not allowed", "still there: keep me"],
     "mcp_agent.py": ["2**10 is 1024."],
-    "letta_client_tools.py": ["schemas to register: ['bash', 'write_file', 'read_file']", "[bash] {'command':"],
-    "claude_agent_tools.py": ["tools: ['bash', 'write_file', 'read_file']", "Linux"],
+    "letta_client_tools.py": ["schemas to register: ['bash', 'spawn', 'write_file', 'read_file']", "[bash] {'command':"],
+    "claude_agent_tools.py": ["tools: ['bash', 'spawn', 'write_file', 'read_file']", "Linux"],
 }
 
 

@@ -74,11 +74,14 @@ def test_openai_agents_streamed_with_an_async_sandbox(env: Env) -> None:
     async def go() -> list[str]:
         sb = await AsyncSandbox.create("stream")
         try:
-            with ScriptedModel([call("bash", command="echo streamed"), answer("all done now")]) as model:
+            script = [call("bash", command="echo streamed"), call("spawn", command="echo up; sleep 30", wait_seconds=1),
+                      answer("all done now")]
+            with ScriptedModel(script) as model:
                 run = Runner.run_streamed(_agent(model, sandbox_tools(sb)), "say it")
                 kinds = [getattr(event, "name", event.type) async for event in run.stream_events()]
                 assert run.final_output == "all done now"
                 assert "exit code: 0\nstdout:\nstreamed" in model.tool_results()[0]
+                assert "running in the background" in model.tool_results()[1] and "stdout:\nup" in model.tool_results()[1]
                 return kinds
         finally:
             await sb.kill()
@@ -148,7 +151,8 @@ def test_claude_agent_sdk_tools_through_its_in_process_mcp_server(sandbox: Sandb
     from hutch.integrations.claude_agent import sandbox_tools
 
     server, allowed = sandbox_tools(sandbox, can_use_tool=lambda n, a: Deny("no") if "shutdown" in str(a) else Allow())
-    assert server["type"] == "sdk" and allowed == ["mcp__hutch__bash", "mcp__hutch__write_file", "mcp__hutch__read_file"]
+    assert server["type"] == "sdk" and allowed == ["mcp__hutch__bash", "mcp__hutch__spawn", "mcp__hutch__write_file",
+                                               "mcp__hutch__read_file"]
 
     async def go() -> tuple[list[str], Any, Any, Any]:
         async with Client(server["instance"]) as client:
@@ -159,7 +163,7 @@ def test_claude_agent_sdk_tools_through_its_in_process_mcp_server(sandbox: Sandb
             return names, ran, read, denied
 
     names, ran, read, denied = asyncio.run(go())
-    assert names == ["bash", "write_file", "read_file"]
+    assert names == ["bash", "spawn", "write_file", "read_file"]
     assert ran.content[0].text.startswith("exit code: 0\nstdout:\nclaude") and not ran.is_error
     assert read.content[0].text == "claude\n"
     assert denied.is_error and denied.content[0].text == "denied: no"
@@ -169,12 +173,17 @@ def test_letta_client_side_tools(sandbox: Sandbox) -> None:
     from hutch.integrations.letta import sandbox_tools
 
     tools = sandbox_tools(sandbox)
-    assert [s["name"] for s in tools.schemas] == ["bash", "write_file", "read_file"]
+    assert [s["name"] for s in tools.schemas] == ["bash", "spawn", "write_file", "read_file"]
     assert tools.schemas[0]["parameters"]["required"] == ["command"]
     assert tools.execute("bash", json.dumps({"command": "echo letta"})).startswith("exit code: 0\nstdout:\nletta")
     assert tools.execute("bash", "{not json").startswith("error: the arguments are not JSON")
     assert tools.execute("read_file", {"path": "/nope"}).startswith("error: file_not_found")
     assert tools.execute("nope", {}) == "error: no tool 'nope'"
+    started = tools.execute("spawn", {"command": "echo serving; sleep 60", "wait_seconds": 1})
+    assert "running in the background" in started and "stdout:\nserving" in started
+    pid = int(started.split("(pid ")[1].split(")")[0])
+    assert pid in [p.pid for p in sandbox.commands.list()], "it runs on after the tool returned"
+    assert "exited with code 3" in tools.execute("spawn", {"command": "exit 3", "wait_seconds": 5})
 
 
 # --- one box per conversation ---------------------------------------------------------------------

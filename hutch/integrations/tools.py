@@ -1,4 +1,4 @@
-"""The agent tools, written once: bash, write_file, read_file, run against a box.
+"""The agent tools, written once: bash, spawn, write_file, read_file, run against a box.
 
 Each framework module wraps these specs in its own tool type. A tool never raises into the
 agent loop: a failing command, a missing file, a denied call or a dead box come back as text the
@@ -47,14 +47,19 @@ class ToolSpec:
     run: Callable[[AnySandbox, dict[str, Any]], Awaitable[str]]
 
 
-async def _call(sandbox: AnySandbox, path: str, *args: Any, **kwargs: Any) -> Any:
-    """`sandbox.<path>(...)`, awaited on the async SDK, on a worker thread on the blocking one."""
-    fn: Any = sandbox
-    for part in path.split("."):
-        fn = getattr(fn, part)
+async def _on(sandbox: AnySandbox, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A call of the SDK: awaited on the async one, on a worker thread on the blocking one."""
     if isinstance(sandbox, AsyncSandbox):
         return await fn(*args, **kwargs)
     return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+async def _call(sandbox: AnySandbox, path: str, *args: Any, **kwargs: Any) -> Any:
+    """`sandbox.<path>(...)`."""
+    fn: Any = sandbox
+    for part in path.split("."):
+        fn = getattr(fn, part)
+    return await _on(sandbox, fn, *args, **kwargs)
 
 
 def _clip(text: str) -> str:
@@ -74,6 +79,21 @@ async def _bash(sandbox: AnySandbox, args: dict[str, Any]) -> str:
     except SandboxTimeoutError as e:
         return command_report(None, e.stdout, e.stderr, note=f"timed out after {timeout} s")
     return command_report(result.exit_code, result.stdout, result.stderr)
+
+
+async def _spawn(sandbox: AnySandbox, args: dict[str, Any]) -> str:
+    """Start it in the background, watch it for a few seconds, and leave it running."""
+    wait = min(max(int(args.get("wait_seconds") or 3), 0), 60)
+    proc = await _call(sandbox, "commands.spawn", str(args["command"]), cwd=args.get("cwd"))
+    try:
+        try:
+            code: int | None = await _on(sandbox, proc.wait, wait)
+        except SandboxTimeoutError:
+            code = None
+        state = f"exited with code {code}" if code is not None else f"running in the background (pid {proc.pid})"
+        return command_report(code, proc.stdout, proc.stderr, note=f"process {proc.pid}: {state} after {wait} s")
+    finally:
+        await _on(sandbox, proc.close)  # detach: it runs on
 
 
 async def _write_file(sandbox: AnySandbox, args: dict[str, Any]) -> str:
@@ -99,6 +119,12 @@ TOOLS: tuple[ToolSpec, ...] = (
                       "cwd": {"type": "string", "description": "working directory (default: the home directory)"},
                       "timeout_seconds": {"type": "integer", "description": f"default {DEFAULT_TIMEOUT}"}},
                      ["command"]), _bash),
+    ToolSpec("spawn", "Start a long-running command in the sandbox in the background (a server, a watcher, a build) "
+             "and see what it printed in its first seconds; it keeps running after this returns.",
+             _schema({"command": {"type": "string", "description": "the shell command"},
+                      "cwd": {"type": "string", "description": "working directory (default: the home directory)"},
+                      "wait_seconds": {"type": "integer", "description": "how long to watch it first (default 3, at most 60)"}},
+                     ["command"]), _spawn),
     ToolSpec("write_file", "Write a text file in the sandbox (parent directories are made).",
              _schema({"path": PATH, "content": {"type": "string"}}, ["path", "content"]), _write_file),
     ToolSpec("read_file", "Read a text file from the sandbox.", _schema({"path": PATH}, ["path"]), _read_file),
