@@ -17,6 +17,7 @@ import hmac
 import json
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -99,8 +100,16 @@ def build(cfg: ConnectionConfig | None = None, ephemeral: bool = False) -> MCPSe
 
         return server
 
-    async def box(sandbox_id: str) -> AsyncSandbox:
-        return await AsyncSandbox.connect(sandbox_id, **conn)
+    async def on_box(sandbox_id: str, use: Callable[[AsyncSandbox], Awaitable[str]]) -> str:
+        """Connect (resuming a paused box), use, let go; an error is the model's to read."""
+        try:
+            sb = await AsyncSandbox.connect(sandbox_id, **conn)
+            try:
+                return await use(sb)
+            finally:
+                await sb.close()
+        except SandboxError as e:
+            return _error(e)
 
     @server.tool()
     async def sandbox_create(name: str = "agent", template: str | None = None, metadata: dict[str, str] | None = None,
@@ -122,14 +131,7 @@ def build(cfg: ConnectionConfig | None = None, ephemeral: bool = False) -> MCPSe
     async def sandbox_exec(sandbox_id: str, command: str, cwd: str | None = None,
                            timeout_seconds: int = DEFAULT_TIMEOUT) -> str:
         """Run a shell command in a sandbox (resuming it if paused). Returns the exit code, stdout and stderr."""
-        try:
-            sb = await box(sandbox_id)
-            try:
-                return await _exec(sb, command, cwd, timeout_seconds)
-            finally:
-                await sb.close()
-        except SandboxError as e:
-            return _error(e)
+        return await on_box(sandbox_id, lambda sb: _exec(sb, command, cwd, timeout_seconds))
 
     @server.tool()
     async def sandbox_list(metadata: dict[str, str] | None = None) -> str:
@@ -152,64 +154,48 @@ def build(cfg: ConnectionConfig | None = None, ephemeral: bool = False) -> MCPSe
     @server.tool()
     async def sandbox_pause(sandbox_id: str) -> str:
         """Pause a sandbox: its memory, processes and files are kept on disk; any later call resumes it."""
-        try:
-            sb = await box(sandbox_id)
+        async def pause(sb: AsyncSandbox) -> str:
             await sb.pause()
-            await sb.close()
-        except SandboxError as e:
-            return _error(e)
-        return f"paused {sandbox_id}"
+            return f"paused {sandbox_id}"
+
+        return await on_box(sandbox_id, pause)
 
     @server.tool()
     async def sandbox_resume(sandbox_id: str) -> str:
         """Resume a paused sandbox (other tools resume it on their own too)."""
-        try:
-            sb = await box(sandbox_id)
-            await sb.close()
-        except SandboxError as e:
-            return _error(e)
-        return f"{sandbox_id} is {sb.status}"
+        async def status(sb: AsyncSandbox) -> str:
+            return f"{sandbox_id} is {sb.status}"
+
+        return await on_box(sandbox_id, status)
 
     @server.tool()
     async def files_read(sandbox_id: str, path: str) -> str:
         """Read a text file from a sandbox (an absolute path)."""
-        try:
-            sb = await box(sandbox_id)
-            try:
-                return (await sb.files.read(path)).decode("utf-8", errors="replace")
-            finally:
-                await sb.close()
-        except SandboxError as e:
-            return _error(e)
+        async def read(sb: AsyncSandbox) -> str:
+            return (await sb.files.read(path)).decode("utf-8", errors="replace")
+
+        return await on_box(sandbox_id, read)
 
     @server.tool()
     async def files_write(sandbox_id: str, path: str, content: str) -> str:
         """Write a text file in a sandbox (an absolute path; parent directories are made)."""
-        try:
-            sb = await box(sandbox_id)
-            try:
-                await sb.files.write(path, content)
-            finally:
-                await sb.close()
-        except SandboxError as e:
-            return _error(e)
-        return f"wrote {len(content.encode())} bytes to {path}"
+        async def write(sb: AsyncSandbox) -> str:
+            await sb.files.write(path, content)
+            return f"wrote {len(content.encode())} bytes to {path}"
+
+        return await on_box(sandbox_id, write)
 
     @server.tool()
     async def preview_url(sandbox_id: str, port: int, private: bool = False) -> str:
         """Publish a port of a sandbox (a server listening on it inside) and return its URL; private gives a
         signed link valid for an hour."""
-        try:
-            sb = await box(sandbox_id)
-            try:
-                await sb.publish_preview_port(port, access="private" if private else "public")
-                if private:
-                    return await sb.get_signed_preview_url(port, expires_in_seconds=3600)
-                return sb.get_preview_url(port)
-            finally:
-                await sb.close()
-        except SandboxError as e:
-            return _error(e)
+        async def publish(sb: AsyncSandbox) -> str:
+            await sb.publish_preview_port(port, access="private" if private else "public")
+            if private:
+                return await sb.get_signed_preview_url(port, expires_in_seconds=3600)
+            return sb.get_preview_url(port)
+
+        return await on_box(sandbox_id, publish)
 
     return server
 
