@@ -268,7 +268,7 @@ def cmd_secret(args: argparse.Namespace) -> int:
                      str(s.version)] for s in secrets]
             print(_table(rows, ["NAME", "PROVIDER", "HOSTS", "AUTH", "VERSION"]))
     elif args.action == "audit":
-        page = Secret.get(args.name).audit(limit=args.limit, sandbox_id=args.sandbox)
+        page = Secret.audit_by_name(args.name, limit=args.limit, sandbox_id=args.sandbox)
         if args.json:
             print(json.dumps([_info_json(e) for e in page.entries]))
         else:

@@ -122,7 +122,11 @@ secret_audit = sa.Table(
     sa.Column("method", sa.String(32), nullable=False),
     sa.Column("path", sa.String(300), nullable=False),
     sa.Column("status", sa.Integer),  # null: no answer came
+    # by team and name, so a secret's history outlives the secret (deleted, or made anew)
+    sa.Column("team_id", sa.String(36)),
+    sa.Column("secret_name", sa.String(128)),
     sa.Index("ix_secret_audit_secret", "secret_id", "id"),
+    sa.Index("ix_secret_audit_name", "team_id", "secret_name", "id"),
 )
 
 preview_ports = sa.Table(
@@ -249,6 +253,8 @@ class AuditRecord:
     method: str
     path: str
     status: int | None
+    team_id: str | None = None
+    secret_name: str | None = None
 
 
 @dataclass
@@ -488,11 +494,12 @@ class Store:
         with self._tx() as c:
             c.execute(secret_audit.insert().values(**entry))
 
-    def secret_audit(self, secret_id: str, limit: int, before: int | None = None,
+    def secret_audit(self, team_id: str, name: str, limit: int, before: int | None = None,
                      sandbox_id: str | None = None) -> list[AuditRecord]:
-        """Newest first; `before` an id from an earlier page."""
+        """Every use of the team's secrets of that name (this one, and any deleted before it),
+        newest first; `before` an id from an earlier page."""
         a = secret_audit.c
-        q = sa.select(secret_audit).where(a.secret_id == secret_id)
+        q = sa.select(secret_audit).where(a.team_id == team_id, a.secret_name == name)
         if before is not None:
             q = q.where(a.id < before)
         if sandbox_id is not None:

@@ -211,8 +211,9 @@ def test_attach_detach_and_revoke(sdk: Any, make_box: Any, secret: tuple[Secret,
     with pytest.raises(NotFoundError):
         box.detach_secret("OTHER")
 
-    # deleting the secret revokes the binding: the stand-in is no longer swapped
+    # deleting the secret revokes the binding: the stand-in is no longer swapped; its history stays readable
     s.delete()
+    assert "/attached" in [e.path for e in Secret.audit_by_name(s.name).entries]
     info = box.get_info()
     assert [(b.env, b.revoked) for b in info.secrets] == [("KEY", True)] and box.secrets[0].revoked
     assert curl(box, "https://api.anthropic.com/revoked", "x-api-key: $KEY").stdout == "200"

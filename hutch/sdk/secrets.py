@@ -88,6 +88,14 @@ class Secret(_SecretBase):
         cfg = ConnectionConfig.resolve(api_key, base_url)
         _once_sync(cfg, ops.delete_secret(cfg, name))
 
+    @classmethod
+    def audit_by_name(cls, name: str, *, limit: int = 100, before: int | None = None, sandbox_id: str | None = None,
+                      api_key: str | None = None, base_url: str | None = None) -> SecretAuditPage:
+        """The uses of the secret of that name, a deleted one's too."""
+        cfg = ConnectionConfig.resolve(api_key, base_url)
+        page: SecretAuditPage = _once_sync(cfg, ops.secret_audit(cfg, name, limit, before, sandbox_id))
+        return page
+
     def rotate(self, value: str) -> None:
         """A new value, used from the next request out of any box."""
         self._info = _once_sync(self._cfg, ops.rotate_secret(self._cfg, self.name, value))
@@ -126,6 +134,14 @@ class AsyncSecret(_SecretBase):
     async def delete_by_name(cls, name: str, *, api_key: str | None = None, base_url: str | None = None) -> None:
         cfg = ConnectionConfig.resolve(api_key, base_url)
         await _once_async(cfg, ops.delete_secret(cfg, name))
+
+    @classmethod
+    async def audit_by_name(cls, name: str, *, limit: int = 100, before: int | None = None,
+                            sandbox_id: str | None = None, api_key: str | None = None,
+                            base_url: str | None = None) -> SecretAuditPage:
+        cfg = ConnectionConfig.resolve(api_key, base_url)
+        page: SecretAuditPage = await _once_async(cfg, ops.secret_audit(cfg, name, limit, before, sandbox_id))
+        return page
 
     async def rotate(self, value: str) -> None:
         self._info = await _once_async(self._cfg, ops.rotate_secret(self._cfg, self.name, value))

@@ -91,10 +91,13 @@ class Secrets:
 
     def audit(self, team_id: str, name: str, limit: int, before: int | None,
               sandbox_id: str | None) -> SecretAuditPage:
-        rec = self.get(team_id, name)
-        rows = self.store.secret_audit(rec.id, limit, before, sandbox_id)
-        entries = [SecretAuditEntry(**{k: v for k, v in r.__dict__.items() if k not in ("secret_id", "at")},
-                                    at=timestamp(r.at))
+        """The uses of the secret of that name, including those of a deleted one: after a leak,
+        deleting the secret must not hide how it was used."""
+        rows = self.store.secret_audit(team_id, name, limit, before, sandbox_id)
+        if not rows and before is None:
+            self.get(team_id, name)  # neither a secret nor any history: 404
+        internal = ("secret_id", "at", "team_id", "secret_name")
+        entries = [SecretAuditEntry(**{k: v for k, v in r.__dict__.items() if k not in internal}, at=timestamp(r.at))
                    for r in rows]
         return SecretAuditPage(entries=entries, next_before=rows[-1].id if len(rows) == limit else None)
 
@@ -156,6 +159,8 @@ class Secrets:
             return None
 
     def record(self, sandbox_id: str, host: str, swap: Swap) -> None:
+        box = self.store.get_sandbox(sandbox_id)
         self.store.add_secret_audit(secret_id=swap.injection.secret_id, at=time.time(), sandbox_id=sandbox_id,
                                     env=swap.injection.env, host=host, method=swap.method[:32], path=swap.path,
-                                    status=swap.status)
+                                    status=swap.status, team_id=box.team_id if box else None,
+                                    secret_name=swap.injection.secret_name)
