@@ -473,13 +473,20 @@ class Store:
 
     def bindings(self, sandbox_id: str) -> list[BindingRecord]:
         """A sandbox's bindings, each marked revoked if its secret is gone."""
+        return self.bindings_of([sandbox_id]).get(sandbox_id, [])
+
+    def bindings_of(self, sandbox_ids: Sequence[str]) -> dict[str, list[BindingRecord]]:
+        """The bindings of several sandboxes in one query (a list of sandboxes shows them all)."""
         b, s = secret_bindings.c, secrets_table.c
         q = (sa.select(secret_bindings, s.id.label("live")).select_from(
             secret_bindings.outerjoin(secrets_table, s.id == b.secret_id))
-             .where(b.sandbox_id == sandbox_id).order_by(b.env))
+             .where(b.sandbox_id.in_(sandbox_ids)).order_by(b.env))
+        found: dict[str, list[BindingRecord]] = {}
         with self._tx() as c:
-            return [BindingRecord(**{k: v for k, v in r._mapping.items() if k != "live"}, revoked=r.live is None)
-                    for r in c.execute(q)]
+            for r in c.execute(q):
+                rec = BindingRecord(**{k: v for k, v in r._mapping.items() if k != "live"}, revoked=r.live is None)
+                found.setdefault(rec.sandbox_id, []).append(rec)
+        return found
 
     def binding_by_standin(self, standin: str) -> BindingRecord | None:
         with self._tx() as c:

@@ -396,3 +396,8 @@ def test_every_command_and_file_operation_is_audited(sandbox: Sandbox, env: Env)
     finally:
         del os.environ["HUTCH_ACTOR"]
     assert sandbox.get_audit_log(limit=1).entries[0].actor.endswith(" agent-42")
+    attached = sandbox.commands.spawn("sleep 30")
+    attached.kill()  # a signal over the process' WebSocket
+    attached.close()
+    newest = sandbox.get_audit_log(limit=1).entries[0]
+    assert (newest.op, newest.detail, newest.outcome) == ("signal", f"signal 15 to process {attached.pid}", "ok")

@@ -190,7 +190,7 @@ def control_routes(app: FastAPI) -> None:
                                                                    description="key=value&key=value")] = None,
                              ) -> list[SandboxInfo]:
         wanted = dict(parse_qsl(metadata, keep_blank_values=True)) if metadata else None
-        return [st.sandboxes.info(r) for r in st.store.list_sandboxes(team_id, status, wanted)]
+        return st.sandboxes.infos(st.store.list_sandboxes(team_id, status, wanted))
 
     @app.get("/v1/sandboxes/{sandbox_id}", response_model=SandboxInfo)
     async def get_sandbox(sandbox_id: str, st: StateDep, team_id: TeamDep) -> SandboxInfo:
@@ -420,7 +420,7 @@ def data_routes(app: FastAPI) -> None:
             return
         try:
             await websocket.accept()
-            await Attachment(websocket, st.data, rec, int(pid)).run(stream.events)
+            await Attachment(websocket, st.data, rec, int(pid), st.audit).run(stream.events)
         finally:
             await stream.aclose()  # the process runs on in the box
 

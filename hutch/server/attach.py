@@ -30,6 +30,7 @@ from pydantic import ValidationError as PydanticValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from hutch.guest import protocol
+from hutch.server.audit import AuditLog, actor
 from hutch.server.dataplane import DataPlane
 from hutch.server.errors import ApiError
 from hutch.server.models import PtySize, SignalProcess, StdinFrame
@@ -42,8 +43,9 @@ CLOSE_TOO_BIG = 1009
 
 
 class Attachment:
-    def __init__(self, ws: WebSocket, data: DataPlane, rec: SandboxRecord, pid: int) -> None:
-        self.ws, self.data, self.rec, self.pid = ws, data, rec, pid
+    def __init__(self, ws: WebSocket, data: DataPlane, rec: SandboxRecord, pid: int,
+                 audit: AuditLog | None = None) -> None:
+        self.ws, self.data, self.rec, self.pid, self.audit = ws, data, rec, pid, audit
         self._send_lock = asyncio.Lock()
         self._busy = asyncio.Lock()  # held while a client request is carried out
 
@@ -141,7 +143,11 @@ class Attachment:
                 return await self.data.process_call(self.rec, self.pid, protocol.PROC_RESIZE, json=size.model_dump())
             if kind == "signal":
                 sig = SignalProcess.model_validate(body)
-                return await self.data.process_call(self.rec, self.pid, protocol.PROC_SIGNAL, json=sig.model_dump())
+                if self.audit is None:
+                    return await self.data.process_call(self.rec, self.pid, protocol.PROC_SIGNAL, json=sig.model_dump())
+                async with self.audit.record(self.rec, actor(self.ws), "signal",
+                                             f"signal {sig.signal} to process {self.pid}"):
+                    return await self.data.process_call(self.rec, self.pid, protocol.PROC_SIGNAL, json=sig.model_dump())
         except PydanticValidationError as e:
             problem = e.errors()[0]
             where = ".".join(str(p) for p in problem.get("loc", ()))

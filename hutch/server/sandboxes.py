@@ -63,14 +63,20 @@ class Sandboxes:
 
     # --- views ----------------------------------------------------------------------------------
 
-    def info(self, rec: SandboxRecord) -> SandboxInfo:
+    def infos(self, recs: list[SandboxRecord]) -> list[SandboxInfo]:
+        """Many at once: their secret bindings in one query."""
+        bindings = self.secrets.bindings_of([r.id for r in recs])
+        return [self.info(r, bindings.get(r.id, [])) for r in recs]
+
+    def info(self, rec: SandboxRecord, bindings: list[SecretBinding] | None = None) -> SandboxInfo:
         return SandboxInfo(
             id=rec.id, name=rec.name, status=rec.status, template=rec.template,  # type: ignore[arg-type]
             metadata=rec.metadata, timeout_seconds=rec.timeout_seconds,
             auto_delete_seconds=rec.auto_delete_seconds, vcpu_count=rec.vcpu, memory_mib=rec.memory_mib,
             created_at=timestamp(rec.created_at), updated_at=timestamp(rec.updated_at), failure=rec.failure,
             network=NetworkConfig.model_validate(rec.network) if rec.network is not None else None,
-            secrets=self.secrets.bindings(rec.id), preview_access=rec.preview_access or "public",  # type: ignore[arg-type]
+            secrets=self.secrets.bindings(rec.id) if bindings is None else bindings,
+            preview_access=rec.preview_access or "public",  # type: ignore[arg-type]
             preview_url_template=self.preview_site.url(rec.id, "{port}"),
         )
 

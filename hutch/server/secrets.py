@@ -125,8 +125,12 @@ class Secrets:
             raise ApiError(404, "not_found", f"sandbox {box.id} has no secret on {env}")
 
     def bindings(self, sandbox_id: str) -> list[SecretBinding]:
-        return [SecretBinding(env=b.env, secret=b.secret_name, revoked=b.revoked, created_at=timestamp(b.created_at))
-                for b in self.store.bindings(sandbox_id)]
+        return self.bindings_of([sandbox_id]).get(sandbox_id, [])
+
+    def bindings_of(self, sandbox_ids: list[str]) -> dict[str, list[SecretBinding]]:
+        return {sid: [SecretBinding(env=b.env, secret=b.secret_name, revoked=b.revoked,
+                                    created_at=timestamp(b.created_at)) for b in found]
+                for sid, found in self.store.bindings_of(sandbox_ids).items()}
 
     def standins(self, sandbox_id: str) -> dict[str, str]:
         """The env of a command started now: each bound var holds its stand-in."""
