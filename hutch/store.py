@@ -434,7 +434,7 @@ class Store:
 
     def _secret(self, c: Connection, *where: Any) -> SecretRecord | None:
         row = c.execute(sa.select(secrets_table).where(*where)).first()
-        return SecretRecord(**{**row._mapping, "hosts": json.loads(row.hosts)}) if row else None
+        return _secret_from(row) if row else None
 
     def get_secret(self, team_id: str, name: str) -> SecretRecord | None:
         with self._tx() as c:
@@ -448,7 +448,7 @@ class Store:
         with self._tx() as c:
             rows = c.execute(sa.select(secrets_table).where(secrets_table.c.team_id == team_id)
                              .order_by(secrets_table.c.name))
-            return [SecretRecord(**{**r._mapping, "hosts": json.loads(r.hosts)}) for r in rows]
+            return [_secret_from(r) for r in rows]
 
     def rotate_secret(self, secret_id: str, sealed: bytes) -> None:
         with self._tx() as c:
@@ -488,10 +488,29 @@ class Store:
                 found.setdefault(rec.sandbox_id, []).append(rec)
         return found
 
-    def binding_by_standin(self, standin: str) -> BindingRecord | None:
+    def bound_secrets(self, sandbox_id: str) -> list[tuple[BindingRecord, SecretRecord]]:
+        """A sandbox's live bindings with their secrets, in one query (the egress proxy asks at
+        every connection)."""
+        b, s = secret_bindings.c, secrets_table.c
+        q = sa.select(*secret_bindings.c, *[col.label(f"s_{col.name}") for col in secrets_table.c]).select_from(
+            secret_bindings.join(secrets_table, s.id == b.secret_id)).where(b.sandbox_id == sandbox_id)
         with self._tx() as c:
-            row = c.execute(sa.select(secret_bindings).where(secret_bindings.c.standin == standin)).first()
-        return BindingRecord(**row._mapping) if row else None
+            rows = c.execute(q.order_by(b.env)).all()
+        out = []
+        for r in rows:
+            m = r._mapping
+            binding = BindingRecord(**{col.name: m[col.name] for col in secret_bindings.c})
+            out.append((binding, _secret_from({col.name: m[f"s_{col.name}"] for col in secrets_table.c})))
+        return out
+
+    def secret_for_standin(self, standin: str, secret_id: str) -> SecretRecord | None:
+        """The secret a stand-in is bound to now, if that is still `secret_id` (one query: the
+        egress proxy asks at every request it swaps in)."""
+        b, s = secret_bindings.c, secrets_table.c
+        with self._tx() as c:
+            row = c.execute(sa.select(secrets_table).select_from(secret_bindings.join(secrets_table, s.id == b.secret_id))
+                            .where(b.standin == standin, s.id == secret_id)).first()
+        return _secret_from(row) if row else None
 
     def delete_bindings(self, sandbox_id: str) -> None:
         with self._tx() as c:
@@ -541,6 +560,14 @@ class Store:
             c.execute(preview_ports.update().where(preview_ports.c.sandbox_id == rec.sandbox_id,
                                                    preview_ports.c.port == rec.port).values(access=rec.access))
             return PreviewPortRecord(**{**found._mapping, "access": rec.access})
+
+    def published_port(self, sandbox_id: str, port: int) -> PreviewPortRecord | None:
+        """A published port of a sandbox that still exists, in one query (every preview request)."""
+        p, sb = preview_ports.c, sandboxes.c
+        with self._tx() as c:
+            row = c.execute(sa.select(preview_ports).select_from(preview_ports.join(sandboxes, sb.id == p.sandbox_id))
+                            .where(p.sandbox_id == sandbox_id, p.port == port, sb.status != "deleted")).first()
+        return PreviewPortRecord(**row._mapping) if row else None
 
     def preview_port(self, sandbox_id: str, port: int) -> PreviewPortRecord | None:
         with self._tx() as c:
@@ -592,6 +619,11 @@ class Store:
         d = dict(row._mapping)
         d["env"] = json.loads(d["env"])
         return TemplateRecord(**d)
+
+
+def _secret_from(row: Any) -> SecretRecord:
+    d = dict(row._mapping) if hasattr(row, "_mapping") else dict(row)
+    return SecretRecord(**{**d, "hosts": json.loads(d["hosts"])})
 
 
 def _add_missing_columns(engine: sa.Engine) -> None:

@@ -31,6 +31,7 @@ class Injection:
 
     secret_id: str
     secret_name: str
+    team_id: str  # the secret's owner, for its audit log
     env: str
     standin: str
     header: str  # lower case

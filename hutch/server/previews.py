@@ -74,8 +74,8 @@ class Previews:
     # --- what the proxy asks ----------------------------------------------------------------------
 
     def lookup(self, sandbox_id: str, port: int) -> Published | None:
-        rec = self.store.preview_port(sandbox_id, port)
-        if rec is None or self.store.get_sandbox(sandbox_id) is None:
+        rec = self.store.published_port(sandbox_id, port)
+        if rec is None:
             return None
         return Published(sandbox_id, port, rec.access == "private", rec.generation)
 

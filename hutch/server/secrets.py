@@ -139,21 +139,14 @@ class Secrets:
     # --- what the egress proxy asks -------------------------------------------------------------
 
     def injections(self, sandbox_id: str) -> tuple[Injection, ...]:
-        out = []
-        for b in self.store.bindings(sandbox_id):
-            rec = None if b.revoked else self.store.secret_by_id(b.secret_id)
-            if rec is not None:
-                out.append(Injection(secret_id=rec.id, secret_name=rec.name, env=b.env, standin=b.standin,
-                                     header=rec.header, format=rec.format, hosts=tuple(rec.hosts)))
-        return tuple(out)
+        return tuple(Injection(secret_id=rec.id, secret_name=rec.name, team_id=rec.team_id, env=b.env,
+                               standin=b.standin, header=rec.header, format=rec.format, hosts=tuple(rec.hosts))
+                     for b, rec in self.store.bound_secrets(sandbox_id))
 
     def reveal(self, injection: Injection) -> str | None:
         """The value to swap in for a stand-in, if its binding is still there, still to the same
         secret, and the secret exists."""
-        binding = self.store.binding_by_standin(injection.standin)
-        if binding is None or binding.secret_id != injection.secret_id:
-            return None
-        rec = self.store.secret_by_id(injection.secret_id)
+        rec = self.store.secret_for_standin(injection.standin, injection.secret_id)
         if rec is None:
             return None
         try:
@@ -163,8 +156,7 @@ class Secrets:
             return None
 
     def record(self, sandbox_id: str, host: str, swap: Swap) -> None:
-        box = self.store.get_sandbox(sandbox_id)
-        self.store.add_secret_audit(secret_id=swap.injection.secret_id, at=time.time(), sandbox_id=sandbox_id,
-                                    env=swap.injection.env, host=host, method=swap.method[:32], path=swap.path,
-                                    status=swap.status, team_id=box.team_id if box else None,
-                                    secret_name=swap.injection.secret_name)
+        inj = swap.injection
+        self.store.add_secret_audit(secret_id=inj.secret_id, at=time.time(), sandbox_id=sandbox_id, env=inj.env,
+                                    host=host, method=swap.method[:32], path=swap.path, status=swap.status,
+                                    team_id=inj.team_id, secret_name=inj.secret_name)
