@@ -57,6 +57,9 @@ sandboxes = sa.Table(
     sa.Column("updated_at", sa.Float, nullable=False),
     sa.Column("network", sa.Text),  # {"allow_out": [...], "deny_out": [...]}, or null: no rules
     sa.Column("preview_access", sa.String(16)),  # what a newly published port gets: public (null) or private
+    sa.Column("template_id", sa.String(36), index=True),
+    sa.Column("rootfs", sa.Text),  # the template root it boots from: a rebuild never changes a box's root
+    sa.Column("disk_mib", sa.Integer),
     sa.Index("ix_sandboxes_box_key", "box_key"),
 )
 network_log = sa.Table(
@@ -78,13 +81,35 @@ network_log = sa.Table(
 NETWORK_LOG_KEEP = 10_000  # newest entries kept per sandbox
 templates = sa.Table(
     "templates", meta,
-    sa.Column("name", sa.String(128), primary_key=True),
-    sa.Column("rootfs", sa.Text, nullable=False),
-    sa.Column("env", sa.Text, nullable=False),
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("team_id", sa.String(36), sa.ForeignKey("teams.id")),  # null: a system template, every team's
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("spec", sa.Text, nullable=False),  # JSON: from, steps, start and ready commands, shape
+    sa.Column("rootfs", sa.Text),  # what its boxes boot from: its last good build's root; null before one
+    sa.Column("build_id", sa.String(36)),  # that build
+    sa.Column("env", sa.Text, nullable=False),  # that build's defaults for its boxes
     sa.Column("workdir", sa.Text),
-    sa.Column("vcpu", sa.Integer, nullable=False),
-    sa.Column("memory_mib", sa.Integer, nullable=False),
+    sa.Column("user", sa.String(64)),
     sa.Column("created_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("team_id", "name", name="uq_templates_team_name"),
+)
+template_builds = sa.Table(
+    "template_builds", meta,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("template_id", sa.String(36), nullable=False, index=True),
+    sa.Column("status", sa.String(16), nullable=False, index=True),  # queued running ready failed cancelled
+    sa.Column("spec", sa.Text, nullable=False),  # the spec it builds (a template's spec never changes)
+    sa.Column("no_cache", sa.Boolean, nullable=False),
+    sa.Column("error", sa.Text),  # JSON {"code", "message", "step", "exit_code"}
+    sa.Column("steps_total", sa.Integer, nullable=False),
+    sa.Column("steps_cached", sa.Integer, nullable=False),
+    sa.Column("rootfs", sa.Text),  # the root it made
+    sa.Column("env", sa.Text),  # JSON: the defaults it made
+    sa.Column("workdir", sa.Text),
+    sa.Column("user", sa.String(64)),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("started_at", sa.Float),
+    sa.Column("finished_at", sa.Float),
 )
 
 secrets_table = sa.Table(
@@ -182,6 +207,9 @@ class SandboxRecord:
     updated_at: float = field(default_factory=time.time)
     network: dict[str, list[str]] | None = None
     preview_access: str | None = None
+    template_id: str | None = None
+    rootfs: str | None = None
+    disk_mib: int | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> SandboxRecord:
@@ -280,13 +308,54 @@ class PreviewPortRecord:
 
 @dataclass
 class TemplateRecord:
+    id: str
+    team_id: str | None
     name: str
-    rootfs: str
-    env: dict[str, str]
-    workdir: str | None
-    vcpu: int
-    memory_mib: int
-    created_at: float
+    spec: dict[str, Any]
+    rootfs: str | None = None
+    build_id: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    user: str | None = None
+    created_at: float = field(default_factory=time.time)
+
+
+@dataclass
+class BuildRecord:
+    id: str
+    template_id: str
+    status: str
+    spec: dict[str, Any]
+    no_cache: bool = False
+    error: dict[str, Any] | None = None
+    steps_total: int = 0
+    steps_cached: int = 0
+    rootfs: str | None = None
+    env: dict[str, str] | None = None
+    workdir: str | None = None
+    user: str | None = None
+    created_at: float = field(default_factory=time.time)
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+def _json_row(rec: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    d = dict(rec.__dict__)
+    for key in keys:
+        d[key] = None if d[key] is None else json.dumps(d[key])
+    return d
+
+
+def _from_json_row(cls: Any, row: Any, keys: tuple[str, ...]) -> Any:
+    d = dict(row._mapping)
+    for key in keys:
+        d[key] = None if d[key] is None else json.loads(d[key])
+    return cls(**d)
+
+
+TEMPLATE_JSON = ("spec", "env")
+BUILD_JSON = ("spec", "error", "env")
+LIVE_STATUSES = ("active", "pausing", "paused", "resuming")  # a sandbox that may run again
 
 
 class Store:
@@ -294,6 +363,7 @@ class Store:
         self.engine = sa.create_engine(url, pool_size=POOL_SIZE, max_overflow=10)
         if self.engine.dialect.name == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+        _drop_old_templates(self.engine)
         meta.create_all(self.engine)
         _add_missing_columns(self.engine)
 
@@ -606,19 +676,137 @@ class Store:
     # --- templates ------------------------------------------------------------------------------
 
     def put_template(self, rec: TemplateRecord) -> None:
-        row = dict(rec.__dict__, env=json.dumps(rec.env))
+        """Insert a template; a name its team (or the system) already uses raises KeyError."""
         with self._tx() as c:
-            c.execute(templates.delete().where(templates.c.name == rec.name))
-            c.execute(templates.insert().values(**row))
+            if c.execute(sa.select(templates.c.id).where(templates.c.name == rec.name, _team_is(rec.team_id))).first():
+                raise KeyError(rec.name)
+            c.execute(templates.insert().values(**_json_row(rec, TEMPLATE_JSON)))
 
-    def get_template(self, name: str) -> TemplateRecord | None:
+    def put_system_template(self, rec: TemplateRecord) -> None:
+        """Insert or replace a system template (the base, at each start: its root may have moved)."""
         with self._tx() as c:
-            row = c.execute(sa.select(templates).where(templates.c.name == name)).first()
-        if row is None:
-            return None
-        d = dict(row._mapping)
-        d["env"] = json.loads(d["env"])
-        return TemplateRecord(**d)
+            c.execute(templates.delete().where(templates.c.id == rec.id))
+            c.execute(templates.insert().values(**_json_row(rec, TEMPLATE_JSON)))
+
+    def get_template(self, ref: str, team_id: str | None = None) -> TemplateRecord | None:
+        """By id or name: the team's own, or a system template. With no team, by id only."""
+        q = sa.select(templates)
+        if team_id is None:
+            q = q.where(templates.c.id == ref)
+        else:
+            q = q.where(sa.or_(templates.c.id == ref, templates.c.name == ref),
+                        sa.or_(templates.c.team_id == team_id, templates.c.team_id.is_(None)))
+        with self._tx() as c:
+            row = c.execute(q).first()
+        return _from_json_row(TemplateRecord, row, TEMPLATE_JSON) if row else None
+
+    def list_templates(self, team_id: str) -> list[TemplateRecord]:
+        q = (sa.select(templates).where(sa.or_(templates.c.team_id == team_id, templates.c.team_id.is_(None)))
+             .order_by(templates.c.created_at))
+        with self._tx() as c:
+            return [_from_json_row(TemplateRecord, r, TEMPLATE_JSON) for r in c.execute(q)]
+
+    def update_template(self, template_id: str, **values: Any) -> None:
+        if "env" in values:
+            values["env"] = json.dumps(values["env"])
+        with self._tx() as c:
+            c.execute(templates.update().where(templates.c.id == template_id).values(**values))
+
+    def delete_template(self, template_id: str) -> bool:
+        """Remove a template and its builds, unless a sandboxes that may run again boots from it
+        (then False, nothing changed)."""
+        with self._tx() as c:
+            if c.execute(sa.select(sandboxes.c.id).where(sandboxes.c.template_id == template_id,
+                                                         sandboxes.c.status.in_(LIVE_STATUSES))).first():
+                return False
+            c.execute(template_builds.delete().where(template_builds.c.template_id == template_id))
+            c.execute(templates.delete().where(templates.c.id == template_id))
+        return True
+
+    def templates_in_use(self) -> set[str]:
+        """Ids of the templates some sandbox that may run again boots from."""
+        q = sa.select(sandboxes.c.template_id).where(sandboxes.c.status.in_(LIVE_STATUSES)).distinct()
+        with self._tx() as c:
+            return {str(t) for t in c.execute(q).scalars() if t}
+
+    def roots_in_use(self) -> set[str]:
+        """Every template root something may still boot from: templates' current roots and the
+        roots of sandboxes that may run again."""
+        with self._tx() as c:
+            a = c.execute(sa.select(templates.c.rootfs).where(templates.c.rootfs.is_not(None))).scalars().all()
+            b = c.execute(sa.select(sandboxes.c.rootfs).where(sandboxes.c.rootfs.is_not(None),
+                                                              sandboxes.c.status.in_(LIVE_STATUSES))).scalars().all()
+        return {str(r) for r in (*a, *b)}
+
+    # --- template builds ------------------------------------------------------------------------
+
+    def insert_build(self, rec: BuildRecord) -> None:
+        with self._tx() as c:
+            c.execute(template_builds.insert().values(**_json_row(rec, BUILD_JSON)))
+
+    def get_build(self, build_id: str, template_id: str | None = None) -> BuildRecord | None:
+        q = sa.select(template_builds).where(template_builds.c.id == build_id)
+        if template_id is not None:
+            q = q.where(template_builds.c.template_id == template_id)
+        with self._tx() as c:
+            row = c.execute(q).first()
+        return _from_json_row(BuildRecord, row, BUILD_JSON) if row else None
+
+    def list_builds(self, template_id: str | None = None, statuses: Sequence[str] | None = None,
+                    limit: int = 100) -> list[BuildRecord]:
+        """Newest first."""
+        q = sa.select(template_builds).order_by(template_builds.c.created_at.desc()).limit(limit)
+        if template_id is not None:
+            q = q.where(template_builds.c.template_id == template_id)
+        if statuses is not None:
+            q = q.where(template_builds.c.status.in_(statuses))
+        with self._tx() as c:
+            return [_from_json_row(BuildRecord, r, BUILD_JSON) for r in c.execute(q)]
+
+    def latest_builds(self, template_ids: Sequence[str]) -> dict[str, BuildRecord]:
+        """Each template's newest build, in one query."""
+        newest = (sa.select(template_builds.c.template_id, sa.func.max(template_builds.c.created_at).label("at"))
+                  .where(template_builds.c.template_id.in_(template_ids)).group_by(template_builds.c.template_id)
+                  .subquery())
+        q = sa.select(template_builds).join(newest, sa.and_(template_builds.c.template_id == newest.c.template_id,
+                                                            template_builds.c.created_at == newest.c.at))
+        with self._tx() as c:
+            builds = [_from_json_row(BuildRecord, r, BUILD_JSON) for r in c.execute(q)]
+        return {b.template_id: b for b in builds}
+
+    def update_build(self, build_id: str, *, only_if_status: tuple[str, ...] | None = None, **values: Any) -> bool:
+        """Change a build; with `only_if_status`, only while it is in one of those states."""
+        for key in BUILD_JSON:
+            if key in values and values[key] is not None:
+                values[key] = json.dumps(values[key])
+        q = template_builds.update().where(template_builds.c.id == build_id)
+        if only_if_status is not None:
+            q = q.where(template_builds.c.status.in_(only_if_status))
+        with self._tx() as c:
+            return bool(c.execute(q.values(**values)).rowcount)
+
+
+def _team_is(team_id: str | None) -> Any:
+    return templates.c.team_id.is_(None) if team_id is None else templates.c.team_id == team_id
+
+
+def _drop_old_templates(engine: sa.Engine) -> None:
+    """hutch before templates could be built kept only the base in a `templates` keyed by name:
+    pin the sandboxes booted from it to its root, and drop the table (the base is registered
+    again at every start)."""
+    inspector = sa.inspect(engine)
+    if "templates" not in inspector.get_table_names():
+        return
+    if "id" in {col["name"] for col in inspector.get_columns("templates")}:
+        return
+    with engine.begin() as c:
+        roots: dict[str, str] = {str(n): str(r) for n, r in c.execute(sa.text("SELECT name, rootfs FROM templates"))}
+    _add_missing_columns(engine)  # the sandboxes' rootfs column
+    with engine.begin() as c:
+        for name, rootfs in roots.items():
+            c.execute(sa.text("UPDATE sandboxes SET rootfs = :r WHERE template = :n AND rootfs IS NULL"),
+                      {"r": rootfs, "n": name})
+        c.execute(sa.text("DROP TABLE templates"))
 
 
 def _secret_from(row: Any) -> SecretRecord:
@@ -630,7 +818,10 @@ def _add_missing_columns(engine: sa.Engine) -> None:
     """A database made by an older hutch gets the nullable columns added since (nothing else
     changes shape in place)."""
     inspector = sa.inspect(engine)
+    existing = set(inspector.get_table_names())
     for table in meta.sorted_tables:
+        if table.name not in existing:
+            continue
         have = {col["name"] for col in inspector.get_columns(table.name)}
         for col in table.columns:
             if col.name not in have and col.nullable:

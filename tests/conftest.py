@@ -53,6 +53,10 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def image_dir(self) -> Path:
+        return self.data_dir.parent / "images"
+
+    @property
     def preview_port(self) -> int:
         return int(self.args[self.args.index("--preview-port") + 1])
 
@@ -113,8 +117,9 @@ def make_server(*args: str) -> Server:
     root = Path(tempfile.mkdtemp(prefix="hutch-t", dir="/tmp"))
     hosts = root / "egress-hosts"
     hosts.write_text(EGRESS_HOSTS)
+    (root / "images").mkdir()  # where templates may import OCI images from (Server.image_dir)
     return Server(root / "data", free_port(), ("--egress-hosts", str(hosts), "--egress-no-system-dns",
-                                               "--trust-ca", str(certificate()[0]),
+                                               "--trust-ca", str(certificate()[0]), "--image-dir", str(root / "images"),
                                                "--preview-port", str(free_port()), *args))
 
 

@@ -4,18 +4,22 @@ the server saw: the Host header, the path and, over TLS, the server name. Every 
 also go, as a JSON line, to SEEN_LOG, which only the tests on the host read: an answer never
 echoes a header's value, so a credential that arrives here never travels back into a box.
 
-    python3 egress_server.py CERT KEY SEEN_LOG
+    python3 egress_server.py CERT KEY SEEN_LOG [FILES_DIR]
+
+GET /files/NAME serves FILES_DIR/NAME (a package a template build installs, say).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SEEN_LOG = ""
+FILES_DIR = ""
 _seen_lock = threading.Lock()
 
 
@@ -33,6 +37,15 @@ class Handler(BaseHTTPRequestHandler):
         return ok
 
     def do_GET(self) -> None:
+        if self.path.startswith("/files/") and FILES_DIR:
+            name = self.path.removeprefix("/files/")
+            path = os.path.join(FILES_DIR, name)
+            if "/" in name or not os.path.isfile(path):
+                self.send_error(404)
+                return
+            with open(path, "rb") as f:
+                self._send(f.read(), "application/octet-stream")
+            return
         if self.path.startswith("/big/"):
             size = int(self.path.split("/")[2])
             self._send(b"x" * size, "application/octet-stream")
@@ -58,9 +71,10 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main() -> None:
-    global SEEN_LOG
+    global SEEN_LOG, FILES_DIR
     cert, key = sys.argv[1], sys.argv[2]
     SEEN_LOG = sys.argv[3] if len(sys.argv) > 3 else ""
+    FILES_DIR = sys.argv[4] if len(sys.argv) > 4 else ""
     plain = ThreadingHTTPServer(("0.0.0.0", 80), Handler)
     secure = ThreadingHTTPServer(("0.0.0.0", 443), Handler)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

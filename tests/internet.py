@@ -50,6 +50,7 @@ def certificate() -> tuple[Path, Path]:
 class Internet:
     namespace: str
     seen_log: Path  # every request the test hosts got, with its headers (egress_server.py)
+    files: Path  # served at http://example.test/files/NAME
     host_address: str = "198.51.100.1"
     server_address: str = "198.51.100.2"
     other_address: str = "198.51.100.3"
@@ -69,7 +70,8 @@ def _ip(*args: str) -> None:
 def stand_in_internet(work: Path) -> Iterator[Internet]:
     tag = f"{os.getpid() % 100000}"
     ns, veth = f"hutch-net-{tag}", f"hvt{tag}"
-    net = Internet(ns, work / "seen.jsonl")
+    net = Internet(ns, work / "seen.jsonl", work / "files")
+    net.files.mkdir(exist_ok=True)
     cert, key = certificate()
     server: subprocess.Popen[str] | None = None
     try:
@@ -85,7 +87,8 @@ def stand_in_internet(work: Path) -> Iterator[Internet]:
             route = subprocess.run(["ip", "route", "get", address], capture_output=True, text=True, check=True).stdout
             assert f"dev {veth} " in route, f"{address} would not go to the test namespace: {route}"
         server = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, str(Path(__file__).parent / "egress_server.py"),
-                                   str(cert), str(key), str(net.seen_log)], stdout=subprocess.PIPE, text=True)
+                                   str(cert), str(key), str(net.seen_log), str(net.files)],
+                                  stdout=subprocess.PIPE, text=True)
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         yield net
     finally:

@@ -9,10 +9,10 @@ from typing import Any
 
 import httpx
 
-from hutch import Sandbox
+from hutch import EnvStep, Sandbox, Template, WorkdirStep
 from hutch.node.runsc import find_runsc
 from hutch.server.config import ServerConfig
-from hutch.store import Store, TemplateRecord
+from hutch.store import Store
 from tests.conftest import Env, wait_for
 
 
@@ -90,18 +90,16 @@ def test_a_pooled_box_that_died_is_never_handed_out(env: Env) -> None:
 def test_another_template_never_gets_a_pooled_box(env: Env) -> None:
     """The pool holds base-template boxes with the base's limits; a create for anything else boots
     its own box (the rule that keeps a template's change from handing out stale boxes)."""
-    config = ServerConfig(data_dir=env.server.data_dir)
-    store = Store(config.db_url)
-    base = store.get_template("hutch/base")
-    assert base is not None
-    store.put_template(TemplateRecord(name="test/small", rootfs=base.rootfs, env={"FROM_TEMPLATE": "small"},
-                                      workdir="/tmp", vcpu=1, memory_mib=512, created_at=time.time()))
+    small = Template.create(f"small-{time.time_ns()}", memory_mib=512,
+                            steps=[EnvStep(key="FROM_TEMPLATE", value="small"), WorkdirStep(workdir="/tmp")])
+    small.wait_until_ready()
     wait_for(lambda: _pool(env) == 2, timeout=30, what="a full pool")
-    sb = Sandbox.create(name="small", from_template="test/small")
+    sb = Sandbox.create(name="small", from_template=small)
     try:
         assert _pool(env) == 2, "no pooled box was taken"
         info = sb.get_info()
-        assert info.template == "test/small" and info.memory_mib == 512
+        assert info.template == small.name and info.memory_mib == 512
         assert sb.commands.run("echo $FROM_TEMPLATE; pwd").stdout == "small\n/tmp\n"
     finally:
         sb.kill()
+        small.delete()

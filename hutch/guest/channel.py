@@ -376,6 +376,8 @@ class Handler(http1.Handler):
             if not pid_text.isdigit() or len(pid_text) > 9:
                 return self._error(404, p.ERR_BAD_REQUEST, "no such route")
             proc = PROCS.get(int(pid_text))
+            if method == "GET" and action == "":  # one process, ended or not
+                return self._json(200, proc.info())
             if method == "GET" and action == p.PROC_EVENTS:
                 return self._follow(proc)
             if method != "POST":

@@ -18,7 +18,7 @@ from hutch.guest import protocol
 SUITE = "bookworm"
 PACKAGES = [
     "python3", "ca-certificates", "procps", "curl", "git", "less", "nano", "unzip", "xz-utils",
-    "bzip2", "file", "jq", "iproute2", "iputils-ping",
+    "bzip2", "file", "jq", "iproute2", "iputils-ping", "python3-pip", "python3-venv",
 ]
 CUSTOMIZE = [
     # the unprivileged user commands run as

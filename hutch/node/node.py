@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -29,7 +30,7 @@ import httpx
 
 from hutch.egress.proxy import EgressProxy
 from hutch.guest import protocol
-from hutch.node import mounts
+from hutch.node import disks, mounts
 from hutch.node.runsc import Runsc, RunscError
 from hutch.node.spec import AgentRuntime, Limits, box_spec
 
@@ -129,6 +130,10 @@ class Box:
         return self.dir / "chan"
 
     @property
+    def disk_dir(self) -> Path:
+        return self.dir / "disk"
+
+    @property
     def socket(self) -> Path:
         return self.channel_dir / protocol.SOCKET_NAME
 
@@ -163,8 +168,13 @@ def agent_client(socket: str) -> httpx.AsyncClient:
 
 class Node:
     def __init__(self, run_dir: Path, runsc: Runsc, runtime: AgentRuntime,
-                 on_exit: Callable[[str], None] | None = None, trust_dir: Path | None = None) -> None:
+                 on_exit: Callable[[str], None] | None = None, trust_dir: Path | None = None,
+                 disks_dir: Path | None = None) -> None:
+        self.disks_dir = disks_dir  # boxes' disk images (hutch.node.disks): on the host's disk, not in run_dir
         self.trust_dir = trust_dir  # what TLS in every box trusts (hutch.egress.ca), mounted read-only
+        # CPU caps need a cgroup per box; a host that refuses runsc one (a container without
+        # cgroup delegation, say) still runs boxes, uncapped, and says so once.
+        self.cpu_caps = True
         self.boxes_dir = run_dir / "boxes"
         self.boxes_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.runsc = runsc
@@ -205,29 +215,61 @@ class Node:
 
     # --- start, restore ---------------------------------------------------------------------------
 
-    async def start(self, key: str, rootfs: Path, limits: Limits) -> Box:
+    async def start(self, key: str, rootfs: Path, limits: Limits, writable_root: bool = False) -> Box:
         """Boot a box from a template root. `key` names its host directory for its whole life,
-        across pauses (each run of it gets a new runtime id)."""
+        across pauses (each run of it gets a new runtime id). With `writable_root` (a template
+        build), what the box writes lands in `rootfs` itself; such a box is never paused."""
         box = Box(new_runtime_id(), self.boxes_dir / key)
 
         async def boot() -> None:
             self._prepare(box, rootfs, limits)
             await self._open_egress(box)
-            await self.runsc.run_detached(box.runtime_id, box.dir, box.dir / "runsc.err", box.dir / "sandbox.pid")
+            overlay = "none" if writable_root else await self._make_disk(box, limits.disk_mib)
+            await self.runsc.run_detached(box.runtime_id, box.dir, box.dir / "runsc.err", box.dir / "sandbox.pid",
+                                          overlay=overlay)
 
-        return await self._launch(box, boot())
+        try:
+            return await self._launch(box, boot())
+        except BoxStartError as e:
+            if not (limits.cpus and self.cpu_caps and "cgroup" in str(e).lower()):
+                raise
+            log.warning("runsc could not make a cgroup for a box (%s): boxes run without CPU caps", e)
+            self.cpu_caps = False
+            return await self.start(key, rootfs, limits, writable_root)
 
     async def restore(self, key: str, rootfs: Path, limits: Limits, image_dir: Path) -> Box:
-        """Bring a paused box back from its checkpoint, under a new runtime id."""
+        """Bring a paused box back from its checkpoint, under a new runtime id. Its `limits`
+        must say the disk it was checkpointed with (0: none, its writes were in its memory)."""
         box = Box(new_runtime_id(), self.boxes_dir / key)
 
         async def boot() -> None:
             self._prepare(box, rootfs, limits, wake=True)
             await self._open_egress(box)
+            slack = disks.RESTORE_SLACK_MIB if limits.disk_mib else 0
+            overlay = await self._make_disk(box, limits.disk_mib + slack)
             await self.runsc.restore_detached(box.runtime_id, box.dir, image_dir, box.dir / "runsc.err",
-                                              box.dir / "sandbox.pid")
+                                              box.dir / "sandbox.pid", overlay=overlay)
+            if limits.disk_mib:
+                await asyncio.to_thread(disks.fill_to, box.disk_dir, limits.disk_mib)
 
         return await self._launch(box, boot())
+
+    async def _make_disk(self, box: Box, size_mib: int) -> str:
+        """The box's disk, if it has a size and the node keeps disks; the runsc overlay to use."""
+        if not size_mib or self.disks_dir is None:
+            return "root:memory"
+        await asyncio.to_thread(disks.make, self._disk_image(box), box.disk_dir, size_mib)
+        return f"root:dir={box.disk_dir}"
+
+    def _disk_image(self, box: Box) -> Path:
+        return (self.disks_dir or box.dir) / f"{box.dir.name}.img"
+
+    async def _forget_dir(self, box: Box) -> None:
+        """The box's host directory and disk, once runsc is done with it."""
+        mounts.unmount(box.channel_dir)
+        if self._disk_image(box).exists():
+            await asyncio.to_thread(disks.remove, self._disk_image(box), box.disk_dir)
+        shutil.rmtree(box.dir, ignore_errors=True)
 
     def _prepare(self, box: Box, rootfs: Path, limits: Limits, wake: bool = False) -> None:
         """The box's host directory: its channel tmpfs and its OCI spec."""
@@ -236,8 +278,11 @@ class Node:
             mounts.mount_channel_tmpfs(box.channel_dir)
         if wake:  # a restored agent sees it at once and listens again: no signal to race with
             (box.channel_dir / protocol.WAKE_FILE).touch()
+        if not self.cpu_caps:
+            limits = dataclasses.replace(limits, cpus=0)
         spec = box_spec(rootfs=rootfs, channel_dir=box.channel_dir, agent_dir=AGENT_DIR,
-                        runtime=self.runtime, hostname="sandbox", limits=limits, trust_dir=self.trust_dir)
+                        runtime=self.runtime, hostname="sandbox", limits=limits, trust_dir=self.trust_dir,
+                        cgroup=box.runtime_id)
         (box.dir / "config.json").write_text(json.dumps(spec))
 
     async def _open_egress(self, box: Box) -> None:
@@ -333,8 +378,7 @@ class Node:
             shutil.rmtree(image_dir, ignore_errors=True)
             raise
         self._boxes.pop(runtime_id, None)
-        mounts.unmount(box.channel_dir)
-        shutil.rmtree(box.dir, ignore_errors=True)
+        await self._forget_dir(box)  # the checkpoint holds what the box wrote to its disk
         self._in_background(self._forget(runtime_id))  # the container stopped at its checkpoint
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
@@ -426,8 +470,7 @@ class Node:
             log.warning("runsc delete %s: %s; trying again in the background", box.runtime_id, e)
             self._in_background(self._remove_later(box))
             return
-        mounts.unmount(box.channel_dir)
-        shutil.rmtree(box.dir, ignore_errors=True)
+        await self._forget_dir(box)
 
     async def _remove_later(self, box: Box, tries: int = 5) -> None:
         for attempt in range(tries):
@@ -437,8 +480,7 @@ class Node:
             except RunscError as e:
                 log.warning("runsc delete %s, try %d: %s", box.runtime_id, attempt + 2, e)
                 continue
-            mounts.unmount(box.channel_dir)
-            shutil.rmtree(box.dir, ignore_errors=True)
+            await self._forget_dir(box)
             return
         log.error("box %s could not be deleted; the next start removes it", box.runtime_id)
 
@@ -477,8 +519,10 @@ class Node:
         kept = {running[r] for r in alive}
         for d in self.boxes_dir.iterdir():
             if d.name not in kept:
-                mounts.unmount(d / "chan")
-                shutil.rmtree(d, ignore_errors=True)
+                await self._forget_dir(Box("", d))
+        for image in self.disks_dir.glob("*.img") if self.disks_dir and self.disks_dir.exists() else ():
+            if image.stem not in kept:
+                await asyncio.to_thread(disks.remove, image, self.boxes_dir / image.stem / "disk")
         return alive
 
     async def close(self) -> None:

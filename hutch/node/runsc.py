@@ -26,14 +26,16 @@ class RunscConfig:
     # ~60 ms faster; "flate-best-speed" when disk matters more than latency.
     checkpoint_compression: str = "none"
 
-    def global_flags(self) -> list[str]:
+    def global_flags(self, overlay: str = "root:memory") -> list[str]:
         flags = [
             f"--root={self.state_dir}",
             "--network=none",  # no network card: egress goes through the agent's relay
             # The agent listens on its channel socket and dials the egress socket beside it: the
             # channel directory is the only host directory with sockets the box can see.
             "--host-uds=all",
-            "--overlay2=root:memory",  # the template root is never written
+            # root:memory: the template root is never written. A build box has "none": its root is
+            # a host overlay mount whose upper directory is the layer being built.
+            f"--overlay2={overlay}",
         ]
         if self.platform:
             flags.append(f"--platform={self.platform}")
@@ -60,12 +62,14 @@ class Runsc:
         # than all at once on a small host (where 20 at once made deletes time out).
         self._heavy = asyncio.Semaphore(max(2, 2 * (os.cpu_count() or 1)))
 
-    async def _heavy_call(self, *args: str, stderr_path: Path | None = None, timeout: float | None = None) -> str:
+    async def _heavy_call(self, *args: str, stderr_path: Path | None = None, timeout: float | None = None,
+                          overlay: str = "root:memory") -> str:
         async with self._heavy:
-            return await self._call(*args, stderr_path=stderr_path, timeout=timeout)
+            return await self._call(*args, stderr_path=stderr_path, timeout=timeout, overlay=overlay)
 
-    async def _call(self, *args: str, stderr_path: Path | None = None, timeout: float | None = None) -> str:
-        argv = [self.config.binary, *self.config.global_flags(), *args]
+    async def _call(self, *args: str, stderr_path: Path | None = None, timeout: float | None = None,
+                    overlay: str = "root:memory") -> str:
+        argv = [self.config.binary, *self.config.global_flags(overlay), *args]
         # stdio: /dev/null or a file for anything that may outlive the call (a detached box keeps
         # inherited pipes open forever); a pipe only for short-lived queries.
         err_file = open(stderr_path, "wb") if stderr_path else None  # noqa: SIM115
@@ -97,10 +101,13 @@ class Runsc:
             raise RunscError(f"runsc {args[0]} failed ({proc.returncode}): {text.strip()[-2000:]}")
         return (out or b"").decode(errors="replace")
 
-    async def run_detached(self, container_id: str, bundle: Path, stderr_path: Path, pid_file: Path) -> None:
-        """Start a box and return once it runs; its sandbox process' pid is left in `pid_file`."""
+    async def run_detached(self, container_id: str, bundle: Path, stderr_path: Path, pid_file: Path,
+                           overlay: str = "root:memory") -> None:
+        """Start a box and return once it runs; its sandbox process' pid is left in `pid_file`.
+        `overlay`: where its writes go: its memory, a host directory's file ("root:dir=D"), or its
+        root directory itself ("none"). Later calls on the box need not repeat it; a restore does."""
         await self._heavy_call("run", "--detach", f"--bundle={bundle}", f"--pid-file={pid_file}", container_id,
-                         stderr_path=stderr_path)
+                               stderr_path=stderr_path, overlay=overlay)
 
     async def state(self, container_id: str) -> dict[str, Any] | None:
         """runsc's view of a container, or None when it does not know it. Any other failure (a
@@ -119,9 +126,11 @@ class Runsc:
         return [line.strip() for line in out.splitlines() if line.strip()]
 
     async def restore_detached(self, container_id: str, bundle: Path, image_dir: Path, stderr_path: Path,
-                               pid_file: Path) -> None:
+                               pid_file: Path, overlay: str = "root:memory") -> None:
+        """`overlay` must be of the kind the box was checkpointed with (memory, or a directory)."""
         await self._heavy_call("restore", "--detach", f"--bundle={bundle}", f"--image-path={image_dir}",
-                         f"--pid-file={pid_file}", container_id, stderr_path=stderr_path, timeout=120)
+                               f"--pid-file={pid_file}", container_id, stderr_path=stderr_path, timeout=120,
+                               overlay=overlay)
 
     async def checkpoint(self, container_id: str, image_dir: Path) -> None:
         """Save a container to `image_dir`; the container stops once saved."""

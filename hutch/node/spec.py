@@ -17,12 +17,23 @@ AGENT_CAPABILITIES = [
 ]
 
 
+CPU_PERIOD = 100_000  # microseconds
+
+
 @dataclass(frozen=True)
 class Limits:
     memory_mib: int = 1024
     pids: int = 1024
     cpu_shares: int = 1024
     nofile: int = 65536
+    cpus: int = 0  # a hard cap in CPUs (the template's vcpu), through the box's cgroup; 0: none
+    disk_mib: int = 0  # what the box may write to its root (hutch.node.disks); 0: in its memory, no cap
+
+    @classmethod
+    def of_shape(cls, vcpu: int, memory_mib: int, pids: int, disk_mib: int = 0) -> Limits:
+        """A box of a template's shape: capped at `vcpu` CPUs (weighted by them against others),
+        `memory_mib` of memory and `disk_mib` of writes to its root."""
+        return cls(memory_mib=memory_mib, pids=pids, cpu_shares=1024 * vcpu, cpus=vcpu, disk_mib=disk_mib)
 
 
 @dataclass(frozen=True)
@@ -56,7 +67,7 @@ class AgentRuntime:
 
 
 def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: AgentRuntime,
-             hostname: str, limits: Limits, trust_dir: Path | None = None) -> dict[str, Any]:
+             hostname: str, limits: Limits, trust_dir: Path | None = None, cgroup: str = "box") -> dict[str, Any]:
     def bind(src: Path, dst: str, mode: str) -> dict[str, Any]:
         return {"destination": dst, "type": "bind", "source": str(src), "options": ["rbind", mode]}
 
@@ -100,7 +111,9 @@ def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: Agent
             "resources": {
                 "memory": {"limit": limits.memory_mib * 2**20},
                 "pids": {"limit": limits.pids},
-                "cpu": {"shares": limits.cpu_shares},
+                "cpu": {"shares": limits.cpu_shares,
+                        **({"quota": limits.cpus * CPU_PERIOD, "period": CPU_PERIOD} if limits.cpus else {})},
             },
+            **({"cgroupsPath": f"/hutch/{cgroup}"} if limits.cpus else {}),
         },
     }

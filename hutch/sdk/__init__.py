@@ -1,10 +1,11 @@
-"""The hutch Python SDK: sandboxes, their commands and files, sync and async.
+"""The hutch Python SDK: sandboxes, their commands and files, secrets and templates, sync and async.
 
 Depends on nothing else of hutch, so it can be installed and used on any machine.
 """
 
 from hutch.sdk.errors import (
     AuthenticationError,
+    BuildError,
     ConflictError,
     NotFoundError,
     RateLimitError,
@@ -16,32 +17,47 @@ from hutch.sdk.errors import (
 from hutch.sdk.ops import (
     AuditEntry,
     AuditPage,
+    BuildErrorInfo,
+    BuildInfo,
+    BuildLogLine,
     CommandResult,
+    EnvStep,
     NetworkConfig,
     NetworkLogEntry,
     NetworkLogPage,
     PreviewPort,
     ProcessInfo,
+    RunStep,
     SandboxInfo,
     SecretAuditEntry,
     SecretAuditPage,
     SecretAuth,
     SecretBinding,
     SecretInfo,
+    TemplateInfo,
+    UserStep,
+    WorkdirStep,
 )
 from hutch.sdk.process import AsyncProcess, Process, PtySize
 from hutch.sdk.sandbox import AsyncSandbox, Sandbox
 from hutch.sdk.secrets import AsyncSecret, Provider, Secret
+from hutch.sdk.templates import AsyncTemplate, Template
 
 __all__ = [
     "AsyncProcess",
     "AsyncSandbox",
     "AsyncSecret",
+    "AsyncTemplate",
     "AuditEntry",
     "AuditPage",
     "AuthenticationError",
+    "BuildError",
+    "BuildErrorInfo",
+    "BuildInfo",
+    "BuildLogLine",
     "CommandResult",
     "ConflictError",
+    "EnvStep",
     "NetworkConfig",
     "NetworkLogEntry",
     "NetworkLogPage",
@@ -52,6 +68,7 @@ __all__ = [
     "Provider",
     "PtySize",
     "RateLimitError",
+    "RunStep",
     "Sandbox",
     "SandboxError",
     "SandboxInfo",
@@ -63,5 +80,9 @@ __all__ = [
     "SecretBinding",
     "SecretInfo",
     "ServerError",
+    "Template",
+    "TemplateInfo",
+    "UserStep",
     "ValidationError",
+    "WorkdirStep",
 ]

@@ -7,7 +7,9 @@
     ├── ConflictError            409
     ├── SandboxTimeoutError      a request or a command ran out of time
     ├── RateLimitError           429
-    └── ServerError              5xx, or the server could not be reached
+    ├── ServerError              5xx, or the server could not be reached
+    └── BuildError               a template's build ended without an image (failed or cancelled):
+                                 code, build_id, template_id, step, exit_code
 """
 
 from __future__ import annotations
@@ -56,6 +58,22 @@ class RateLimitError(SandboxError):
 
 class ServerError(SandboxError):
     pass
+
+
+class BuildError(SandboxError):
+    """Raised by `wait_until_ready` when the build failed or was cancelled; no HTTP status, the
+    request itself went well. `code`: step_failed, image_not_found, image_pull_failed, ready_timeout,
+    cancelled, build_failed, ...; `step` the index (from 0) into the template's steps of the one at
+    fault (None: no step's), `exit_code` its command's. The build's log tells the rest."""
+
+    def __init__(self, message: str, *, code: str, build_id: str, template_id: str, step: int | None = None,
+                 exit_code: int | None = None) -> None:
+        super().__init__(message, code=code)
+        self.build_id, self.template_id, self.step, self.exit_code = build_id, template_id, step, exit_code
+
+    def __repr__(self) -> str:
+        return (f"BuildError(code={self.code!r}, build_id={self.build_id!r}, step={self.step}, "
+                f"exit_code={self.exit_code}, message={self.message!r})")
 
 
 _BY_STATUS: dict[int, type[SandboxError]] = {

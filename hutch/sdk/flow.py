@@ -1,18 +1,20 @@
 """How each SDK call is written once for both sync and async: as a flow.
 
 A flow is a generator that yields instructions (send a request, read the next line of a streamed
-answer, call the user's callback, sleep before a retry) and gets their results back. It does no I/O
-itself. `run_sync` and `run_async` carry the instructions out with httpx's sync or async client;
-they are the only code that differs between `Sandbox` and `AsyncSandbox`.
+answer, call the user's callback, sleep before a retry, hand out an item) and gets their results
+back. It does no I/O itself. `iter_sync` and `iter_async` carry the instructions out with httpx's
+sync or async client, yielding what the flow emits; `run_sync` and `run_async` run a flow to its
+end on top of them. They are the only code that differs between `Sandbox` and `AsyncSandbox`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -63,7 +65,16 @@ class Sleep:
     seconds: float
 
 
-Instruction = Call | NextLine | Callback | Sleep
+@dataclass
+class Emit:
+    """Hand an item out of the flow: the next item of `iter_sync`/`iter_async`, or the argument of
+    `run_sync`/`run_async`'s `on_emit`. How a stream is offered both as an iterator and as a
+    callback without writing it twice. Answers None."""
+
+    item: Any
+
+
+Instruction = Call | NextLine | Callback | Sleep | Emit
 Flow = Generator[Instruction, Any, T]
 
 RETRY_STATUSES = {429, 502, 503, 504}
@@ -81,23 +92,24 @@ def send(call: Call) -> Flow[Reply]:
             reply: Reply = yield call
         except httpx.TimeoutException as e:
             if idempotent and attempt <= RETRIES:
-                yield Sleep(_backoff(attempt))
+                yield Sleep(backoff(attempt))
                 continue
             raise SandboxTimeoutError(f"the request timed out: {e}", code="request_timeout") from e
         except httpx.TransportError as e:
             if idempotent and attempt <= RETRIES:
-                yield Sleep(_backoff(attempt))
+                yield Sleep(backoff(attempt))
                 continue
             raise ServerError(f"could not reach the server: {e}", code="connection_error") from e
         if reply.status < 400:
             return reply
         if idempotent and reply.status in RETRY_STATUSES and attempt <= RETRIES and not call.stream:
-            yield Sleep(_backoff(attempt))
+            yield Sleep(backoff(attempt))
             continue
         raise error_from_response(reply.status, reply.body)
 
 
-def _backoff(attempt: int) -> float:
+def backoff(attempt: int) -> float:
+    """Seconds before retry number `attempt`: doubling from 0.2 up to 4, with jitter."""
     return min(4.0, 0.2 * 2.0 ** (attempt - 1)) * (0.5 + random.random() / 2)
 
 
@@ -110,7 +122,9 @@ class _Streamed:
         self.alines: AsyncIterator[str] | None = None
 
 
-def run_sync(client: httpx.Client, flow: Flow[T]) -> T:
+def iter_sync(client: httpx.Client, flow: Flow[T]) -> Generator[Any, None, T]:
+    """Carry out a flow's instructions, yielding the items it emits; returns what the flow returns.
+    Closing the generator early closes the flow and its stream."""
     streamed = _Streamed()
     value: Any = None
     error: BaseException | None = None
@@ -131,6 +145,8 @@ def run_sync(client: httpx.Client, flow: Flow[T]) -> T:
                     step.fn(step.arg)
                 elif isinstance(step, Sleep):
                     time.sleep(step.seconds)
+                elif isinstance(step, Emit):
+                    yield step.item
             except httpx.TransportError as e:
                 error = e
     finally:
@@ -139,7 +155,25 @@ def run_sync(client: httpx.Client, flow: Flow[T]) -> T:
         flow.close()
 
 
+def run_sync(client: httpx.Client, flow: Flow[T], on_emit: Callable[[Any], Any] | None = None) -> T:
+    """Run a flow to its end; the items it emits go to `on_emit` (or nowhere)."""
+    items = iter_sync(client, flow)
+    try:
+        while True:
+            try:
+                item = next(items)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            if on_emit is not None:
+                on_emit(item)
+    finally:
+        items.close()
+
+
 def _send_sync(client: httpx.Client, call: Call, streamed: _Streamed) -> Reply:
+    if streamed.response is not None:  # a new request ends the stream the flow held
+        streamed.response.close()
+        streamed.response = streamed.lines = None
     request = client.build_request(call.method, call.url, headers=call.headers, params=call.params,
                                    json=call.json, content=call.content, timeout=_timeout(client, call))
     response = client.send(request, stream=call.stream)
@@ -152,7 +186,9 @@ def _send_sync(client: httpx.Client, call: Call, streamed: _Streamed) -> Reply:
     return Reply(response.status_code, response.headers, b"" if call.stream else response.content)
 
 
-async def run_async(client: httpx.AsyncClient, flow: Flow[T]) -> T:
+async def iter_async(client: httpx.AsyncClient, flow: Flow[Any]) -> AsyncGenerator[Any, None]:
+    """`iter_sync` for asyncio. An async generator returns nothing: `run_async` keeps the flow's
+    result."""
     streamed = _Streamed()
     value: Any = None
     error: BaseException | None = None
@@ -160,8 +196,8 @@ async def run_async(client: httpx.AsyncClient, flow: Flow[T]) -> T:
         while True:
             try:
                 step = flow.throw(error) if error is not None else flow.send(value)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+            except StopIteration:
+                return
             value, error = None, None
             try:
                 if isinstance(step, Call):
@@ -173,6 +209,8 @@ async def run_async(client: httpx.AsyncClient, flow: Flow[T]) -> T:
                     await call_back(step.fn, step.arg)
                 elif isinstance(step, Sleep):
                     await asyncio.sleep(step.seconds)
+                elif isinstance(step, Emit):
+                    yield step.item
             except httpx.TransportError as e:
                 error = e
     finally:
@@ -181,7 +219,24 @@ async def run_async(client: httpx.AsyncClient, flow: Flow[T]) -> T:
         flow.close()
 
 
+async def run_async(client: httpx.AsyncClient, flow: Flow[T], on_emit: Callable[[Any], Any] | None = None) -> T:
+    """Run a flow to its end; the items it emits go to `on_emit` (awaited if it returns an awaitable)."""
+    result: list[T] = []
+    async with contextlib.aclosing(iter_async(client, _keep(flow, result))) as items:
+        async for item in items:
+            if on_emit is not None:
+                await call_back(on_emit, item)
+    return result[0]
+
+
+def _keep(flow: Flow[T], result: list[T]) -> Flow[None]:
+    result.append((yield from flow))
+
+
 async def _send_async(client: httpx.AsyncClient, call: Call, streamed: _Streamed) -> Reply:
+    if streamed.response is not None:
+        await streamed.response.aclose()
+        streamed.response = streamed.alines = None
     request = client.build_request(call.method, call.url, headers=call.headers, params=call.params,
                                    json=call.json, content=call.content, timeout=_timeout(client, call))
     response = await client.send(request, stream=call.stream)
@@ -194,7 +249,7 @@ async def _send_async(client: httpx.AsyncClient, call: Call, streamed: _Streamed
     return Reply(response.status_code, response.headers, b"" if call.stream else response.content)
 
 
-async def call_back(fn: Callable[[str], Any], arg: str) -> None:
+async def call_back(fn: Callable[[T], Any], arg: T) -> None:
     """Call a user's callback, awaiting what it returns if it is awaitable (async SDK)."""
     result = fn(arg)
     if inspect.isawaitable(result):
@@ -205,4 +260,5 @@ def _timeout(client: httpx.Client | httpx.AsyncClient, call: Call) -> httpx.Time
     return call.timeout or client.timeout
 
 
-__all__ = ["Call", "Callback", "Flow", "NextLine", "Reply", "SandboxError", "Sleep", "run_async", "run_sync", "send"]
+__all__ = ["Call", "Callback", "Emit", "Flow", "NextLine", "Reply", "SandboxError", "Sleep", "iter_async", "iter_sync",
+           "run_async", "run_sync", "send"]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -14,13 +15,15 @@ import httpx
 from hutch.sdk.config import ConnectionConfig
 from hutch.sdk.errors import (
     AuthenticationError,
+    BuildError,
     ConflictError,
     NotFoundError,
     SandboxTimeoutError,
     ServerError,
     ValidationError,
+    error_for,
 )
-from hutch.sdk.flow import Call, Callback, Flow, NextLine, Reply, send
+from hutch.sdk.flow import RETRIES, Call, Callback, Emit, Flow, NextLine, Reply, Sleep, backoff, send
 
 # A command's stream carries a keep-alive every 10 s, so a minute of silence means a dead stream.
 STREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=60.0, write=60.0, pool=10.0)
@@ -413,6 +416,340 @@ def secret_audit(cfg: ConnectionConfig, name: str, limit: int, before: int | Non
 def list_providers(cfg: ConnectionConfig) -> Flow[list[ProviderInfo]]:
     reply = yield from send(Call("GET", f"{cfg.base_url}/v1/providers", _auth(cfg)))
     return [ProviderInfo(**{**d, "auth": SecretAuth(**d["auth"])}) for d in _json(reply.body)]
+
+
+# --- templates ------------------------------------------------------------------------------------
+# A template: an image built from a base and steps, that sandboxes boot from. Creating one queues a
+# build; its log is an NDJSON stream that a reconnect resumes after the last line seen.
+
+# The server may send nothing while a step is silent: a read timeout then only means "ask again".
+BUILD_LOG_TIMEOUT = httpx.Timeout(connect=10.0, read=60.0, write=60.0, pool=10.0)
+BUILD_ENDED = ("ready", "failed", "cancelled")
+VCPUS, MEMORY_MIB, DISK_MIB, READY_TIMEOUT_SECONDS = range(1, 5), range(256, 4097), range(1024, 8193), range(1, 3601)
+
+
+@dataclass
+class RunStep:
+    """Run a shell command (as root unless a UserStep came before)."""
+
+    run: str
+
+
+@dataclass
+class EnvStep:
+    """Set a variable for the later steps and the template's boxes."""
+
+    key: str
+    value: str
+
+
+@dataclass
+class WorkdirStep:
+    """The directory later steps, and the boxes' commands, start in (made if missing)."""
+
+    workdir: str
+
+
+@dataclass
+class UserStep:
+    """Switch the later steps and the boxes' commands to a user: the box knows "user" (uid 1000,
+    commands' default) and "root". `sudo` is in the contract; this server takes only False."""
+
+    name: str
+    sudo: bool = False
+
+
+Step = RunStep | EnvStep | WorkdirStep | UserStep
+
+
+def step_body(step: Step | dict[str, Any]) -> dict[str, Any]:
+    """A step as the contract's object of exactly one key; a ValidationError for a wrong type."""
+    if isinstance(step, dict):
+        step = step_from_json(step)
+    if isinstance(step, RunStep) and isinstance(step.run, str):
+        return {"run": step.run}
+    if isinstance(step, EnvStep) and isinstance(step.key, str) and isinstance(step.value, str):
+        return {"env": {"key": step.key, "value": step.value}}
+    if isinstance(step, WorkdirStep) and isinstance(step.workdir, str):
+        return {"workdir": step.workdir}
+    if isinstance(step, UserStep) and isinstance(step.name, str) and isinstance(step.sudo, bool):
+        return {"user": {"name": step.name, "sudo": step.sudo}}
+    raise ValidationError(f"a step is a RunStep, EnvStep, WorkdirStep or UserStep of strings, not {step!r}",
+                          code="invalid_spec")
+
+
+def step_from_json(d: dict[str, Any]) -> Step:
+    try:
+        (kind, value), = d.items()
+        if kind == "run":
+            return RunStep(value)
+        if kind == "env":
+            return EnvStep(value["key"], value["value"])
+        if kind == "workdir":
+            return WorkdirStep(value)
+        if kind == "user":
+            return UserStep(value["name"], value.get("sudo", False))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        pass
+    raise ValidationError(f"a step sets exactly one of run, env, workdir, user; not {d!r}", code="invalid_spec")
+
+
+def template_body(name: str, from_: str, steps: Sequence[Step | dict[str, Any]] | None, start_cmd: str | None,
+                  ready_cmd: str | None, ready_timeout_seconds: int | None, vcpu: int | None, memory_mib: int | None,
+                  disk_mib: int | None) -> dict[str, Any]:
+    """The create request, checked for what is plain before any request: types and ranges."""
+    texts: list[tuple[str, object, bool]] = [("name", name, False), ("from_", from_, False),
+                                             ("start_cmd", start_cmd, True), ("ready_cmd", ready_cmd, True)]
+    for what, text, optional in texts:
+        if not (optional and text is None) and (not isinstance(text, str) or not text):
+            raise ValidationError(f"{what} is a non-empty str, not {text!r}", code="invalid_spec")
+    numbers: list[tuple[str, object, range]] = [
+        ("ready_timeout_seconds", ready_timeout_seconds, READY_TIMEOUT_SECONDS), ("vcpu", vcpu, VCPUS),
+        ("memory_mib", memory_mib, MEMORY_MIB), ("disk_mib", disk_mib, DISK_MIB)]
+    for what, number, allowed in numbers:
+        if number is not None and (type(number) is not int or number not in allowed):
+            raise ValidationError(f"{what} is an int in {allowed.start}..{allowed.stop - 1}, not {number!r}",
+                                  code="invalid_spec")
+    if steps is not None and (isinstance(steps, (str, bytes, dict)) or not isinstance(steps, Sequence)):
+        raise ValidationError(f"steps is a list of steps, not {steps!r}", code="invalid_spec")
+    body = {"name": name, "from": from_, "steps": None if steps is None else [step_body(s) for s in steps],
+            "start_cmd": start_cmd, "ready_cmd": ready_cmd, "ready_timeout_seconds": ready_timeout_seconds,
+            "vcpu": vcpu, "memory_mib": memory_mib, "disk_mib": disk_mib}
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def _time(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+@dataclass
+class BuildErrorInfo:
+    code: str  # step_failed, image_not_found, image_pull_failed, ready_timeout, cancelled, build_failed, ...
+    message: str
+    step: int | None = None  # the index (from 0) into the template's steps of the one at fault; None: none's
+    exit_code: int | None = None  # that step's command's
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None) -> BuildErrorInfo | None:
+        return None if d is None else cls(d["code"], d["message"], d.get("step"), d.get("exit_code"))
+
+
+@dataclass
+class BuildInfo:
+    id: str
+    template_id: str
+    template: str  # its name
+    status: str  # queued, running, ready, failed, cancelled
+    error: BuildErrorInfo | None
+    steps_total: int
+    steps_cached: int  # taken from an earlier build's layers instead of run again
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @property
+    def ended(self) -> bool:
+        return self.status in BUILD_ENDED
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> BuildInfo:
+        return cls(d["id"], d["template_id"], d["template"], d["status"], BuildErrorInfo.from_json(d.get("error")),
+                   d["steps_total"], d["steps_cached"], datetime.fromisoformat(d["created_at"]),
+                   _time(d.get("started_at")), _time(d.get("finished_at")))
+
+
+@dataclass
+class TemplateInfo:
+    """The server's view of a template when it was asked. `status` is "ready" once any build
+    succeeded (a rebuild keeps it so), else "building" or "failed" as its latest build."""
+
+    id: str
+    name: str
+    system: bool  # hutch/base and the like: every team's, never deleted
+    status: str
+    from_: str | None  # None: a system template, built by the server itself
+    steps: list[Step]
+    start_cmd: str | None
+    ready_cmd: str | None
+    ready_timeout_seconds: int
+    vcpu: int
+    memory_mib: int
+    disk_mib: int
+    env: dict[str, str]  # what its boxes start with (from the last successful build)
+    workdir: str | None
+    user: str | None
+    created_at: datetime
+    latest_build: BuildInfo | None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TemplateInfo:
+        latest = d.get("latest_build")
+        return cls(d["id"], d["name"], d.get("system", False), d["status"], d.get("from"),
+                   [step_from_json(s) for s in d.get("steps") or ()], d.get("start_cmd"), d.get("ready_cmd"),
+                   d["ready_timeout_seconds"], d["vcpu"], d["memory_mib"], d["disk_mib"], d.get("env") or {},
+                   d.get("workdir"), d.get("user"), datetime.fromisoformat(d["created_at"]),
+                   None if latest is None else BuildInfo.from_json(latest))
+
+
+@dataclass
+class BuildLogLine:
+    seq: int  # rises by one a line, from 1
+    time: datetime
+    step: int | None  # the index (from 0) of the step it belongs to; None: the builder's own lines
+    stream: str  # system, stdout, stderr
+    text: str
+
+
+@dataclass
+class BuildEnd:
+    """The last line of a build's log: how it ended."""
+
+    status: str
+    error: BuildErrorInfo | None
+
+
+def _templates_url(cfg: ConnectionConfig, ref: str = "", tail: str = "") -> str:
+    return f"{cfg.base_url}/v1/templates" + (f"/{quote(ref, safe='')}" if ref else "") + tail
+
+
+def create_template(cfg: ConnectionConfig, body: dict[str, Any]) -> Flow[TemplateInfo]:
+    """Answers at once: the build is queued, not run."""
+    reply = yield from send(Call("POST", _templates_url(cfg), _auth(cfg), json=body))
+    return TemplateInfo.from_json(_json(reply.body))
+
+
+def list_templates(cfg: ConnectionConfig) -> Flow[list[TemplateInfo]]:
+    reply = yield from send(Call("GET", _templates_url(cfg), _auth(cfg)))
+    return [TemplateInfo.from_json(d) for d in _json(reply.body)]
+
+
+def get_template(cfg: ConnectionConfig, name_or_id: str) -> Flow[TemplateInfo]:
+    """A name holding "/" (a system template's, "hutch/base") is looked up in the list: a path
+    segment cannot carry a slash through every router, escaped or not."""
+    if "/" in name_or_id:
+        for info in (yield from list_templates(cfg)):
+            if name_or_id in (info.name, info.id):
+                return info
+        raise error_for(404, "template_not_found", f"template {name_or_id!r} does not exist")
+    reply = yield from send(Call("GET", _templates_url(cfg, name_or_id), _auth(cfg)))
+    return TemplateInfo.from_json(_json(reply.body))
+
+
+def delete_template(cfg: ConnectionConfig, name_or_id: str) -> Flow[None]:
+    """Cancels a running build. A template boxes or builds use is a ConflictError (template_in_use)."""
+    ref = (yield from get_template(cfg, name_or_id)).id if "/" in name_or_id else name_or_id
+    yield from send(Call("DELETE", _templates_url(cfg, ref), _auth(cfg)))
+
+
+def start_build(cfg: ConnectionConfig, template_id: str, no_cache: bool) -> Flow[BuildInfo]:
+    body = {"no_cache": True} if no_cache else {}
+    reply = yield from send(Call("POST", _templates_url(cfg, template_id, "/builds"), _auth(cfg), json=body))
+    return BuildInfo.from_json(_json(reply.body))
+
+
+def list_builds(cfg: ConnectionConfig, template_id: str) -> Flow[list[BuildInfo]]:
+    """Newest first."""
+    reply = yield from send(Call("GET", _templates_url(cfg, template_id, "/builds"), _auth(cfg)))
+    return [BuildInfo.from_json(d) for d in _json(reply.body)]
+
+
+def _build_url(cfg: ConnectionConfig, template_id: str, build_id: str, tail: str = "") -> str:
+    return _templates_url(cfg, template_id, f"/builds/{quote(build_id, safe='')}{tail}")
+
+
+def get_build(cfg: ConnectionConfig, template_id: str, build_id: str) -> Flow[BuildInfo]:
+    reply = yield from send(Call("GET", _build_url(cfg, template_id, build_id), _auth(cfg)))
+    return BuildInfo.from_json(_json(reply.body))
+
+
+def cancel_build(cfg: ConnectionConfig, template_id: str, build_id: str) -> Flow[BuildInfo]:
+    """A build that had already ended is a ConflictError (build_finished)."""
+    reply = yield from send(Call("POST", _build_url(cfg, template_id, build_id, "/cancel"), _auth(cfg)))
+    return BuildInfo.from_json(_json(reply.body))
+
+
+def build_logs(cfg: ConnectionConfig, template_id: str, build_id: str, *, follow: bool,
+               deadline: float | None = None) -> Flow[BuildEnd | None]:
+    """Emit each line of a build's log as a BuildLogLine; return how the build ended (None: it had
+    not, and `follow` is off). A stream that breaks is asked for again after the last line seen,
+    so no line comes twice; past `deadline` (time.monotonic()) a SandboxTimeoutError."""
+    after, failures = 0, 0
+    while True:
+        params = {"follow": "true" if follow else "false", **({"after": str(after)} if after else {})}
+        yield from send(Call("GET", _build_url(cfg, template_id, build_id, "/logs"), _auth(cfg), params=params,
+                             stream=True, timeout=_log_timeout(deadline)))
+        seen, broken, silent = False, False, False
+        while True:
+            try:
+                line = yield NextLine()
+            except httpx.ReadTimeout:
+                line, silent = None, True
+            except httpx.TransportError:
+                line, broken = None, True
+            if line is None:
+                break
+            if not line.strip():
+                continue  # a keep-alive, if the server sends them
+            try:
+                d = json.loads(line)
+            except ValueError:  # the tail of a line cut short by a broken connection
+                broken = True
+                break
+            if d.get("done"):
+                return BuildEnd(d["status"], BuildErrorInfo.from_json(d.get("error")))
+            if d["seq"] <= after:
+                continue
+            after, seen = d["seq"], True
+            yield Emit(BuildLogLine(d["seq"], datetime.fromisoformat(d["time"]), d.get("step"), d["stream"],
+                                    d["text"]))
+        if not (follow or broken or silent):
+            return None  # the whole log so far, and the build goes on
+        _check_deadline(deadline)
+        if silent:
+            continue  # the server answered, the build is quiet: ask again at once
+        failures = 0 if seen else failures + 1
+        if failures > RETRIES:
+            raise ServerError("the build's log stream kept ending before the build did", code="stream_ended")
+        yield Sleep(backoff(failures or 1))
+
+
+def _log_timeout(deadline: float | None) -> httpx.Timeout:
+    if deadline is None:
+        return BUILD_LOG_TIMEOUT
+    read = min(BUILD_LOG_TIMEOUT.read or 60.0, max(deadline - time.monotonic(), 0.1))
+    return httpx.Timeout(connect=10.0, read=read, write=60.0, pool=10.0)
+
+
+def _check_deadline(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() >= deadline:
+        raise SandboxTimeoutError("the build did not end in time (it goes on: wait again, or cancel it)",
+                                  code="wait_timeout")
+
+
+def wait_for_build(cfg: ConnectionConfig, template_id: str, build_id: str | None,
+                   deadline: float | None) -> Flow[tuple[TemplateInfo, BuildInfo | None]]:
+    """Follow a build's log to its end (emitting the lines), then read the build and the template.
+    With no build named, the template's latest; None if it has none (a system template)."""
+    if build_id is None:
+        info = yield from get_template(cfg, template_id)
+        if info.latest_build is None:
+            return info, None
+        build_id = info.latest_build.id
+    end = yield from build_logs(cfg, template_id, build_id, follow=True, deadline=deadline)
+    build = yield from get_build(cfg, template_id, build_id)
+    if not build.ended and end is not None:  # the stream's last word came before the build's record
+        build.status, build.error = end.status, end.error
+    return (yield from get_template(cfg, template_id)), build
+
+
+def check_build(build: BuildInfo | None) -> None:
+    """Raise the BuildError of a build that ended without an image."""
+    if build is None or build.status == "ready":
+        return
+    error = build.error or BuildErrorInfo("cancelled" if build.status == "cancelled" else "build_failed",
+                                          f"the build ended {build.status}")
+    raise BuildError(error.message, code=error.code, build_id=build.id, template_id=build.template_id,
+                     step=error.step, exit_code=error.exit_code)
 
 
 # --- data plane ---------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import builtins
 import contextlib
 import signal as signals
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 import httpx
 
@@ -33,14 +33,21 @@ from hutch.sdk.ops import (
 )
 from hutch.sdk.process import AsyncProcess, Process, PtySize
 
+if TYPE_CHECKING:  # templates.py builds on this module: its names are only needed for types
+    from hutch.sdk.templates import AsyncTemplate, Template
+
+    TemplateRef: TypeAlias = str | Template | AsyncTemplate  # a Template, or a template's name or id
+
 ClientT = TypeVar("ClientT", httpx.Client, httpx.AsyncClient)
 OutputCallback = Callable[[str], Any]  # on the async SDK it may also return an awaitable
 
 
-def _create_body(name: str, from_template: str | None, timeout_seconds: int | None,
+def _create_body(name: str, from_template: TemplateRef | None, timeout_seconds: int | None,
                  auto_delete_seconds: int | None, metadata: dict[str, str] | None,
                  env_vars: dict[str, str] | None, network: NetworkConfig | None,
                  secrets: dict[str, str] | None, preview_access: str | None) -> dict[str, Any]:
+    if from_template is not None and not isinstance(from_template, str):
+        from_template = from_template.name
     body = {"name": name, "from_template": from_template, "timeout_seconds": timeout_seconds,
             "auto_delete_seconds": auto_delete_seconds, "metadata": metadata, "env_vars": env_vars,
             "network": ops.network_body(network), "secrets": secrets, "preview_access": preview_access}
@@ -133,13 +140,15 @@ class Sandbox(_SandboxBase[httpx.Client]):
         return cls(info, dp, cfg, client)
 
     @classmethod
-    def create(cls, name: str, *, from_template: str | None = None, timeout_seconds: int | None = None,
+    def create(cls, name: str, *, from_template: TemplateRef | None = None, timeout_seconds: int | None = None,
                auto_delete_seconds: int | None = None, metadata: dict[str, str] | None = None,
                env_vars: dict[str, str] | None = None, network: NetworkConfig | None = None,
                secrets: dict[str, str] | None = None, preview_access: str | None = None,
                api_key: str | None = None, base_url: str | None = None) -> Sandbox:
-        """Create a sandbox and return once it is ready for commands. `network` sets its egress
-        rules (default: any public address over HTTP(S); never private, loopback or link-local).
+        """Create a sandbox and return once it is ready for commands. `from_template`: a Template,
+        or a template's name or id (default hutch/base); the box takes its shape, env, workdir and
+        user, and create waits for its ready_cmd. `network` sets its egress rules (default: any
+        public address over HTTP(S); never private, loopback or link-local).
         `secrets` binds env vars to secrets by name: the box sees a stand-in token, swapped for
         the real value only on requests to the secret's hosts. `preview_access` ("public" or
         "private") is what ports published later get by default."""
@@ -378,7 +387,7 @@ class AsyncSandbox(_SandboxBase[httpx.AsyncClient]):
         return cls(info, dp, cfg, client)
 
     @classmethod
-    async def create(cls, name: str, *, from_template: str | None = None, timeout_seconds: int | None = None,
+    async def create(cls, name: str, *, from_template: TemplateRef | None = None, timeout_seconds: int | None = None,
                      auto_delete_seconds: int | None = None, metadata: dict[str, str] | None = None,
                      env_vars: dict[str, str] | None = None, network: NetworkConfig | None = None,
                      secrets: dict[str, str] | None = None, preview_access: str | None = None,

@@ -39,9 +39,12 @@ from hutch.server.errors import ApiError
 from hutch.server.models import (
     AttachSecret,
     AuditPage,
+    BuildId,
+    BuildInfo,
     CommandResult,
     CreateSandbox,
     CreateSecret,
+    CreateTemplate,
     EnvName,
     FileWritten,
     NetworkLogPage,
@@ -51,6 +54,7 @@ from hutch.server.models import (
     ProcessInfo,
     ProviderInfo,
     PublishPreviewPort,
+    Rebuild,
     RotateSecret,
     RunCommand,
     SandboxAccess,
@@ -64,12 +68,15 @@ from hutch.server.models import (
     SignedPreviewUrl,
     SignPreviewUrl,
     SpawnCommand,
+    TemplateInfo,
+    TemplateRef,
     UpdateSandbox,
 )
 from hutch.server.pool import WarmPool
 from hutch.server.previews import Previews
-from hutch.server.sandboxes import Sandboxes, register_base_template
+from hutch.server.sandboxes import Sandboxes
 from hutch.server.secrets import Secrets, providers
+from hutch.server.templates import BUILD_BOX_PREFIX, DEFAULT_DISK_MIB, Templates
 from hutch.server.tokens import TokenSigner, load_or_create_key
 from hutch.store import SandboxRecord, Store
 
@@ -89,7 +96,6 @@ class State:
         base_root = base_image.base_root_path(config.cache_dir)
         if not base_image.is_built(config.cache_dir):
             raise RuntimeError(f"the base template is not built in {config.cache_dir}: run `hutch build-base`")
-        register_base_template(self.store, base_root, config)
         binary = find_runsc()
         if binary is None:
             raise RuntimeError("runsc (gVisor) is not installed: see the README's set-up command")
@@ -99,7 +105,8 @@ class State:
         ca = CertificateAuthority(config.data_dir / "ca")
         box_trust = config.data_dir / "ca" / "box"  # mounted read-only in every box at /.hutch/ca
         ca.write_box_trust(box_trust, base_root / "etc/ssl/certs/ca-certificates.crt", list(config.trust_ca))
-        self.node = Node(config.run_dir, runsc, AgentRuntime.find(base_root), trust_dir=box_trust)
+        self.node = Node(config.run_dir, runsc, AgentRuntime.find(base_root), trust_dir=box_trust,
+                         disks_dir=config.data_dir / "disks")
         hosts = load_hosts_file(config.egress_hosts) if config.egress_hosts else None
         interception = Interception(ca, upstream_context(list(config.trust_ca)), self.secrets.reveal, self.secrets.record)
         self.egress = EgressProxy(Resolver(hosts, system=config.egress_system_dns), self._egress_policy,
@@ -107,10 +114,12 @@ class State:
         self.node.egress = self.egress
         server_key = load_or_create_key(config.data_dir / "server.key")
         self.signer = TokenSigner(server_key)
+        self.templates = Templates(config, self.store, self.node)
+        self.templates.register_base(base_root)
         self.sandboxes = Sandboxes(config, self.store, self.node, self.signer, self.secrets)
         self.previews = Previews(self.sandboxes, PreviewKeys(server_key), self.sandboxes.preview_site)
         self.pool = WarmPool(self.node, config.warm_pool, base_root,
-                             Limits(memory_mib=config.memory_mib, pids=config.pids, cpu_shares=1024 * config.vcpu))
+                             Limits.of_shape(config.vcpu, config.memory_mib, config.pids, DEFAULT_DISK_MIB))
         self.sandboxes.pool = self.pool
         self.metrics = self.sandboxes.metrics
         self.data = DataPlane(self.sandboxes, config.max_file_bytes)
@@ -120,12 +129,16 @@ class State:
     def _egress_policy(self, box_key: str) -> Policy | None:
         rec = self.store.sandbox_by_box_key(box_key)
         if rec is None:
-            return None
+            return self.templates.egress_policy(box_key)
         network = rec.network or {}
         return Policy(rec.id, NetworkRules.parse(network.get("allow_out", ()), network.get("deny_out", ())),
                       self.secrets.injections(rec.id))
 
     def _egress_record(self, entry: LogEntry) -> None:
+        if entry.sandbox_id.startswith(BUILD_BOX_PREFIX):  # a build box's: told in its build's log
+            self.templates.egress_record(entry.sandbox_id, f"egress {entry.verdict}: {entry.host}:{entry.port}"
+                                         + (f" ({entry.error})" if entry.error else ""))
+            return
         self.store.add_network_log(**entry.__dict__)
         self.metrics.egress_connections.labels(entry.verdict).inc()
         if entry.secrets:
@@ -175,6 +188,56 @@ def authorize_box(st: State, sandbox_id: str, x_access_token: str | None) -> San
 
 BoxDep = Annotated[SandboxRecord, Depends(sandbox_by_token)]
 ActorDep = Annotated[str, Depends(audit.actor)]
+
+
+# --- templates ------------------------------------------------------------------------------------
+
+def template_routes(app: FastAPI) -> None:
+    @app.post("/v1/templates", status_code=202, response_model=TemplateInfo)
+    async def create_template(body: CreateTemplate, st: StateDep, team_id: TeamDep) -> TemplateInfo:
+        """Queues the build and answers at once; follow it with the build's logs."""
+        return st.templates.describe(st.templates.create(team_id, body))
+
+    @app.get("/v1/templates", response_model=list[TemplateInfo])
+    async def list_templates(st: StateDep, team_id: TeamDep) -> list[TemplateInfo]:
+        return st.templates.all(team_id)
+
+    @app.get("/v1/templates/{ref}", response_model=TemplateInfo)
+    async def get_template(ref: TemplateRef, st: StateDep, team_id: TeamDep) -> TemplateInfo:
+        return st.templates.describe(st.templates.get(team_id, ref))
+
+    @app.delete("/v1/templates/{ref}", status_code=204)
+    async def delete_template(ref: TemplateRef, st: StateDep, team_id: TeamDep) -> Response:
+        await st.templates.delete(team_id, ref)
+        return Response(status_code=204)
+
+    @app.post("/v1/templates/{ref}/builds", status_code=202, response_model=BuildInfo)
+    async def rebuild_template(ref: TemplateRef, st: StateDep, team_id: TeamDep,
+                               body: Rebuild | None = None) -> BuildInfo:
+        rec, build = st.templates.rebuild(team_id, ref, (body or Rebuild()).no_cache)
+        return st.templates.build_info(build, rec)
+
+    @app.get("/v1/templates/{ref}/builds", response_model=list[BuildInfo])
+    async def list_builds(ref: TemplateRef, st: StateDep, team_id: TeamDep) -> list[BuildInfo]:
+        return st.templates.list_builds(team_id, ref)
+
+    @app.get("/v1/templates/{ref}/builds/{build_id}", response_model=BuildInfo)
+    async def get_build(ref: TemplateRef, build_id: BuildId, st: StateDep, team_id: TeamDep) -> BuildInfo:
+        rec, build = st.templates.get_build(team_id, ref, build_id)
+        return st.templates.build_info(build, rec)
+
+    @app.post("/v1/templates/{ref}/builds/{build_id}/cancel", response_model=BuildInfo)
+    async def cancel_build(ref: TemplateRef, build_id: BuildId, st: StateDep, team_id: TeamDep) -> BuildInfo:
+        build = await st.templates.cancel(team_id, ref, build_id)
+        return st.templates.build_info(build, st.templates.get(team_id, ref))
+
+    @app.get("/v1/templates/{ref}/builds/{build_id}/logs", response_class=StreamingResponse,
+             responses={200: {"content": {"application/x-ndjson": {}}}})
+    async def build_logs(ref: TemplateRef, build_id: BuildId, st: StateDep, team_id: TeamDep,
+                         after: Annotated[int, Query(ge=0)] = 0, follow: bool = True) -> Any:
+        """One JSON object a line; with `follow`, to the build's end, whose line says "done"."""
+        lines = await st.templates.logs(team_id, ref, build_id, after, follow)
+        return StreamingResponse(lines, media_type="application/x-ndjson")
 
 
 # --- control plane --------------------------------------------------------------------------------
@@ -494,6 +557,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         app.state.hutch = st
         st.node.start_reaping()
         await st.sandboxes.reconcile()
+        st.templates.reconcile()
         st.pool.start()
         await st.previews.proxy.start(config.host, config.preview_port)
         loop = asyncio.get_running_loop()
@@ -503,6 +567,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             yield
         finally:
             lifetimes.cancel()
+            await st.templates.close()  # a build cut short is queued again for the next start
             await st.pool.close()  # nobody's boxes: not worth keeping
             await st.egress.close_all()
             await st.previews.proxy.close()
@@ -517,6 +582,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.add_exception_handler(Exception, errors.unexpected_error_handler)
     app.add_middleware(BodyLimit, limit=MAX_JSON_BODY)
     control_routes(app)
+    template_routes(app)
     data_routes(app)
 
     def openapi() -> dict[str, Any]:

@@ -40,6 +40,15 @@ class ServerConfig:
     preview_port: int = 7424
     preview_domain: str = "localhost"
     preview_https: bool = False
+    # Templates: builds run at once (each a box at a time), where `from` may read local OCI images
+    # (default: <data dir>/images), and whether `from` may pull from a registry over the host's network.
+    max_builds: int = 2
+    image_dirs: tuple[Path, ...] = ()
+    registry_pulls: bool = False
+
+    @property
+    def allowed_image_dirs(self) -> tuple[Path, ...]:
+        return self.image_dirs or (self.data_dir / "images",)
 
     @property
     def db_url(self) -> str:

@@ -18,16 +18,19 @@ from pydantic import ValidationError as PydanticValidationError
 
 from hutch.guest import protocol
 from hutch.node.node import ChannelError
+from hutch.server.boxcmd import (
+    EXEC_TIMEOUT,
+    AgentProtocolError,
+    event_lines,
+    parse_event,
+    read_capped,
+)
 from hutch.server.errors import ApiError
 from hutch.server.models import CommandResult, ProcessInfo, RunCommand, SpawnCommand
 from hutch.server.sandboxes import Sandboxes
 from hutch.store import SandboxRecord
 
-# The agent pings every 10 s while a command runs: three missed pings mean the box is gone.
-EXEC_TIMEOUT = httpx.Timeout(connect=5.0, read=35.0, write=35.0, pool=10.0)
 FILE_TIMEOUT = httpx.Timeout(connect=5.0, read=120.0, write=120.0, pool=10.0)
-MAX_EVENT_BYTES = 8 * 2**20  # one event line (the agent sends at most 256 KiB of output in one)
-MAX_REPLY_BYTES = 64 * 2**10  # an error body or a small JSON answer
 MAX_COLLECTED_OUTPUT = 64 * 2**20  # a command's output gathered into one JSON answer
 
 
@@ -35,60 +38,6 @@ AGENT_CODES = {protocol.ERR_BAD_PATH, protocol.ERR_NOT_FOUND, protocol.ERR_IS_DI
                protocol.ERR_NOT_REGULAR, protocol.ERR_BAD_REQUEST, protocol.ERR_BAD_CWD, protocol.ERR_IO,
                protocol.ERR_UNSAFE_PATH, protocol.ERR_NO_PROCESS, protocol.ERR_NOT_TTY, protocol.ERR_STDIN_CLOSED,
                protocol.ERR_TOO_MANY_PROCS, protocol.ERR_STDIN_FULL}
-
-
-class AgentProtocolError(Exception):
-    """The agent sent something that is not the protocol."""
-
-
-async def _read_capped(resp: httpx.Response, limit: int = MAX_REPLY_BYTES) -> bytes:
-    body = bytearray()
-    async for chunk in resp.aiter_raw():
-        body += chunk
-        if len(body) > limit:
-            raise AgentProtocolError("the agent's answer is too long")
-    return bytes(body)
-
-
-async def _lines(resp: httpx.Response) -> AsyncIterator[str]:
-    """The body's lines, none longer than MAX_EVENT_BYTES."""
-    buf = b""
-    async for chunk in resp.aiter_raw():
-        buf += chunk
-        *lines, buf = buf.split(b"\n")
-        for line in lines:
-            yield line.decode("utf-8", "replace")
-        if len(buf) > MAX_EVENT_BYTES:
-            raise AgentProtocolError("an event line from the agent is too long")
-    if buf:
-        yield buf.decode("utf-8", "replace")
-
-
-def _event(line: str) -> dict[str, Any]:
-    """One exec or process event, checked: its kind is known and its fields have their types."""
-    try:
-        ev = json.loads(line)
-        kind = ev["t"]
-        if "s" in ev and type(ev["s"]) is not int:
-            ok = False
-        elif kind in (protocol.EVENT_STDOUT, protocol.EVENT_STDERR):
-            ok = isinstance(ev["d"], str)
-        elif kind == protocol.EVENT_EXIT:
-            ok = (ev["code"] is None or type(ev["code"]) is int) and isinstance(ev["timed_out"], bool)
-        elif kind == protocol.EVENT_START:
-            ok = type(ev["pid"]) is int
-        elif kind == protocol.EVENT_ERROR:
-            ok = isinstance(ev["code"], str) and isinstance(ev["message"], str)
-        elif kind == protocol.EVENT_DROPPED:
-            ok = type(ev["chars"]) is int
-        else:
-            ok = kind == protocol.EVENT_PING
-    except (ValueError, KeyError, TypeError):
-        ok = False
-    if not ok:
-        raise AgentProtocolError("the agent sent a malformed event")
-    result: dict[str, Any] = ev
-    return result
 
 
 def check_path(path: str) -> str:
@@ -100,7 +49,7 @@ def check_path(path: str) -> str:
 
 async def _agent_error(resp: httpx.Response) -> ApiError:
     try:
-        err = json.loads(await _read_capped(resp))
+        err = json.loads(await read_capped(resp))
         code, message = err["code"], err["message"]
         if not (isinstance(code, str) and isinstance(message, str)) or not 400 <= resp.status_code < 600:
             raise TypeError
@@ -166,22 +115,21 @@ class DataPlane:
     # --- commands -------------------------------------------------------------------------------
 
     def _context(self, rec: SandboxRecord, req: RunCommand | SpawnCommand) -> dict[str, Any]:
-        """What every command in the box starts with: the template's env and workdir, the
-        sandbox's env and its secrets' stand-ins, then the call's own."""
-        template = self.sandboxes.store.get_template(rec.template)
-        env = {**(template.env if template else {}), **rec.env_vars, **self.sandboxes.secrets.standins(rec.id),
-               **(req.env or {})}
-        cwd = req.cwd or (template.workdir if template else None)
+        """What every command in the box starts with (the template's env, workdir and user, the
+        sandbox's env and its secrets' stand-ins), then the call's own."""
+        defaults = self.sandboxes.defaults(rec)
+        cwd = req.cwd or defaults.cwd
         if cwd is not None:
             check_path(cwd)
-        return {"cmd": req.command, "cwd": cwd, "env": env, "user": req.user}
+        return {"cmd": req.command, "cwd": cwd, "env": {**defaults.env, **(req.env or {})},
+                "user": req.user or defaults.user}
 
     async def _ask(self, rec: SandboxRecord, method: str, route: str, timeout: httpx.Timeout = EXEC_TIMEOUT,
                    **kwargs: Any) -> Any:
         """A request to the agent with a small JSON answer (an object)."""
         resp = await self._open(rec, method, route, timeout=timeout, **kwargs)
         try:
-            answer = json.loads(await _read_capped(resp))
+            answer = json.loads(await read_capped(resp))
             if not isinstance(answer, dict):
                 raise AgentProtocolError("the agent's answer is not an object")
         except (ValueError, AgentProtocolError, httpx.TransportError) as e:
@@ -194,9 +142,9 @@ class DataPlane:
         body = {**self._context(rec, req), "timeout": req.timeout_seconds}
         started = time.perf_counter()
         resp = await self._open(rec, "POST", protocol.EXEC, json=body, timeout=EXEC_TIMEOUT)
-        lines = _lines(resp)
+        lines = event_lines(resp)
         try:
-            first = _event(await anext(lines))
+            first = parse_event(await anext(lines))
             if first["t"] not in (protocol.EVENT_START, protocol.EVENT_ERROR):
                 raise AgentProtocolError("the agent did not start with a start event")
         except (StopAsyncIteration, httpx.TransportError):
@@ -218,7 +166,7 @@ class DataPlane:
         try:
             async for line in lines:
                 if line:
-                    ev = _event(line)
+                    ev = parse_event(line)
                     if ev["t"] == protocol.EVENT_EXIT and timed:
                         self.sandboxes.metrics.command_seconds.observe(time.perf_counter() - started)
                     yield ev
@@ -266,7 +214,7 @@ class DataPlane:
         """A process' buffered output, then its live output, to its exit. Opens the stream before
         returning, so a missing process is an ApiError here."""
         resp = await self._open(rec, "GET", f"{protocol.PROCS}/{pid}/{protocol.PROC_EVENTS}", timeout=EXEC_TIMEOUT)
-        return ProcessStream(self._events(resp, _lines(resp), time.perf_counter(), timed=False), resp)
+        return ProcessStream(self._events(resp, event_lines(resp), time.perf_counter(), timed=False), resp)
 
     # --- files ----------------------------------------------------------------------------------
 

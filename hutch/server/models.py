@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Base64Bytes, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from hutch.egress.rules import MAX_RULES, parse_allow, parse_cidr, parse_domain
-from hutch.guest.protocol import PROXY_PORT
+from hutch.guest.protocol import PROXY_PORT, path_problem
 
 MAX_METADATA_KEYS = 64
 MAX_ENV_VARS = 256
@@ -357,3 +357,117 @@ class FileWritten(BaseModel):
 
 def timestamp(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+# --- templates ------------------------------------------------------------------------------------
+
+# Never "/" or ":": "hutch/..." names are the system's, and a "from" with a ":" is an image.
+TemplateName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+TemplateRef = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=r"^[^\x00-\x1f\x7f]+$")]
+BuildId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+MAX_STEPS = 100
+MAX_RUN_STEPS = 60  # each is a layer: the overlay mount of all of them must fit one page of options
+
+
+def _box_dir(value: str) -> str:
+    problem = path_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+class RunStep(Strict):
+    run: Command
+
+
+class EnvPair(Strict):
+    key: EnvName
+    value: EnvValue
+
+
+class EnvStep(Strict):
+    env: EnvPair
+
+
+class WorkdirStep(Strict):
+    workdir: Annotated[BoxPath, AfterValidator(_box_dir)]
+
+
+class StepUser(Strict):
+    # The box knows two users: root, and "user" (uid 1000) that commands run as by default.
+    name: User
+    sudo: Literal[False] = False
+
+
+class UserStep(Strict):
+    user: StepUser
+
+
+Step = RunStep | EnvStep | WorkdirStep | UserStep
+
+
+class CreateTemplate(Strict):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+    name: TemplateName
+    from_: Annotated[TemplateRef, Field(alias="from")] = "hutch/base"
+    steps: Annotated[list[Step], Field(max_length=MAX_STEPS)] = []
+    start_cmd: Command | None = None  # runs for the whole life of every box booted from it
+    ready_cmd: Command | None = None  # polled until it exits 0 before such a box is handed out
+    ready_timeout_seconds: Annotated[int, Field(ge=1, le=3600)] = 600
+    vcpu: Annotated[int, Field(ge=1, le=4)] = 1
+    memory_mib: Annotated[int, Field(ge=256, le=4096)] = 1024
+    disk_mib: Annotated[int, Field(ge=1024, le=8192)] = 4096
+
+    @model_validator(mode="after")
+    def _few_layers(self) -> CreateTemplate:
+        if sum(isinstance(s, RunStep) for s in self.steps) > MAX_RUN_STEPS:
+            raise ValueError(f"at most {MAX_RUN_STEPS} run steps (join commands with &&)")
+        return self
+
+
+class Rebuild(Strict):
+    no_cache: bool = False
+
+
+class BuildErrorInfo(BaseModel):
+    code: Literal["step_failed", "image_not_found", "image_pull_failed", "invalid_image", "invalid_spec",
+                  "ready_timeout", "start_failed", "cancelled", "build_failed"]
+    message: str
+    step: int | None = None  # index into the steps
+    exit_code: int | None = None
+
+
+class BuildInfo(BaseModel):
+    id: str
+    template_id: str
+    template: str
+    status: Literal["queued", "running", "ready", "failed", "cancelled"]
+    error: BuildErrorInfo | None = None
+    steps_total: int
+    steps_cached: int
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class TemplateInfo(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)  # FastAPI answers by alias: "from"
+
+    id: str
+    name: str
+    system: bool
+    status: Literal["building", "ready", "failed"]
+    from_: str | None = Field(alias="from")
+    steps: list[Step]
+    start_cmd: str | None
+    ready_cmd: str | None
+    ready_timeout_seconds: int
+    vcpu: int
+    memory_mib: int
+    disk_mib: int
+    env: dict[str, str]  # what its boxes start with (from its last good build)
+    workdir: str | None
+    user: str | None
+    created_at: datetime
+    latest_build: BuildInfo | None = None

@@ -23,6 +23,7 @@ from pathlib import Path
 from hutch.node.node import Box, BoxStartError, Node, NoSpaceError
 from hutch.node.spec import Limits
 from hutch.preview.proxy import PreviewSite
+from hutch.server import boxcmd
 from hutch.server.config import ServerConfig
 from hutch.server.errors import ApiError, not_found
 from hutch.server.metrics import Metrics
@@ -39,12 +40,12 @@ from hutch.server.models import (
 )
 from hutch.server.pool import WarmPool
 from hutch.server.secrets import Secrets
+from hutch.server.templates import BASE_TEMPLATE_ID
 from hutch.server.tokens import TokenSigner
 from hutch.store import SandboxRecord, Store, TemplateRecord
 
 log = logging.getLogger("hutch.server")
 
-BASE_TEMPLATE = "hutch/base"
 CHECKPOINT_DONE = "hutch-checkpoint-complete"  # written into an image directory once it is whole
 PAUSE_RETRY_SECONDS = 60  # after an automatic pause failed
 DISK_RESERVE = 64 * 2**20  # below this much free space in the data dir, a failed pause is called a full disk
@@ -103,11 +104,23 @@ class Sandboxes:
         return self.config.data_dir / "checkpoints" / sandbox_id
 
     def _limits(self, rec: SandboxRecord) -> tuple[Path, Limits]:
-        template = self.store.get_template(rec.template)
-        if template is None:
-            raise ApiError(409, "template_not_found", f"the template {rec.template!r} of this sandbox is gone")
-        return Path(template.rootfs), Limits(memory_mib=rec.memory_mib, pids=self.config.pids,
-                                             cpu_shares=1024 * rec.vcpu)
+        rootfs = rec.rootfs
+        if rootfs is None:  # a box from before templates could be built: it boots from the base
+            base = self.store.get_template(BASE_TEMPLATE_ID)
+            rootfs = base.rootfs if base else None
+        if rootfs is None or not Path(rootfs).is_dir():
+            raise ApiError(409, "template_not_found", f"the template root of sandbox {rec.id} is gone")
+        # a box from before disks were capped was checkpointed with its writes in memory: no disk
+        return Path(rootfs), Limits.of_shape(rec.vcpu, rec.memory_mib, self.config.pids, rec.disk_mib or 0)
+
+    def defaults(self, rec: SandboxRecord, template: TemplateRecord | None = None) -> boxcmd.Defaults:
+        """What every command in the box starts with (unless the call says otherwise): the
+        template's env, workdir and user, with the sandbox's env and its secrets' stand-ins on top."""
+        if template is None and rec.template_id:
+            template = self.store.get_template(rec.template_id)
+        env = {**(template.env if template else {}), **rec.env_vars, **self.secrets.standins(rec.id)}
+        return boxcmd.Defaults(env=env, cwd=template.workdir if template else None,
+                               user=template.user if template else None)
 
     def _disk_full(self, e: BaseException) -> bool:
         try:
@@ -133,17 +146,26 @@ class Sandboxes:
 
     # --- create, update -------------------------------------------------------------------------
 
-    async def create(self, team_id: str, req: CreateSandbox) -> SandboxRecord:
-        template = self.store.get_template(req.from_template or BASE_TEMPLATE)
+    def _template(self, team_id: str, ref: str | None) -> TemplateRecord:
+        template = self.store.get_template(ref or BASE_TEMPLATE_ID, team_id)
         if template is None:
-            raise ApiError(404, "template_not_found", f"template {req.from_template!r} does not exist")
+            raise ApiError(404, "template_not_found", f"template {ref!r} does not exist")
+        if template.rootfs is None:
+            raise ApiError(409, "template_not_ready", f"template {template.name!r} has no finished build yet "
+                                                      "(wait for its build, or see why it failed)")
+        return template
+
+    async def create(self, team_id: str, req: CreateSandbox) -> SandboxRecord:
+        template = self._template(team_id, req.from_template)
+        spec = template.spec
         self._check_capacity(team_id)
         rec = SandboxRecord(
             id=str(uuid.uuid4()), team_id=team_id, name=req.name, template=template.name, status="active",
-            memory_mib=template.memory_mib, vcpu=template.vcpu, metadata=req.metadata or {},
+            memory_mib=spec["memory_mib"], vcpu=spec["vcpu"], metadata=req.metadata or {},
             env_vars=req.env_vars or {}, timeout_seconds=req.timeout_seconds,
             auto_delete_seconds=req.auto_delete_seconds, pause_at=self._deadline(req.timeout_seconds),
             network=req.network.model_dump() if req.network else None, preview_access=req.preview_access,
+            template_id=template.id, rootfs=template.rootfs, disk_mib=spec.get("disk_mib"),
         )
         bindings = self.secrets.new_bindings(team_id, rec.id, req.secrets or {})  # a missing secret: 404, nothing made
         rootfs, limits = self._limits(rec)
@@ -158,14 +180,31 @@ class Sandboxes:
             raise ApiError(503, "boot_failed", f"the sandbox could not start: {e}") from e
         finally:
             self._starting -= 1
-        self.metrics.create_seconds.labels(source).observe(time.perf_counter() - started)
         rec.runtime_id, rec.box_key = box.runtime_id, box.dir.name
         try:
             self.store.insert_sandbox(rec, bindings)
         except BaseException:
             await self.node.stop(box.runtime_id, rec.box_key)  # never a box without a record
             raise
+        if spec.get("start_cmd") or spec.get("ready_cmd"):
+            await self._start_template(rec, box, template)
+        self.metrics.create_seconds.labels(source).observe(time.perf_counter() - started)
         return rec
+
+    async def _start_template(self, rec: SandboxRecord, box: Box, template: TemplateRecord) -> None:
+        """Start the template's start command and wait until its probe passes; a box that does
+        not become ready is removed, and the create fails."""
+        spec = template.spec
+        try:
+            await boxcmd.start_and_wait_ready(box, spec.get("start_cmd"), spec.get("ready_cmd"),
+                                              self.defaults(rec, template), spec["ready_timeout_seconds"])
+        except BaseException as e:
+            await asyncio.shield(self.kill(None, rec.id))
+            if isinstance(e, boxcmd.StartError):
+                status = 504 if e.code == "ready_timeout" else 503
+                raise ApiError(status, "ready_timeout" if e.code == "ready_timeout" else "template_start_failed",
+                               f"the sandbox did not become ready: {e}") from e
+            raise
 
     async def update(self, team_id: str, sandbox_id: str, req: UpdateSandbox) -> SandboxRecord:
         async with self._locks[sandbox_id]:
@@ -398,7 +437,3 @@ class Sandboxes:
         else:
             self.mark_failed(rec.id, "the server stopped while the sandbox was pausing")
 
-
-def register_base_template(store: Store, rootfs: Path, config: ServerConfig) -> None:
-    store.put_template(TemplateRecord(name=BASE_TEMPLATE, rootfs=str(rootfs), env={}, workdir=None,
-                                      vcpu=config.vcpu, memory_mib=config.memory_mib, created_at=time.time()))

@@ -1,0 +1,205 @@
+"""Running one template build: its steps in build boxes, layer by layer, then the finished root.
+
+Each run step boots a gVisor build box whose root is a host overlay mount: the parent root and the
+layers so far below, the step's new layer above (hutch.templates.layers). The box writes straight
+into that layer (runsc with no overlay of its own), as root unless a user step said otherwise, in
+the workdir and with the env of the steps before it, its network through the egress proxy like
+any box's. A step already built on the same parent with the same env, workdir and user is taken
+from the cache. A workdir step makes its directory (a small layer of its own), as Docker does.
+The finished root is the stack flattened into one directory; a template whose steps wrote nothing
+shares its parent's root. If the template has a start command or readiness probe, a box is booted
+from the new root and must become ready, or the build fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hutch.node import mounts
+from hutch.node.node import BoxStartError, Node
+from hutch.node.spec import Limits
+from hutch.server import boxcmd
+from hutch.server.buildlog import BuildLog
+from hutch.templates.layers import LayerCache, chain_key, flatten
+
+STEP_TIMEOUT = 3600.0  # one run step
+
+
+@dataclass
+class Parent:
+    """What a build starts from: a root, a key naming it for the layer cache, and the defaults
+    its boxes had (an image's env and workdir, a parent template's)."""
+
+    root: Path
+    key: str
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    user: str | None = None
+
+
+@dataclass
+class Built:
+    rootfs: Path
+    env: dict[str, str]
+    workdir: str | None
+    user: str | None
+    steps_cached: int
+
+
+class BuildFailed(Exception):
+    def __init__(self, code: str, message: str, step: int | None = None, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.step, self.exit_code = code, message, step, exit_code
+
+    def info(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "step": self.step, "exit_code": self.exit_code}
+
+
+def describe(step: dict[str, Any]) -> str:
+    """A step as the log shows it."""
+    if "run" in step:
+        return f"RUN {step['run']}"
+    if "env" in step:
+        return f"ENV {step['env']['key']}"  # not its value: it may be a token
+    if "workdir" in step:
+        return f"WORKDIR {step['workdir']}"
+    return f"USER {step['user']['name']}"
+
+
+class Builder:
+    def __init__(self, node: Node, layers: LayerCache, roots_dir: Path, work_dir: Path, pids: int) -> None:
+        self.node, self.layers, self.roots_dir, self.work_dir, self.pids = node, layers, roots_dir, work_dir, pids
+        self.claimed: dict[str, str] = {}  # build id -> the root directory it made or reuses (kept from removal)
+
+    async def build(self, build_id: str, spec: dict[str, Any], parent: Parent, log: BuildLog,
+                    no_cache: bool = False) -> Built:
+        env, workdir, user = dict(parent.env), parent.workdir, parent.user
+        lowers = [parent.root]
+        key = parent.key
+        cached = 0
+        steps = spec["steps"]
+        limits = Limits.of_shape(spec["vcpu"], spec["memory_mib"], self.pids, spec["disk_mib"])
+        work = self.work_dir / build_id
+        work.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            for i, step in enumerate(steps):
+                head = f"step {i + 1}/{len(steps)}: {describe(step)}"
+                if "env" in step:
+                    env[step["env"]["key"]] = step["env"]["value"]
+                    log.system(head, i)
+                    continue
+                if "user" in step:
+                    user = step["user"]["name"]
+                    log.system(head, i)
+                    continue
+                if "workdir" in step:
+                    workdir = step["workdir"]
+                    owner = "" if user == "root" else f" && chown {shlex.quote('user:user')} {shlex.quote(workdir)}"
+                    command, as_user = f"mkdir -p -- {shlex.quote(workdir)}{owner}", "root"
+                else:
+                    command, as_user = step["run"], user or "root"
+                cwd = workdir if "run" in step else None
+                key = chain_key(key, {"env": env, "workdir": cwd, "user": as_user}, command)
+                if not no_cache and self.layers.has(key):
+                    cached += 1
+                    log.system(f"{head} (cached: layer {key[:12]})", i)
+                    lowers.insert(0, self.layers.path(key))
+                    continue
+                log.system(head, i)
+                defaults = boxcmd.Defaults(env=dict(env), cwd=cwd, user=as_user)
+                layer = await self._run_step(build_id, i, command, defaults, lowers, key, limits, log, work)
+                lowers.insert(0, layer)
+            rootfs = await self._root(build_id, parent, lowers, key, log, work)
+            built = Built(rootfs, env, workdir, user, cached)
+            if spec.get("start_cmd") or spec.get("ready_cmd"):
+                await self._check_start(build_id, spec, built, limits, log)
+            return built
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    async def _root(self, build_id: str, parent: Parent, lowers: list[Path], key: str, log: BuildLog,
+                    work: Path) -> Path:
+        """The finished root: the stack flattened, once per stack (named by its top layer's key,
+        so a rebuild from the cache, or another template with the same steps, shares it)."""
+        if len(lowers) == 1:
+            return parent.root  # nothing written: the parent's root serves as it is
+        self.claimed[build_id] = key
+        final = self.roots_dir / key
+        if (final / "rootfs").is_dir():
+            log.system(f"root cached ({key[:12]})")
+            return final / "rootfs"
+        log.system(f"flattening {len(lowers) - 1} layer(s) into the template's root")
+        partial = self.roots_dir / f"{key}.partial-{build_id}"
+        shutil.rmtree(partial, ignore_errors=True)
+        try:
+            await asyncio.to_thread(flatten, lowers, partial / "rootfs", work / "flat")
+            if not final.exists():  # another build of the same stack may have finished first
+                partial.rename(final)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+        return final / "rootfs"
+
+    async def _run_step(self, build_id: str, index: int, command: str, defaults: boxcmd.Defaults,
+                        lowers: list[Path], key: str, limits: Limits, log: BuildLog, work: Path) -> Path:
+        pending = await asyncio.to_thread(self.layers.begin, key, build_id, limits.disk_mib)
+        merged = work / f"step-{index}"
+        committed = False
+        try:
+            await asyncio.to_thread(mounts.mount_overlay, merged, lowers, pending.upper, pending.work)
+            try:
+                code = await self._in_box(f"build-{build_id[:12]}-{index}", merged, limits, command, defaults, log, index)
+            finally:
+                await asyncio.to_thread(mounts.unmount, merged)
+            if code != 0:
+                why = "timed out" if code is None else f"exited with code {code}"
+                raise BuildFailed("step_failed", f"step {index + 1} ({describe({'run': command})[:200]}) {why}",
+                                  step=index, exit_code=code)
+            layer = await asyncio.to_thread(self.layers.commit, pending)
+            committed = True
+            return layer
+        finally:
+            if not committed:
+                await asyncio.to_thread(self.layers.discard, pending)
+
+    async def _in_box(self, key: str, root: Path, limits: Limits, command: str, defaults: boxcmd.Defaults,
+                      log: BuildLog, index: int) -> int | None:
+        try:
+            box = await self.node.start(key, root, limits, writable_root=True)
+        except BoxStartError as e:
+            raise BuildFailed("build_failed", f"the build box did not start: {e}", step=index) from e
+        try:
+            return await boxcmd.run(box, command, defaults, STEP_TIMEOUT,
+                                    lambda stream, text: log.output(stream, text, index))
+        except boxcmd.CommandError as e:
+            raise BuildFailed("step_failed", f"step {index + 1} could not start: {e}", step=index) from e
+        except (httpx.HTTPError, boxcmd.AgentProtocolError) as e:
+            raise BuildFailed("step_failed", f"the build box stopped during step {index + 1} (out of memory?): {e}",
+                              step=index) from e
+        finally:
+            log.flush()
+            await asyncio.shield(self.node.stop(box.runtime_id, key))
+
+    async def _check_start(self, build_id: str, spec: dict[str, Any], built: Built, limits: Limits,
+                           log: BuildLog) -> None:
+        """Boot a box from the new root as a sandbox would boot, and see it become ready."""
+        log.system("checking the start command and readiness probe in a box of the new template")
+        key = f"build-{build_id[:12]}-check"
+        try:
+            box = await self.node.start(key, built.rootfs, limits)
+        except BoxStartError as e:
+            raise BuildFailed("build_failed", f"a box of the new template did not start: {e}") from e
+        try:
+            defaults = boxcmd.Defaults(env=built.env, cwd=built.workdir, user=built.user)
+            await boxcmd.start_and_wait_ready(box, spec.get("start_cmd"), spec.get("ready_cmd"), defaults,
+                                              spec["ready_timeout_seconds"], lambda text: log.system(text))
+        except boxcmd.StartError as e:
+            raise BuildFailed(e.code, str(e)) from e
+        finally:
+            await asyncio.shield(self.node.stop(box.runtime_id, key))

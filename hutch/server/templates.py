@@ -1,0 +1,349 @@
+"""Templates: what create, get, list, delete, rebuild, cancel and the build logs do to the store,
+and the queue that runs builds (a few at a time, in the server's process).
+
+A template's spec never changes; each build of it makes a new root. Sandboxes record the root
+they booted from, so a rebuild never changes the root under a running or paused box; a root is
+removed once nothing may boot from it again. Builds that were queued when the server stopped are
+queued again at start; one that was running is marked failed.
+
+    queued ──▶ running ──▶ ready
+       │          ├──────▶ failed (error.code: step_failed, image_not_found, ready_timeout, ...)
+       └──────────┴──────▶ cancelled
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import shutil
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Literal
+
+from hutch.egress.proxy import Policy
+from hutch.egress.rules import NetworkRules
+from hutch.node import base_image
+from hutch.node.node import Node
+from hutch.server.buildlog import BuildLog, follow
+from hutch.server.builds import Builder, BuildFailed, Parent
+from hutch.server.config import ServerConfig
+from hutch.server.errors import ApiError
+from hutch.server.models import BuildErrorInfo, BuildInfo, CreateTemplate, TemplateInfo, timestamp
+from hutch.store import BuildRecord, Store, TemplateRecord
+from hutch.templates import oci
+from hutch.templates.layers import LayerCache
+
+log = logging.getLogger("hutch.server")
+
+BASE_TEMPLATE = "hutch/base"
+BASE_TEMPLATE_ID = str(uuid.uuid5(uuid.NAMESPACE_URL, "hutch/base"))
+BUILD_BOX_PREFIX = "build-"  # the host directory names of build boxes (their egress policy)
+DEFAULT_DISK_MIB = 4096
+
+
+class Templates:
+    def __init__(self, config: ServerConfig, store: Store, node: Node) -> None:
+        self.config, self.store = config, store
+        self.layers = LayerCache(config.cache_dir / "layers")
+        self.images_dir = config.cache_dir / "images"
+        self.logs_dir = config.data_dir / "build-logs"
+        self.logs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.builder = Builder(node, self.layers, config.data_dir / "templates", config.run_dir / "builds",
+                               config.pids)
+        self._slots = asyncio.Semaphore(config.max_builds)
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._live: dict[str, BuildLog] = {}
+        self._building_from: dict[str, str] = {}  # build id -> the template id it builds on
+        self._image_locks: dict[str, asyncio.Lock] = {}
+        self._closing = False  # builds cut short by a server stop are queued again at the next start
+
+    # --- the base -------------------------------------------------------------------------------
+
+    def register_base(self, rootfs: Path) -> None:
+        spec = CreateTemplate.model_validate({"name": "base", "vcpu": self.config.vcpu,
+                                              "memory_mib": self.config.memory_mib}).model_dump(by_alias=True)
+        spec.update(name=BASE_TEMPLATE, **{"from": None})
+        self.store.put_system_template(TemplateRecord(id=BASE_TEMPLATE_ID, team_id=None, name=BASE_TEMPLATE,
+                                                      spec=spec, rootfs=str(rootfs), build_id=None))
+
+    # --- views ----------------------------------------------------------------------------------
+
+    def get(self, team_id: str, ref: str) -> TemplateRecord:
+        rec = self.store.get_template(ref, team_id)
+        if rec is None:
+            raise ApiError(404, "template_not_found", f"template {ref!r} does not exist")
+        return rec
+
+    def info(self, rec: TemplateRecord, latest: BuildRecord | None) -> TemplateInfo:
+        status: Literal["building", "ready", "failed"] = "ready"
+        if not rec.rootfs:
+            status = "failed" if latest is not None and latest.status in ("failed", "cancelled") else "building"
+        spec = rec.spec
+        return TemplateInfo(
+            id=rec.id, name=rec.name, system=rec.team_id is None, status=status, **{"from": spec.get("from")},
+            steps=spec.get("steps", []), start_cmd=spec.get("start_cmd"), ready_cmd=spec.get("ready_cmd"),
+            ready_timeout_seconds=spec["ready_timeout_seconds"], vcpu=spec["vcpu"], memory_mib=spec["memory_mib"],
+            disk_mib=spec.get("disk_mib", DEFAULT_DISK_MIB), env=rec.env, workdir=rec.workdir, user=rec.user,
+            created_at=timestamp(rec.created_at), latest_build=self.build_info(latest, rec) if latest else None,
+        )
+
+    def build_info(self, b: BuildRecord, rec: TemplateRecord) -> BuildInfo:
+        return BuildInfo(
+            id=b.id, template_id=b.template_id, template=rec.name, status=b.status,  # type: ignore[arg-type]
+            error=BuildErrorInfo.model_validate(b.error) if b.error else None,
+            steps_total=b.steps_total, steps_cached=b.steps_cached, created_at=timestamp(b.created_at),
+            started_at=timestamp(b.started_at) if b.started_at else None,
+            finished_at=timestamp(b.finished_at) if b.finished_at else None,
+        )
+
+    def describe(self, rec: TemplateRecord) -> TemplateInfo:
+        return self.info(rec, self.store.latest_builds([rec.id]).get(rec.id))
+
+    def all(self, team_id: str) -> list[TemplateInfo]:
+        recs = self.store.list_templates(team_id)
+        latest = self.store.latest_builds([r.id for r in recs])
+        return [self.info(r, latest.get(r.id)) for r in recs]
+
+    def get_build(self, team_id: str, ref: str, build_id: str) -> tuple[TemplateRecord, BuildRecord]:
+        rec = self.get(team_id, ref)
+        build = self.store.get_build(build_id, rec.id)
+        if build is None:
+            raise ApiError(404, "build_not_found", f"template {rec.name!r} has no build {build_id!r}")
+        return rec, build
+
+    def list_builds(self, team_id: str, ref: str) -> list[BuildInfo]:
+        rec = self.get(team_id, ref)
+        return [self.build_info(b, rec) for b in self.store.list_builds(rec.id)]
+
+    # --- create, rebuild, cancel, delete --------------------------------------------------------
+
+    def create(self, team_id: str, req: CreateTemplate) -> TemplateRecord:
+        spec = req.model_dump(by_alias=True)
+        self._check_source(team_id, req.from_)
+        rec = TemplateRecord(id=str(uuid.uuid4()), team_id=team_id, name=req.name, spec=spec)
+        try:
+            self.store.put_template(rec)
+        except KeyError:
+            raise ApiError(409, "template_exists", f"a template named {req.name!r} exists") from None
+        self._queue(rec, no_cache=False)
+        return rec
+
+    def _check_source(self, team_id: str, source: str) -> None:
+        """A `from` that names nothing buildable is refused before anything is stored."""
+        try:
+            image = oci.parse_source(source, allowed_dirs=self.config.allowed_image_dirs)
+        except ValueError as e:
+            raise ApiError(400, "invalid_spec", f"from: {e}") from None
+        if image is None:
+            parent = self.store.get_template(source, team_id)
+            if parent is None:
+                raise ApiError(404, "template_not_found", f"from: template {source!r} does not exist")
+            if parent.rootfs is None:
+                raise ApiError(409, "template_not_ready", f"from: template {source!r} has no finished build yet")
+        elif image.remote and not self.config.registry_pulls:
+            raise ApiError(400, "invalid_spec", "from: this server does not pull from registries "
+                                                "(hutch serve --registry-pulls)")
+
+    def rebuild(self, team_id: str, ref: str, no_cache: bool) -> tuple[TemplateRecord, BuildRecord]:
+        rec = self.get(team_id, ref)
+        if rec.team_id is None:
+            raise ApiError(409, "system_template", f"{rec.name} is built by the server itself")
+        return rec, self._queue(rec, no_cache)
+
+    def _queue(self, rec: TemplateRecord, no_cache: bool) -> BuildRecord:
+        build = BuildRecord(id=str(uuid.uuid4()), template_id=rec.id, status="queued", spec=rec.spec,
+                            no_cache=no_cache, steps_total=len(rec.spec.get("steps", [])))
+        self.store.insert_build(build)
+        self._start(build)
+        return build
+
+    def _start(self, build: BuildRecord) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(build))
+        self._tasks[build.id] = task
+
+    async def cancel(self, team_id: str, ref: str, build_id: str) -> BuildRecord:
+        _rec, build = self.get_build(team_id, ref, build_id)
+        task = self._tasks.get(build.id)
+        if build.status not in ("queued", "running") or task is None:
+            raise ApiError(409, "build_finished", f"build {build.id} has already ended ({build.status})")
+        task.cancel()
+        await asyncio.wait({task})
+        return self.get_build(team_id, ref, build_id)[1]
+
+    async def delete(self, team_id: str, ref: str) -> None:
+        rec = self.get(team_id, ref)
+        if rec.team_id is None:
+            raise ApiError(409, "system_template", f"{rec.name} belongs to the server")
+        if rec.id in self._building_from.values():
+            raise ApiError(409, "template_in_use", f"a build of another template builds on {rec.name!r}")
+        if rec.id in self.store.templates_in_use():
+            raise ApiError(409, "template_in_use", f"sandboxes boot from {rec.name!r}: kill them first")
+        for build in self.store.list_builds(rec.id, statuses=("queued", "running")):
+            task = self._tasks.get(build.id)
+            if task is not None:
+                task.cancel()
+                await asyncio.wait({task})
+        if not self.store.delete_template(rec.id):  # a sandbox was created meanwhile
+            raise ApiError(409, "template_in_use", f"sandboxes boot from {rec.name!r}: kill them first")
+        for build in self.store.list_builds(rec.id):
+            (self.logs_dir / f"{build.id}.ndjson").unlink(missing_ok=True)
+        self.collect_roots()
+
+    # --- logs -----------------------------------------------------------------------------------
+
+    async def logs(self, team_id: str, ref: str, build_id: str, after: int, wait: bool) -> AsyncIterator[bytes]:
+        self.get_build(team_id, ref, build_id)  # 404 before the stream starts
+        return follow(self._live.get(build_id), self._log_path(build_id), after, wait)
+
+    def _log_path(self, build_id: str) -> Path:
+        return self.logs_dir / f"{build_id}.ndjson"
+
+    # --- running a build ------------------------------------------------------------------------
+
+    async def _run(self, build: BuildRecord) -> None:
+        path = self._log_path(build.id)
+        blog = BuildLog(path)
+        self._live[build.id] = blog
+        status, error = "failed", None
+        try:
+            blog.system("queued")
+            async with self._slots:
+                self.store.update_build(build.id, status="running", started_at=time.time())
+                blog.system(f"building from {build.spec.get('from')}")
+                parent = await self._parent(build, blog)
+                built = await self.builder.build(build.id, build.spec, parent, blog, no_cache=build.no_cache)
+                now = time.time()
+                self.store.update_build(build.id, status="ready", finished_at=now, rootfs=str(built.rootfs),
+                                        env=built.env, workdir=built.workdir, user=built.user,
+                                        steps_cached=built.steps_cached)
+                self.store.update_template(build.template_id, rootfs=str(built.rootfs), build_id=build.id,
+                                           env=built.env, workdir=built.workdir, user=built.user)
+                status = "ready"
+                blog.system(f"ready: {built.steps_cached} of {build.steps_total} step(s) from the cache")
+        except BuildFailed as e:
+            error = e.info()
+            blog.system(f"failed: {e.code}: {e.message}", e.step)
+        except asyncio.CancelledError:
+            if self._closing:
+                status = "queued"
+                blog.system("the server is stopping: the build starts again when it is back")
+            else:
+                status, error = "cancelled", {"code": "cancelled", "message": "the build was cancelled"}
+                blog.system("cancelled")
+        except Exception as e:  # a bug or the host (disk full, a mount refused): the build fails, not the server
+            log.exception("build %s failed", build.id)
+            error = {"code": "build_failed", "message": f"the build failed on the server: {e}"[:2000]}
+            blog.system(f"failed: {error['message']}")
+        finally:
+            self._building_from.pop(build.id, None)
+            if status == "queued":
+                self.store.update_build(build.id, status="queued", started_at=None)
+            elif status != "ready":
+                self.store.update_build(build.id, status=status, error=error, finished_at=time.time())
+            if status != "queued":
+                blog.finish(status, error)
+            self._live.pop(build.id, None)
+            self._tasks.pop(build.id, None)
+            self.builder.claimed.pop(build.id, None)
+            self.collect_roots()
+
+    async def _parent(self, build: BuildRecord, blog: BuildLog) -> Parent:
+        """What the build starts from. Its cache key starts with the team: a layer of another
+        team's is never reused (a cache hit would tell one team what another built, env values
+        included)."""
+        source = build.spec.get("from") or BASE_TEMPLATE
+        rec = self.store.get_template(build.template_id)
+        if rec is None or rec.team_id is None:
+            raise BuildFailed("build_failed", "the template was deleted")
+        try:
+            image = oci.parse_source(source, allowed_dirs=self.config.allowed_image_dirs)
+        except ValueError as e:
+            raise BuildFailed("invalid_spec", f"from: {e}") from None
+        if image is not None:
+            parent = await self._image(image, blog)
+        else:
+            found = self.store.get_template(source, rec.team_id)
+            if found is None or found.rootfs is None:
+                raise BuildFailed("image_not_found", f"template {source!r} does not exist or has no finished build")
+            self._building_from[build.id] = found.id
+            key = f"template:{found.build_id or base_image.recipe_key()}"
+            parent = Parent(Path(found.rootfs), key, dict(found.env), found.workdir, found.user)
+        parent.key = f"team:{rec.team_id}:{parent.key}"
+        return parent
+
+    async def _image(self, image: oci.ImageSource, blog: BuildLog) -> Parent:
+        """An OCI image, unpacked once per digest into the host's cache."""
+        loop = asyncio.get_running_loop()
+
+        def say(line: str) -> None:
+            loop.call_soon_threadsafe(blog.system, line)
+
+        scratch = self.images_dir / "tmp"
+        try:
+            digest = await asyncio.to_thread(oci.image_digest, image, scratch)
+            lock = self._image_locks.setdefault(digest, asyncio.Lock())
+            async with lock:
+                dest = self.images_dir / oci.cache_key(digest)
+                config_file = dest / "config.json"
+                if config_file.exists():
+                    blog.system(f"image {digest[:19]} (cached)")
+                    config = oci.ImageConfig(**json.loads(config_file.read_text()))
+                else:
+                    blog.system(f"unpacking image {digest[:19]}")
+                    shutil.rmtree(dest, ignore_errors=True)
+                    config = await asyncio.to_thread(oci.import_image, image, dest / "rootfs", scratch, say)
+                    config_file.write_text(json.dumps(dataclasses.asdict(config)))  # written last: the mark
+        except oci.ImageError as e:
+            raise BuildFailed(e.code, e.message) from None
+        user = "root" if config.user in ("root", "0", "0:0") else None
+        return Parent(dest / "rootfs", f"image:{digest}", dict(config.env), config.workdir, user)
+
+    # --- start, housekeeping --------------------------------------------------------------------
+
+    def reconcile(self) -> None:
+        """At start: builds a stopped server was running failed; queued ones are queued again."""
+        self.layers.clear_partials()
+        shutil.rmtree(self.builder.work_dir, ignore_errors=True)
+        for build in self.store.list_builds(statuses=("running",), limit=10_000):
+            error = {"code": "build_failed", "message": "the server stopped during the build"}
+            self.store.update_build(build.id, status="failed", error=error, finished_at=time.time())
+        for build in reversed(self.store.list_builds(statuses=("queued",), limit=10_000)):
+            self._start(build)
+        self.collect_roots()
+
+    def collect_roots(self) -> None:
+        """Remove the roots nothing may boot from again: not a template's current root, not the
+        root of a sandbox that may run again, not a build's in progress."""
+        keep = self.store.roots_in_use()
+        claimed = set(self.builder.claimed.values())
+        roots = self.builder.roots_dir
+        for d in roots.iterdir() if roots.exists() else ():
+            name = d.name.split(".partial-")[0]
+            if name not in claimed and str(d / "rootfs") not in keep:
+                shutil.rmtree(d, ignore_errors=True)
+
+    async def close(self) -> None:
+        self._closing = True
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
+    def egress_policy(self, box_key: str) -> Policy | None:
+        """A build box reaches the internet (packages, registries) under the rules every box has
+        (never private ranges or the host); its connections are told in the build's log."""
+        if not box_key.startswith(BUILD_BOX_PREFIX):
+            return None
+        return Policy(box_key, NetworkRules.parse((), ()))
+
+    def egress_record(self, box_key: str, line: str) -> None:
+        for build_id, blog in self._live.items():
+            if box_key.startswith(f"{BUILD_BOX_PREFIX}{build_id[:12]}"):
+                blog.system(line)
+                return
+

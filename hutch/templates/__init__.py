@@ -1,0 +1,1 @@
+"""Templates: a root filesystem built from a base and steps, which sandboxes boot from."""

@@ -1,0 +1,173 @@
+"""OCI image import alone (hutch.templates.oci): no server, no boxes, no traffic off this machine."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from hutch.guest import protocol
+from hutch.templates import oci
+from tests.oci_image import IMAGE_ENV, IMAGE_WORKDIR, REMOVED, Format, make_busybox_image, missing_tools
+
+needs_tools = pytest.mark.skipif(bool(missing_tools()) or os.geteuid() != 0,
+                                 reason=f"needs root and {', '.join(missing_tools()) or 'nothing'}")
+
+
+@pytest.fixture(autouse=True)
+def _client_config() -> None:
+    """Overrides conftest's fixture of the same name, which starts a server these tests do not need."""
+
+
+def _import(tmp_path: Path, source: str, **kw: object) -> tuple[Path, oci.ImageConfig, list[str]]:
+    parsed = oci.parse_source(source)
+    assert parsed is not None
+    lines: list[str] = []
+    root = tmp_path / "roots" / "r"
+    config = oci.import_image(parsed, root, tmp_path / "work", lines.append, **kw)  # type: ignore[arg-type]
+    return root, config, lines
+
+
+@needs_tools
+@pytest.mark.parametrize("fmt", ["docker-archive", "oci-archive", "oci"])
+def test_each_local_format_unpacks_with_its_whiteouts_and_config(tmp_path: Path, fmt: Format) -> None:
+    source = make_busybox_image(tmp_path / "image", fmt)
+    root, config, lines = _import(tmp_path, source)
+
+    assert (root / "etc/hello").read_text() == "hello from the image\n"
+    assert not (root / REMOVED.lstrip("/")).exists()  # the second layer's whiteout was applied
+    assert not any(p.name.startswith(".wh.") for p in (root / "etc").iterdir())
+    assert os.readlink(root / "bin/sh") == "/bin/busybox"
+    assert (root / "home/user").stat().st_uid == 1000  # owners kept from the image
+    assert config.env == IMAGE_ENV and config.workdir == IMAGE_WORKDIR and config.user is None
+    assert config.digest == oci.image_digest(oci.parse_source(source), tmp_path / "work")  # type: ignore[arg-type]
+    for path, mode in oci.MOUNT_POINTS:
+        st = (root / path.lstrip("/")).lstat()
+        assert (st.st_mode & 0o7777, st.st_uid) == (mode, 0), path
+    assert any("Copying blob" in line for line in lines)
+    assert list((tmp_path / "work").iterdir()) == []  # the layout and temporary files are gone
+    assert list((tmp_path / "roots").iterdir()) == [root]  # no .partial left beside it
+
+
+@needs_tools
+def test_the_same_image_in_every_format_has_one_digest(tmp_path: Path) -> None:
+    layout = make_busybox_image(tmp_path, "oci")
+    sources = [layout, f"docker-archive:{tmp_path}/d.tar", f"oci-archive:{tmp_path}/o.tar"]
+    for dest in sources[1:]:
+        subprocess.run(["skopeo", "copy", "--quiet", layout, dest], check=True)
+    digests = {oci.image_digest(oci.parse_source(s), tmp_path / "work") for s in sources}  # type: ignore[arg-type]
+    assert len(digests) == 1
+    assert oci.cache_key(digests.pop()).startswith("oci-")
+
+
+@needs_tools
+def test_zstd_layers_are_recompressed_for_umoci(tmp_path: Path) -> None:
+    layout = make_busybox_image(tmp_path, "oci")
+    subprocess.run(["skopeo", "copy", "--quiet", "--dest-compress-format", "zstd", layout, f"oci:{tmp_path}/zstd:z"], check=True)
+    root, config, lines = _import(tmp_path, f"oci:{tmp_path}/zstd:z")
+    assert (root / "etc/hello").exists() and not (root / REMOVED.lstrip("/")).exists()
+    assert any("zstd" in line for line in lines) and config.env == IMAGE_ENV
+
+
+@pytest.mark.parametrize("text", [
+    "oci-archive:image.tar", "docker-archive:./image.tar", "oci:layout:tag", "oci-archive:-rf",
+    "docker-archive:--src-creds=x", "oci:/layout:--tag", "oci-archive:/a\x00b.tar", "oci:/a\nb",
+    "docker://-x", "docker://registry.example/a b", "docker://", "docker:registry.example/a", "oci:/l:",
+    "oci-archive:" + "/a" * 3000,
+])
+def test_parse_source_refuses_what_could_become_an_option_or_a_surprise(text: str) -> None:
+    with pytest.raises(ValueError):
+        oci.parse_source(text)
+
+
+def test_parse_source_reads_each_form_and_leaves_template_names_alone(tmp_path: Path) -> None:
+    assert oci.parse_source("python") is None and oci.parse_source("my-template:v2") is None
+    s = oci.parse_source("oci:/srv/layouts/app:v1")
+    assert s == oci.ImageSource("oci", "/srv/layouts/app", "v1") and str(s) == "oci:/srv/layouts/app:v1"
+    assert oci.parse_source("docker-archive:/x/img.tar") == oci.ImageSource("docker-archive", "/x/img.tar")
+    assert oci.parse_source("docker-archive:/x/img.tar:app:1") == oci.ImageSource("docker-archive", "/x/img.tar", "app:1")
+    remote = oci.parse_source("docker://registry.example:5000/team/app:1.2")
+    assert remote is not None and remote.remote and remote.path is None
+    assert remote.skopeo_name() == "docker://registry.example:5000/team/app:1.2"
+    (tmp_path / "allowed").mkdir()
+    (tmp_path / "allowed/escape").symlink_to("/etc")
+    assert oci.parse_source(f"oci-archive:{tmp_path}/allowed/a.tar", allowed_dirs=[tmp_path / "allowed"]) is not None
+    for outside in (f"oci-archive:{tmp_path}/a.tar", f"oci:{tmp_path}/allowed/escape", f"oci:{tmp_path}/allowed/../a"):
+        with pytest.raises(ValueError):
+            oci.parse_source(outside, allowed_dirs=[tmp_path / "allowed"])
+
+
+@needs_tools
+@pytest.mark.parametrize("source", ["docker-archive:{d}/none.tar", "oci-archive:{d}/none.tar", "oci:{d}/none",
+                                    "oci:{d}/image/layout:no-such-tag", "docker-archive:{d}/not-an-image.tar"])
+def test_a_missing_or_unreadable_image_is_image_not_found(tmp_path: Path, source: str) -> None:
+    make_busybox_image(tmp_path / "image", "oci")
+    (tmp_path / "not-an-image.tar").write_text("hello\n")
+    with pytest.raises(oci.ImageError) as e:
+        _import(tmp_path, source.format(d=tmp_path))
+    assert e.value.code == oci.NOT_FOUND
+    assert not (tmp_path / "roots").exists() or list((tmp_path / "roots").iterdir()) == []
+
+
+@needs_tools
+def test_links_an_image_plants_on_mount_points_cannot_make_import_write_outside_the_root(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    source = make_busybox_image(tmp_path / "image", "oci-archive", symlinks={
+        protocol.GUEST_ROOT: str(outside), "/tmp": "../../../../../../../../" + str(outside).lstrip("/"), "/proc": "/",
+        "/dev": str(outside / "dev"),
+    })
+    root, _, lines = _import(tmp_path, source)
+
+    assert list(outside.iterdir()) == []
+    for path, _ in oci.MOUNT_POINTS:
+        p = root / path.lstrip("/")
+        assert p.is_dir() and not p.is_symlink() and not p.parent.is_symlink(), path
+    assert (root / protocol.GUEST_ROOT.lstrip("/")).stat().st_uid == 0
+    assert any("replaced the image's /.hutch" in line for line in lines)
+
+
+@needs_tools
+def test_cancel_or_a_timeout_stops_the_import(tmp_path: Path) -> None:
+    source = make_busybox_image(tmp_path / "image", "oci-archive")
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(oci.ImageError) as e:
+        _import(tmp_path, source, cancel=cancel)
+    assert e.value.code == oci.CANCELLED
+    with pytest.raises(oci.ImageError) as e:
+        _import(tmp_path, source, timeout=0)
+    assert e.value.code == oci.INVALID and "took longer" in e.value.message
+    assert list((tmp_path / "work").iterdir()) == []
+    assert not (tmp_path / "roots").exists()
+
+
+@needs_tools
+@pytest.mark.timeout(120)
+def test_a_registry_pull_goes_through_the_given_proxy_and_fails_as_a_pull(tmp_path: Path) -> None:
+    """The proxy is a socket on loopback that answers every CONNECT with 502: nothing leaves this machine."""
+    seen: list[bytes] = []
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        def answer() -> None:
+            server.settimeout(30)
+            try:
+                while True:
+                    conn, _ = server.accept()
+                    with conn:
+                        seen.append(conn.recv(4096))
+                        conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            except OSError:
+                pass
+        threading.Thread(target=answer, daemon=True).start()
+        proxy = f"http://127.0.0.1:{server.getsockname()[1]}"
+        source = oci.parse_source("docker://registry.example.invalid/team/app:1")
+        assert source is not None
+        with pytest.raises(oci.ImageError) as e:
+            oci.import_image(source, tmp_path / "root", tmp_path / "work", lambda line: None,
+                             env={"HTTPS_PROXY": proxy, "HTTP_PROXY": proxy, "NO_PROXY": ""}, timeout=60)
+    assert e.value.code == oci.PULL_FAILED, e.value.message
+    assert seen and all(req.startswith(b"CONNECT registry.example.invalid:443 ") for req in seen)
