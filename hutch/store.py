@@ -693,9 +693,10 @@ class Store:
         q = sa.select(templates)
         if team_id is None:
             q = q.where(templates.c.id == ref)
-        else:
+        else:  # an id before a name that looks like one
             q = q.where(sa.or_(templates.c.id == ref, templates.c.name == ref),
-                        sa.or_(templates.c.team_id == team_id, templates.c.team_id.is_(None)))
+                        sa.or_(templates.c.team_id == team_id, templates.c.team_id.is_(None))
+                        ).order_by(sa.case((templates.c.id == ref, 0), else_=1))
         with self._tx() as c:
             row = c.execute(q).first()
         return _from_json_row(TemplateRecord, row, TEMPLATE_JSON) if row else None
@@ -705,6 +706,15 @@ class Store:
              .order_by(templates.c.created_at))
         with self._tx() as c:
             return [_from_json_row(TemplateRecord, r, TEMPLATE_JSON) for r in c.execute(q)]
+
+    def count_templates(self, team_id: str) -> tuple[int, int]:
+        """A team's templates, and its builds queued or running."""
+        with self._tx() as c:
+            n = c.execute(sa.select(sa.func.count()).where(templates.c.team_id == team_id)).scalar() or 0
+            b = c.execute(sa.select(sa.func.count()).select_from(template_builds.join(
+                templates, templates.c.id == template_builds.c.template_id)).where(
+                templates.c.team_id == team_id, template_builds.c.status.in_(("queued", "running")))).scalar() or 0
+        return int(n), int(b)
 
     def update_template(self, template_id: str, **values: Any) -> None:
         if "env" in values:

@@ -149,6 +149,32 @@ def test_packages_through_egress_defaults_and_the_cache(env: Env, internet: Inte
         Template.get(name)
 
 
+def test_a_no_cache_rebuild_refreshes_the_cache(env: Env) -> None:
+    template = Template.create(unique("stamp"), steps=[RunStep(run="date +%s%N > /stamp")])
+    build(template)
+
+    def stamp() -> str:
+        sb = Sandbox.create("stamp", from_template=template.name)
+        try:
+            return str(sb.commands.run("cat /stamp").stdout)
+        finally:
+            sb.kill()
+
+    first = stamp()
+    template.rebuild()
+    build(template)
+    assert stamp() == first  # from the cache
+    template.rebuild(no_cache=True)
+    log = build(template)
+    assert not any("(cached" in line for line in log)
+    fresh = stamp()
+    assert fresh != first
+    template.rebuild()
+    build(template)
+    assert stamp() == fresh  # the no-cache build's layer is the cache's now
+    template.delete()
+
+
 def test_a_failing_step_names_itself(env: Env) -> None:
     template = Template.create(unique("fails"), steps=[RunStep(run="echo first"),
                                                        RunStep(run="echo going wrong >&2; exit 3"),
@@ -261,7 +287,10 @@ def test_disk_is_the_templates_in_boxes_and_builds(env: Env) -> None:
         mib, why = sb.commands.run(FILL + "/big", user="root", timeout_seconds=300).stdout.split()
         assert why == "ENOSPC" and 900 <= int(mib) <= 1024, (mib, why)
         assert sb.commands.run("echo still here").stdout == "still here\n"  # the box runs on
-        sb.commands.run("rm /big && head -c 50000000 /dev/urandom > /keep && sha256sum /keep > /keep.sum", user="root")
+        # programs the box writes to its disk run
+        assert sb.commands.run("rm /big && cp /bin/echo /usr/local/bin/e && /usr/local/bin/e ran", user="root").stdout \
+            == "ran\n"
+        sb.commands.run("head -c 50000000 /dev/urandom > /keep && sha256sum /keep > /keep.sum", user="root")
         sb.pause()
         sb.resume()
         assert sb.commands.run("sha256sum -c /keep.sum").stdout == "/keep: OK\n"  # kept across the pause

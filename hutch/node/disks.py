@@ -44,19 +44,21 @@ def _run(*argv: str) -> str:
 
 def make(image: Path, mountpoint: Path, size_mib: int, layer: bool = False) -> None:
     """A new empty filesystem of `size_mib` in the sparse file `image`, mounted at `mountpoint`.
-    A build's `layer` holds programs and setuid files the step installs: not noexec or nosuid."""
+    Never noexec: gVisor maps programs a box wrote from its disk to run them. A box's disk holds
+    one file (the overlay's), a build's `layer` a whole tree: inodes to match."""
     remove(image, mountpoint)  # a leftover of a box that ended badly
     image.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(image, "wb") as f:
         f.truncate(size_mib * 2**20)
     try:
-        # no journal (thrown away at every stop), no reserved blocks, few inodes (the overlay is
-        # one file): 1008 of 1024 MiB usable
-        _run("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode", "-N", "64",
+        # no journal (thrown away at every stop), no reserved blocks; for a box few inodes (the
+        # overlay is one file): 1008 of 1024 MiB usable
+        inodes = ["-i", "16384"] if layer else ["-N", "64"]
+        _run("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode", *inodes,
              "-E", "nodiscard,root_owner=0:0", str(image))
         device = _run("losetup", "--find", "--show", "--direct-io=on", str(image)).strip()
         mountpoint.mkdir(parents=True, exist_ok=True, mode=0o700)
-        flags = mounts.MS_NODEV | MS_NOATIME | (0 if layer else mounts.MS_NOSUID | mounts.MS_NOEXEC)
+        flags = mounts.MS_NODEV | MS_NOATIME | (0 if layer else mounts.MS_NOSUID)
         if mounts.libc.mount(device.encode(), str(mountpoint).encode(), b"ext4", flags, b"discard") != 0:
             err = ctypes.get_errno()
             raise DiskError(err, f"mount {device} on {mountpoint}: {os.strerror(err)}")

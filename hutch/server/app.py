@@ -117,6 +117,7 @@ class State:
         self.templates = Templates(config, self.store, self.node)
         self.templates.register_base(base_root)
         self.sandboxes = Sandboxes(config, self.store, self.node, self.signer, self.secrets)
+        self.templates.booting_roots = lambda: set(self.sandboxes.booting_roots)
         self.previews = Previews(self.sandboxes, PreviewKeys(server_key), self.sandboxes.preview_site)
         self.pool = WarmPool(self.node, config.warm_pool, base_root,
                              Limits.of_shape(config.vcpu, config.memory_mib, config.pids, DEFAULT_DISK_MIB))
@@ -557,7 +558,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         app.state.hutch = st
         st.node.start_reaping()
         await st.sandboxes.reconcile()
-        st.templates.reconcile()
+        await st.templates.reconcile()
         st.pool.start()
         await st.previews.proxy.start(config.host, config.preview_port)
         loop = asyncio.get_running_loop()

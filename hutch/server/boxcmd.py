@@ -124,14 +124,16 @@ async def run(box: Box, command: str, defaults: Defaults, timeout: float | None,
 
 
 async def _ask(box: Box, method: str, route: str, **kwargs: Any) -> dict[str, Any]:
-    resp = await box.agent.request(method, route, timeout=EXEC_TIMEOUT, **kwargs)
+    """A small JSON answer of the agent's, read as hostile (its size capped)."""
     try:
-        answer = json.loads(resp.content[:65536])
-    except ValueError:
-        answer = None
-    if resp.status_code != 200 or not isinstance(answer, dict):
+        async with box.agent.stream(method, route, timeout=EXEC_TIMEOUT, **kwargs) as resp:
+            answer = json.loads(await read_capped(resp))
+            status = resp.status_code
+    except (ValueError, AgentProtocolError, httpx.HTTPError) as e:
+        raise StartError("start_failed", f"the box's agent did not answer well: {e}") from None
+    if status != 200 or not isinstance(answer, dict):
         message = answer.get("message") if isinstance(answer, dict) else None
-        raise StartError("start_failed", f"the agent answered {resp.status_code}: {str(message or '')[:500]}")
+        raise StartError("start_failed", f"the agent answered {status}: {str(message or '')[:500]}")
     return answer
 
 

@@ -27,7 +27,7 @@ from hutch.node.node import BoxStartError, Node
 from hutch.node.spec import Limits
 from hutch.server import boxcmd
 from hutch.server.buildlog import BuildLog
-from hutch.templates.layers import LayerCache, chain_key, flatten
+from hutch.templates.layers import LayerCache, chain_key, flatten, stack_key
 
 STEP_TIMEOUT = 3600.0  # one run step
 
@@ -114,9 +114,9 @@ class Builder:
                     continue
                 log.system(head, i)
                 defaults = boxcmd.Defaults(env=dict(env), cwd=cwd, user=as_user)
-                layer = await self._run_step(build_id, i, command, defaults, lowers, key, limits, log, work)
+                layer = await self._run_step(build_id, i, command, defaults, lowers, key, limits, log, work, no_cache)
                 lowers.insert(0, layer)
-            rootfs = await self._root(build_id, parent, lowers, key, log, work)
+            rootfs = await self._root(build_id, parent, lowers, stack_key(key, lowers[:-1]), log, work)
             built = Built(rootfs, env, workdir, user, cached)
             if spec.get("start_cmd") or spec.get("ready_cmd"):
                 await self._check_start(build_id, spec, built, limits, log)
@@ -126,8 +126,8 @@ class Builder:
 
     async def _root(self, build_id: str, parent: Parent, lowers: list[Path], key: str, log: BuildLog,
                     work: Path) -> Path:
-        """The finished root: the stack flattened, once per stack (named by its top layer's key,
-        so a rebuild from the cache, or another template with the same steps, shares it)."""
+        """The finished root: the stack flattened, once per stack (named by its layers, so a
+        rebuild from the cache, or another template of the team with the same steps, shares it)."""
         if len(lowers) == 1:
             return parent.root  # nothing written: the parent's root serves as it is
         self.claimed[build_id] = key
@@ -140,14 +140,18 @@ class Builder:
         shutil.rmtree(partial, ignore_errors=True)
         try:
             await asyncio.to_thread(flatten, lowers, partial / "rootfs", work / "flat")
-            if not final.exists():  # another build of the same stack may have finished first
+            try:
                 partial.rename(final)
+            except OSError:
+                if not (final / "rootfs").is_dir():
+                    raise  # not another build of the same stack that finished first
         finally:
-            shutil.rmtree(partial, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, partial, True)
         return final / "rootfs"
 
     async def _run_step(self, build_id: str, index: int, command: str, defaults: boxcmd.Defaults,
-                        lowers: list[Path], key: str, limits: Limits, log: BuildLog, work: Path) -> Path:
+                        lowers: list[Path], key: str, limits: Limits, log: BuildLog, work: Path,
+                        no_cache: bool) -> Path:
         pending = await asyncio.to_thread(self.layers.begin, key, build_id, limits.disk_mib)
         merged = work / f"step-{index}"
         committed = False
@@ -161,7 +165,7 @@ class Builder:
                 why = "timed out" if code is None else f"exited with code {code}"
                 raise BuildFailed("step_failed", f"step {index + 1} ({describe({'run': command})[:200]}) {why}",
                                   step=index, exit_code=code)
-            layer = await asyncio.to_thread(self.layers.commit, pending)
+            layer = await asyncio.to_thread(self.layers.commit, pending, no_cache)
             committed = True
             return layer
         finally:
@@ -175,8 +179,12 @@ class Builder:
         except BoxStartError as e:
             raise BuildFailed("build_failed", f"the build box did not start: {e}", step=index) from e
         try:
-            return await boxcmd.run(box, command, defaults, STEP_TIMEOUT,
-                                    lambda stream, text: log.output(stream, text, index))
+            # the agent ends the command at STEP_TIMEOUT; root in the box could stop it doing so
+            return await asyncio.wait_for(boxcmd.run(box, command, defaults, STEP_TIMEOUT,
+                                                     lambda stream, text: log.output(stream, text, index)),
+                                          STEP_TIMEOUT + 60)
+        except TimeoutError:
+            return None
         except boxcmd.CommandError as e:
             raise BuildFailed("step_failed", f"step {index + 1} could not start: {e}", step=index) from e
         except (httpx.HTTPError, boxcmd.AgentProtocolError) as e:

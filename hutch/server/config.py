@@ -43,6 +43,8 @@ class ServerConfig:
     # Templates: builds run at once (each a box at a time), where `from` may read local OCI images
     # (default: <data dir>/images), and whether `from` may pull from a registry over the host's network.
     max_builds: int = 2
+    team_max_templates: int = 100
+    team_max_builds: int = 10  # queued or running, per team
     image_dirs: tuple[Path, ...] = ()
     registry_pulls: bool = False
 

@@ -366,7 +366,7 @@ TemplateName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9
 TemplateRef = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=r"^[^\x00-\x1f\x7f]+$")]
 BuildId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 MAX_STEPS = 100
-MAX_RUN_STEPS = 60  # each is a layer: the overlay mount of all of them must fit one page of options
+MAX_LAYER_STEPS = 60  # run and workdir steps make layers: one overlay mount of all must fit a page of options
 
 
 def _box_dir(value: str) -> str:
@@ -421,8 +421,8 @@ class CreateTemplate(Strict):
 
     @model_validator(mode="after")
     def _few_layers(self) -> CreateTemplate:
-        if sum(isinstance(s, RunStep) for s in self.steps) > MAX_RUN_STEPS:
-            raise ValueError(f"at most {MAX_RUN_STEPS} run steps (join commands with &&)")
+        if sum(isinstance(s, RunStep | WorkdirStep) for s in self.steps) > MAX_LAYER_STEPS:
+            raise ValueError(f"at most {MAX_LAYER_STEPS} run and workdir steps (join commands with &&)")
         return self
 
 

@@ -17,7 +17,7 @@ import logging
 import shutil
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from hutch.node.node import Box, BoxStartError, Node, NoSpaceError
@@ -56,6 +56,7 @@ class Sandboxes:
         self.config, self.store, self.node, self.signer, self.secrets = config, store, node, signer, secrets
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._starting = 0
+        self.booting_roots: Counter[str] = Counter()  # template roots of creates not yet recorded
         self.pool: WarmPool | None = None
         self.preview_site = PreviewSite(config.preview_domain, None if config.preview_https else config.preview_port,
                                         config.preview_https)
@@ -170,22 +171,28 @@ class Sandboxes:
         bindings = self.secrets.new_bindings(team_id, rec.id, req.secrets or {})  # a missing secret: 404, nothing made
         rootfs, limits = self._limits(rec)
         self._starting += 1
+        self.booting_roots[str(rootfs)] += 1  # a template delete meanwhile must not take its root
         started = time.perf_counter()
         try:
-            box = await self.pool.claim(rootfs, limits) if self.pool else None
-            source = "warm_pool" if box else "boot"
-            box = box or await self.node.start(rec.id, rootfs, limits)
-        except BoxStartError as e:
-            log.error("a box failed to start: %s", e)
-            raise ApiError(503, "boot_failed", f"the sandbox could not start: {e}") from e
+            try:
+                box = await self.pool.claim(rootfs, limits) if self.pool else None
+                source = "warm_pool" if box else "boot"
+                box = box or await self.node.start(rec.id, rootfs, limits)
+            except BoxStartError as e:
+                log.error("a box failed to start: %s", e)
+                raise ApiError(503, "boot_failed", f"the sandbox could not start: {e}") from e
+            finally:
+                self._starting -= 1
+            rec.runtime_id, rec.box_key = box.runtime_id, box.dir.name
+            try:
+                self.store.insert_sandbox(rec, bindings)
+            except BaseException:
+                await self.node.stop(box.runtime_id, rec.box_key)  # never a box without a record
+                raise
         finally:
-            self._starting -= 1
-        rec.runtime_id, rec.box_key = box.runtime_id, box.dir.name
-        try:
-            self.store.insert_sandbox(rec, bindings)
-        except BaseException:
-            await self.node.stop(box.runtime_id, rec.box_key)  # never a box without a record
-            raise
+            self.booting_roots[str(rootfs)] -= 1
+            if not self.booting_roots[str(rootfs)]:
+                del self.booting_roots[str(rootfs)]
         if spec.get("start_cmd") or spec.get("ready_cmd"):
             await self._start_template(rec, box, template)
         self.metrics.create_seconds.labels(source).observe(time.perf_counter() - started)

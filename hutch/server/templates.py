@@ -18,18 +18,19 @@ import dataclasses
 import json
 import logging
 import shutil
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Literal
 
 from hutch.egress.proxy import Policy
 from hutch.egress.rules import NetworkRules
-from hutch.node import base_image
+from hutch.node import base_image, mounts
 from hutch.node.node import Node
 from hutch.server.buildlog import BuildLog, follow
-from hutch.server.builds import Builder, BuildFailed, Parent
+from hutch.server.builds import Builder, BuildFailed, Built, Parent
 from hutch.server.config import ServerConfig
 from hutch.server.errors import ApiError
 from hutch.server.models import BuildErrorInfo, BuildInfo, CreateTemplate, TemplateInfo, timestamp
@@ -43,12 +44,13 @@ BASE_TEMPLATE = "hutch/base"
 BASE_TEMPLATE_ID = str(uuid.uuid5(uuid.NAMESPACE_URL, "hutch/base"))
 BUILD_BOX_PREFIX = "build-"  # the host directory names of build boxes (their egress policy)
 DEFAULT_DISK_MIB = 4096
+BUILD_TIMEOUT = 4 * 3600.0  # a whole build
 
 
 class Templates:
     def __init__(self, config: ServerConfig, store: Store, node: Node) -> None:
         self.config, self.store = config, store
-        self.layers = LayerCache(config.cache_dir / "layers")
+        self.layers = LayerCache(config.cache_dir / "layers", config.run_dir.name)
         self.images_dir = config.cache_dir / "images"
         self.logs_dir = config.data_dir / "build-logs"
         self.logs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -60,6 +62,8 @@ class Templates:
         self._building_from: dict[str, str] = {}  # build id -> the template id it builds on
         self._image_locks: dict[str, asyncio.Lock] = {}
         self._closing = False  # builds cut short by a server stop are queued again at the next start
+        self._parent_roots: dict[str, str] = {}  # build id -> the root it builds on
+        self.booting_roots: Callable[[], set[str]] = set  # roots of sandboxes being created (Sandboxes)
 
     # --- the base -------------------------------------------------------------------------------
 
@@ -121,8 +125,18 @@ class Templates:
 
     # --- create, rebuild, cancel, delete --------------------------------------------------------
 
+    def _check_quota(self, team_id: str, new_template: bool) -> None:
+        templates, builds = self.store.count_templates(team_id)
+        if new_template and templates >= self.config.team_max_templates:
+            raise ApiError(429, "too_many_templates", f"a team has at most {self.config.team_max_templates} "
+                                                      "templates; delete one")
+        if builds >= self.config.team_max_builds:
+            raise ApiError(429, "too_many_builds", f"a team has at most {self.config.team_max_builds} builds "
+                                                   "queued or running; wait for one or cancel it")
+
     def create(self, team_id: str, req: CreateTemplate) -> TemplateRecord:
         spec = req.model_dump(by_alias=True)
+        self._check_quota(team_id, new_template=True)
         self._check_source(team_id, req.from_)
         rec = TemplateRecord(id=str(uuid.uuid4()), team_id=team_id, name=req.name, spec=spec)
         try:
@@ -152,6 +166,7 @@ class Templates:
         rec = self.get(team_id, ref)
         if rec.team_id is None:
             raise ApiError(409, "system_template", f"{rec.name} is built by the server itself")
+        self._check_quota(team_id, new_template=False)
         return rec, self._queue(rec, no_cache)
 
     def _queue(self, rec: TemplateRecord, no_cache: bool) -> BuildRecord:
@@ -187,11 +202,12 @@ class Templates:
             if task is not None:
                 task.cancel()
                 await asyncio.wait({task})
+        builds = self.store.list_builds(rec.id, limit=1_000_000)
         if not self.store.delete_template(rec.id):  # a sandbox was created meanwhile
             raise ApiError(409, "template_in_use", f"sandboxes boot from {rec.name!r}: kill them first")
-        for build in self.store.list_builds(rec.id):
-            (self.logs_dir / f"{build.id}.ndjson").unlink(missing_ok=True)
-        self.collect_roots()
+        for build in builds:
+            self._log_path(build.id).unlink(missing_ok=True)
+        await self.collect_roots()
 
     # --- logs -----------------------------------------------------------------------------------
 
@@ -205,8 +221,14 @@ class Templates:
     # --- running a build ------------------------------------------------------------------------
 
     async def _run(self, build: BuildRecord) -> None:
-        path = self._log_path(build.id)
-        blog = BuildLog(path)
+        try:
+            blog = BuildLog(self._log_path(build.id))
+        except OSError as e:
+            log.error("build %s: its log cannot be written: %s", build.id, e)
+            self.store.update_build(build.id, status="failed", finished_at=time.time(),
+                                    error={"code": "build_failed", "message": "the build's log cannot be written"})
+            self._tasks.pop(build.id, None)
+            return
         self._live[build.id] = blog
         status, error = "failed", None
         try:
@@ -214,19 +236,23 @@ class Templates:
             async with self._slots:
                 self.store.update_build(build.id, status="running", started_at=time.time())
                 blog.system(f"building from {build.spec.get('from')}")
-                parent = await self._parent(build, blog)
-                built = await self.builder.build(build.id, build.spec, parent, blog, no_cache=build.no_cache)
-                now = time.time()
-                self.store.update_build(build.id, status="ready", finished_at=now, rootfs=str(built.rootfs),
+                built = await asyncio.wait_for(self._build(build, blog), BUILD_TIMEOUT)
+                self.store.update_build(build.id, status="ready", finished_at=time.time(), rootfs=str(built.rootfs),
                                         env=built.env, workdir=built.workdir, user=built.user,
                                         steps_cached=built.steps_cached)
-                self.store.update_template(build.template_id, rootfs=str(built.rootfs), build_id=build.id,
-                                           env=built.env, workdir=built.workdir, user=built.user)
+                current = self.store.get_template(build.template_id)
+                newest = current and current.build_id and self.store.get_build(current.build_id)
+                if not newest or newest.created_at <= build.created_at:  # an older build never wins
+                    self.store.update_template(build.template_id, rootfs=str(built.rootfs), build_id=build.id,
+                                               env=built.env, workdir=built.workdir, user=built.user)
                 status = "ready"
                 blog.system(f"ready: {built.steps_cached} of {build.steps_total} step(s) from the cache")
         except BuildFailed as e:
             error = e.info()
             blog.system(f"failed: {e.code}: {e.message}", e.step)
+        except TimeoutError:
+            error = {"code": "build_failed", "message": f"the build took longer than {BUILD_TIMEOUT:.0f} s"}
+            blog.system(f"failed: {error['message']}")
         except asyncio.CancelledError:
             if self._closing:
                 status = "queued"
@@ -240,6 +266,7 @@ class Templates:
             blog.system(f"failed: {error['message']}")
         finally:
             self._building_from.pop(build.id, None)
+            self._parent_roots.pop(build.id, None)
             if status == "queued":
                 self.store.update_build(build.id, status="queued", started_at=None)
             elif status != "ready":
@@ -249,7 +276,12 @@ class Templates:
             self._live.pop(build.id, None)
             self._tasks.pop(build.id, None)
             self.builder.claimed.pop(build.id, None)
-            self.collect_roots()
+            await asyncio.shield(self.collect_roots())
+
+    async def _build(self, build: BuildRecord, blog: BuildLog) -> Built:
+        parent = await self._parent(build, blog)
+        self._parent_roots[build.id] = str(parent.root)  # kept while this build reads it
+        return await self.builder.build(build.id, build.spec, parent, blog, no_cache=build.no_cache)
 
     async def _parent(self, build: BuildRecord, blog: BuildLog) -> Parent:
         """What the build starts from. Its cache key starts with the team: a layer of another
@@ -264,7 +296,7 @@ class Templates:
         except ValueError as e:
             raise BuildFailed("invalid_spec", f"from: {e}") from None
         if image is not None:
-            parent = await self._image(image, blog)
+            parent = await self._image(image, blog, rec.team_id)
         else:
             found = self.store.get_template(source, rec.team_id)
             if found is None or found.rootfs is None:
@@ -275,28 +307,38 @@ class Templates:
         parent.key = f"team:{rec.team_id}:{parent.key}"
         return parent
 
-    async def _image(self, image: oci.ImageSource, blog: BuildLog) -> Parent:
-        """An OCI image, unpacked once per digest into the host's cache."""
+    async def _image(self, image: oci.ImageSource, blog: BuildLog, team_id: str) -> Parent:
+        """An OCI image, unpacked once per team and digest into the host's cache (per team: one
+        team's import can neither stand in for another's nor tell it was made)."""
         loop = asyncio.get_running_loop()
+        cancel = threading.Event()
 
         def say(line: str) -> None:
             loop.call_soon_threadsafe(blog.system, line)
 
-        scratch = self.images_dir / "tmp"
+        images = self.images_dir / team_id
+        images.mkdir(parents=True, exist_ok=True, mode=0o700)
+        scratch = images / "tmp"
         try:
-            digest = await asyncio.to_thread(oci.image_digest, image, scratch)
-            lock = self._image_locks.setdefault(digest, asyncio.Lock())
+            digest = await asyncio.to_thread(oci.image_digest, image, scratch, cancel=cancel)
+            lock = self._image_locks.setdefault(f"{team_id}:{digest}", asyncio.Lock())
             async with lock:
-                dest = self.images_dir / oci.cache_key(digest)
+                dest = images / oci.cache_key(digest)
                 config_file = dest / "config.json"
                 if config_file.exists():
-                    blog.system(f"image {digest[:19]} (cached)")
+                    blog.system(f"image {digest[:19]} (unpacked before)")
                     config = oci.ImageConfig(**json.loads(config_file.read_text()))
                 else:
                     blog.system(f"unpacking image {digest[:19]}")
-                    shutil.rmtree(dest, ignore_errors=True)
-                    config = await asyncio.to_thread(oci.import_image, image, dest / "rootfs", scratch, say)
+                    await asyncio.to_thread(shutil.rmtree, dest, True)
+                    config = await asyncio.to_thread(oci.import_image, image, dest / "rootfs", scratch, say, cancel)
+                    if config.digest != digest:  # it changed between the two reads: never cache it as the first
+                        await asyncio.to_thread(shutil.rmtree, dest, True)
+                        raise BuildFailed("image_pull_failed", f"{image} changed while it was read; try again")
                     config_file.write_text(json.dumps(dataclasses.asdict(config)))  # written last: the mark
+        except asyncio.CancelledError:
+            cancel.set()  # the import's tools are killed
+            raise
         except oci.ImageError as e:
             raise BuildFailed(e.code, e.message) from None
         user = "root" if config.user in ("root", "0", "0:0") else None
@@ -304,27 +346,37 @@ class Templates:
 
     # --- start, housekeeping --------------------------------------------------------------------
 
-    def reconcile(self) -> None:
-        """At start: builds a stopped server was running failed; queued ones are queued again."""
-        self.layers.clear_partials()
-        shutil.rmtree(self.builder.work_dir, ignore_errors=True)
+    async def reconcile(self) -> None:
+        """At start: builds a stopped server was running failed (their logs say so); queued ones
+        are queued again; what running builds left on the host is removed."""
+        await asyncio.to_thread(self._clear_work)
         for build in self.store.list_builds(statuses=("running",), limit=10_000):
             error = {"code": "build_failed", "message": "the server stopped during the build"}
             self.store.update_build(build.id, status="failed", error=error, finished_at=time.time())
+            try:
+                BuildLog(self._log_path(build.id)).finish("failed", error)
+            except OSError as e:
+                log.warning("build %s: its log cannot be ended: %s", build.id, e)
         for build in reversed(self.store.list_builds(statuses=("queued",), limit=10_000)):
             self._start(build)
-        self.collect_roots()
+        await self.collect_roots()
 
-    def collect_roots(self) -> None:
+    def _clear_work(self) -> None:
+        work = self.builder.work_dir
+        mounts.unmount_under(work)  # a build's overlay mounts, if the server died in one
+        shutil.rmtree(work, ignore_errors=True)
+        self.layers.clear_partials()
+
+    async def collect_roots(self) -> None:
         """Remove the roots nothing may boot from again: not a template's current root, not the
-        root of a sandbox that may run again, not a build's in progress."""
-        keep = self.store.roots_in_use()
+        root of a sandbox that may run again or is booting, not one a build makes or reads."""
+        keep = self.store.roots_in_use() | set(self._parent_roots.values()) | self.booting_roots()
         claimed = set(self.builder.claimed.values())
         roots = self.builder.roots_dir
         for d in roots.iterdir() if roots.exists() else ():
             name = d.name.split(".partial-")[0]
             if name not in claimed and str(d / "rootfs") not in keep:
-                shutil.rmtree(d, ignore_errors=True)
+                await asyncio.to_thread(shutil.rmtree, d, True)
 
     async def close(self) -> None:
         self._closing = True

@@ -31,6 +31,13 @@ def chain_key(parent_key: str, state: dict[str, Any], command: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+def stack_key(top_key: str, layers: list[Path]) -> str:
+    """The name of a flattened stack: its top key and which copy of each layer it holds (a
+    no-cache build replaces layers, and its root must not be taken for the old one's)."""
+    text = json.dumps([top_key, [os.stat(layer).st_ino for layer in layers]])
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
 @dataclass
 class PendingLayer:
     """A layer being built: the overlay's upper and work directories, on a disk of its own."""
@@ -52,8 +59,9 @@ class PendingLayer:
 
 
 class LayerCache:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, owner: str) -> None:
         self.root = root
+        self.owner = owner  # which server's builds: several data dirs share one cache
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._lock = threading.Lock()
 
@@ -64,23 +72,28 @@ class LayerCache:
         return self.path(key).is_dir()
 
     def begin(self, key: str, build_id: str, disk_mib: int) -> PendingLayer:
-        pending = PendingLayer(key, self.root / f"{key}.partial-{build_id}")
+        pending = PendingLayer(key, self.root / f"{key}.partial-{self.owner}-{build_id}")
         disks.make(pending.image, pending.dir, disk_mib, layer=True)
         pending.upper.mkdir(mode=0o755)
         pending.work.mkdir(mode=0o700)
         return pending
 
-    def commit(self, pending: PendingLayer) -> Path:
-        """Copy the layer into the cache under its key (a concurrent build of the same step may
-        have kept one first: then that one stays, and they are the same)."""
+    def commit(self, pending: PendingLayer, replace: bool = False) -> Path:
+        """Copy the layer into the cache under its key. A concurrent build of the same step may
+        have kept one first: then that one stays (they are the same), unless `replace` (a
+        no-cache build: its fresh layer is the cache's from now on)."""
         final = self.path(pending.key)
         copy = self.root / f"{pending.dir.name}.copy"
+        old = self.root / f"{pending.dir.name}.old"
         try:
             shutil.rmtree(copy, ignore_errors=True)
             _copy(pending.upper, copy)  # whiteouts and opaque directories (xattrs) as they are
             with self._lock:
+                if replace and final.exists():
+                    os.rename(final, old)
                 if not final.exists():
                     os.rename(copy, final)
+            shutil.rmtree(old, ignore_errors=True)
         finally:
             shutil.rmtree(copy, ignore_errors=True)
             self.discard(pending)
@@ -91,12 +104,12 @@ class LayerCache:
         shutil.rmtree(pending.dir, ignore_errors=True)
 
     def clear_partials(self) -> None:
-        """At start: what builds that were running left behind."""
-        for d in self.root.glob("*.partial-*"):
+        """At start: what this server's builds that were running left behind."""
+        for d in self.root.glob(f"*.partial-{self.owner}-*"):
             if d.suffix == ".img":
                 disks.remove(d, d.with_suffix(""))
             shutil.rmtree(d, ignore_errors=True)
-        for d in self.root.glob("*.copy"):
+        for d in [*self.root.glob(f"*.partial-{self.owner}-*.copy"), *self.root.glob(f"*.partial-{self.owner}-*.old")]:
             shutil.rmtree(d, ignore_errors=True)
 
 
