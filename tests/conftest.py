@@ -90,8 +90,13 @@ class Server:
         with SIGKILL leaves its warm pool behind), then delete the run dir and the data dir."""
         run_dir = ServerConfig(data_dir=self.data_dir).run_dir
         subprocess.run(["pkill", "-9", "-f", f"root={run_dir}/runsc"], capture_output=True)
-        for chan in run_dir.glob("boxes/*/chan"):
-            subprocess.run(["umount", "-l", str(chan)], capture_output=True)
+        for mount in [*run_dir.glob("boxes/*/chan"), *run_dir.glob("boxes/*/disk")]:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+        loops = subprocess.run(["losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE"],
+                               capture_output=True, text=True).stdout
+        for line in loops.splitlines():  # the disks of boxes the server left running
+            if str(self.data_dir) in line:
+                subprocess.run(["losetup", "--detach", line.split()[0]], capture_output=True)
         shutil.rmtree(run_dir, ignore_errors=True)
         shutil.rmtree(self.data_dir.parent, ignore_errors=True)
 

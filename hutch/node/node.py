@@ -63,6 +63,7 @@ class TunnelError(RuntimeError):
 TUNNEL_TIMEOUT = 10.0
 
 
+MEDIUM_FILE = "hutch-medium"  # in a checkpoint's directory: "disk" or "memory", what it was made with
 CHECKPOINT_SLACK = 32 * 2**20  # beyond the sandbox's resident memory, which bounds its image
 
 
@@ -70,6 +71,7 @@ CHECKPOINT_SLACK = 32 * 2**20  # beyond the sandbox's resident memory, which bou
 class Box:
     runtime_id: str
     dir: Path
+    on_disk: bool = False  # its writes go to its own disk (hutch.node.disks), not its memory
     _agent: httpx.AsyncClient | None = None
     _socket_fd: int | None = None
 
@@ -175,6 +177,7 @@ class Node:
         # CPU caps need a cgroup per box; a host that refuses runsc one (a container without
         # cgroup delegation, say) still runs boxes, uncapped, and says so once.
         self.cpu_caps = True
+        self.disk_caps = True  # likewise disks: loop devices may be missing in a container
         self.boxes_dir = run_dir / "boxes"
         self.boxes_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.runsc = runsc
@@ -238,27 +241,41 @@ class Node:
             return await self.start(key, rootfs, limits, writable_root)
 
     async def restore(self, key: str, rootfs: Path, limits: Limits, image_dir: Path) -> Box:
-        """Bring a paused box back from its checkpoint, under a new runtime id. Its `limits`
-        must say the disk it was checkpointed with (0: none, its writes were in its memory)."""
+        """Bring a paused box back from its checkpoint, under a new runtime id, on the kind of
+        disk it was checkpointed with (runsc restores no other): its own disk of `limits.disk_mib`,
+        or its memory (so was every box paused before boxes had disks)."""
         box = Box(new_runtime_id(), self.boxes_dir / key)
+        on_disk = (image_dir / MEDIUM_FILE).exists() and (image_dir / MEDIUM_FILE).read_text() == "disk"
 
         async def boot() -> None:
             self._prepare(box, rootfs, limits, wake=True)
             await self._open_egress(box)
-            slack = disks.RESTORE_SLACK_MIB if limits.disk_mib else 0
-            overlay = await self._make_disk(box, limits.disk_mib + slack)
+            if on_disk:
+                size = max(limits.disk_mib, 1024)
+                await asyncio.to_thread(disks.make, self._disk_image(box), box.disk_dir,
+                                        size + disks.RESTORE_SLACK_MIB)
+                box.on_disk = True
+            overlay = f"root:dir={box.disk_dir}" if on_disk else "root:memory"
             await self.runsc.restore_detached(box.runtime_id, box.dir, image_dir, box.dir / "runsc.err",
                                               box.dir / "sandbox.pid", overlay=overlay)
-            if limits.disk_mib:
-                await asyncio.to_thread(disks.fill_to, box.disk_dir, limits.disk_mib)
+            if on_disk:
+                await asyncio.to_thread(disks.fill_to, box.disk_dir, size)
 
         return await self._launch(box, boot())
 
     async def _make_disk(self, box: Box, size_mib: int) -> str:
-        """The box's disk, if it has a size and the node keeps disks; the runsc overlay to use."""
-        if not size_mib or self.disks_dir is None:
+        """The box's disk, if it has a size and the node keeps disks; the runsc overlay to use. A
+        host that cannot make one (no loop devices in a container, say) runs boxes with their
+        writes in memory, uncapped, and says so once."""
+        if not size_mib or self.disks_dir is None or not self.disk_caps:
             return "root:memory"
-        await asyncio.to_thread(disks.make, self._disk_image(box), box.disk_dir, size_mib)
+        try:
+            await asyncio.to_thread(disks.make, self._disk_image(box), box.disk_dir, size_mib)
+        except disks.DiskError as e:
+            log.warning("a box's disk could not be made (%s): boxes keep their writes in memory", e)
+            self.disk_caps = False
+            return "root:memory"
+        box.on_disk = True
         return f"root:dir={box.disk_dir}"
 
     def _disk_image(self, box: Box) -> Path:
@@ -367,6 +384,7 @@ class Node:
         try:
             shutil.rmtree(image_dir, ignore_errors=True)
             image_dir.mkdir(parents=True, mode=0o700)
+            (image_dir / MEDIUM_FILE).write_text("disk" if box.on_disk else "memory")  # what a restore must use
             await self.runsc.checkpoint(runtime_id, image_dir)
         except BaseException:
             self._stopping.discard(runtime_id)
@@ -491,6 +509,7 @@ class Node:
         every other container and box directory. Returns the runtime ids found alive."""
         async def take(runtime_id: str, key: str) -> bool:
             box = Box(runtime_id, self.boxes_dir / key)
+            box.on_disk = mounts.is_mount(box.disk_dir)
             state = await self._state(runtime_id)
             ok = bool(state) and state.get("status") == "running"  # type: ignore[union-attr]
             if ok and state:
