@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hutch import e2b
 from hutch.egress.ca import CertificateAuthority, upstream_context
 from hutch.egress.host import HostAddresses
 from hutch.egress.proxy import EgressProxy, Interception, LogEntry, Policy, Resolver, load_hosts_file
@@ -519,7 +520,8 @@ class BodyLimit:
         self.app, self.limit = app, limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (scope["method"] == "PUT" and scope["path"].endswith("/files")):
+        if scope["type"] != "http" or (scope["method"] == "PUT" and scope["path"].endswith("/files")) or (
+                scope["method"] == "POST" and scope["path"] == e2b.ENVD_PREFIX + "/files"):  # E2B's upload
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
@@ -585,6 +587,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     control_routes(app)
     template_routes(app)
     data_routes(app)
+    e2b.mount(app, lambda: app.state.hutch)  # E2B's API, at /e2b (control plane) and /e2b/envd
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

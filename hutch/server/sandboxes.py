@@ -253,6 +253,10 @@ class Sandboxes:
                 return
             if rec.status == "paused":
                 return
+            if only_if_due and rec.auto_delete_seconds == 0:  # it would be deleted once paused: no checkpoint
+                await self._remove(rec)
+                self._locks.pop(sandbox_id, None)
+                return
             if rec.status != "active" or not rec.runtime_id:
                 raise ApiError(409, "sandbox_failed" if rec.status == "failed" else "invalid_state",
                                f"sandbox {rec.id} is {rec.status} and cannot be paused")
@@ -328,14 +332,18 @@ class Sandboxes:
             rec = self.get(team_id, sandbox_id)
             if only_if_due and not (rec.status == "paused" and rec.delete_at is not None and rec.delete_at <= time.time()):
                 return
-            if rec.runtime_id:
-                await self.node.stop(rec.runtime_id, rec.box_key)
-            shutil.rmtree(self.image_dir(rec.id), ignore_errors=True)
-            self.store.update_sandbox(rec.id, status="deleted", runtime_id=None, pause_at=None, delete_at=None)
-            self.store.delete_network_log(rec.id)
-            self.store.delete_bindings(rec.id)
-            self.store.unpublish_port(rec.id)
+            await self._remove(rec)
         self._locks.pop(sandbox_id, None)
+
+    async def _remove(self, rec: SandboxRecord) -> None:
+        """With the box's lock held."""
+        if rec.runtime_id:
+            await self.node.stop(rec.runtime_id, rec.box_key)
+        shutil.rmtree(self.image_dir(rec.id), ignore_errors=True)
+        self.store.update_sandbox(rec.id, status="deleted", runtime_id=None, pause_at=None, delete_at=None)
+        self.store.delete_network_log(rec.id)
+        self.store.delete_bindings(rec.id)
+        self.store.unpublish_port(rec.id)
 
     # --- the data plane's view ------------------------------------------------------------------
 

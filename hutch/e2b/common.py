@@ -1,0 +1,62 @@
+"""What the E2B facade's modules share: the server's state, a call's team, and E2B's constants."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import posixpath
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+from hutch.guest.protocol import BOX_HOME
+
+if TYPE_CHECKING:
+    from hutch.server.app import State
+
+# The envd version the facade claims: it passes the SDK's gates for stdin control, close_stdin and
+# octet-stream uploads (0.5.7), and not those of upload metadata, watch entries or network mounts.
+ENVD_VERSION = "0.5.7"
+
+StateGetter = Callable[[], "State"]
+T = TypeVar("T")
+
+
+@dataclass
+class Ctx:
+    st: State
+    team_id: str
+
+
+def home_of(user: str | None) -> str:
+    return "/root" if user == "root" else BOX_HOME
+
+
+def box_path(path: str, user: str | None) -> str:
+    """A path as envd takes it (relative to the user's home) made absolute and normal."""
+    return posixpath.normpath(posixpath.join(home_of(user), path or "."))
+
+
+async def with_keepalive(events: AsyncIterator[T], interval: float) -> AsyncIterator[T | None]:
+    """The events, with None after each `interval` seconds without one. The pending read is
+    kept across the pauses, never cancelled (that would end the stream)."""
+    pending: asyncio.Future[T] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(events))
+            done, _ = await asyncio.wait({pending}, timeout=interval)
+            if not done:
+                yield None
+                continue
+            task, pending = pending, None
+            try:
+                item = task.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending

@@ -1,0 +1,279 @@
+"""E2B's control plane (E2B_API_URL = <hutch>/e2b): sandboxes made, listed, paused, resumed and killed
+as hutch boxes, through hutch's own Sandboxes service, so both APIs see the same box.
+
+Errors are E2B's `{"code": <http status>, "message"}`. Lifecycle: E2B's `autoPause: true` is hutch's
+own timeout (the box pauses at its deadline and stays paused); without it (E2B's default, "kill"),
+the box gets `auto_delete_seconds = 0`, which hutch carries out as a kill at the deadline, with no
+checkpoint written.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+from fastapi import FastAPI, Request, Response
+from pydantic import ValidationError
+from starlette.responses import JSONResponse
+
+from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter
+from hutch.server.errors import ApiError
+from hutch.server.models import CreateSandbox, NetworkConfig, UpdateSandbox
+from hutch.server.templates import BASE_TEMPLATE_ID
+from hutch.store import SandboxRecord
+
+DEFAULT_TIMEOUT = 300
+MAX_PAGE = 100
+RUNNING = ("active", "resuming")
+PAUSED = ("pausing", "paused")
+
+
+def _state(rec: SandboxRecord) -> str | None:
+    """E2B knows two states; a failed box is left out of lists (and is 'not found' elsewhere)."""
+    return "running" if rec.status in RUNNING else "paused" if rec.status in PAUSED else None
+
+
+def _iso(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def _int(body: dict[str, Any], key: str, default: int | None = None) -> int | None:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, "invalid_request", f"{key} must be an integer")
+    return value
+
+
+def _clamp_timeout(seconds: int) -> int:
+    return max(1, min(seconds, 30 * 24 * 3600))
+
+
+class Control:
+    def __init__(self, get_state: StateGetter) -> None:
+        self.get_state = get_state
+
+    def ctx(self, request: Request) -> Ctx:
+        st = self.get_state()
+        key = request.headers.get("x-api-key")
+        if not key:
+            raise ApiError(401, "unauthorized", "an API key is required (X-API-KEY)")
+        team_id = st.store.team_for_api_key(key)
+        if team_id is None:
+            raise ApiError(401, "invalid_api_key", "Invalid API key")
+        return Ctx(st, team_id)
+
+    # --- views ----------------------------------------------------------------------------------
+
+    def sandbox(self, c: Ctx, rec: SandboxRecord) -> dict[str, Any]:
+        return {"templateID": rec.template_id or rec.template, "sandboxID": rec.id, "alias": rec.template,
+                "clientID": "hutch", "envdVersion": ENVD_VERSION,
+                "envdAccessToken": c.st.signer.token(rec.id, rec.token_generation), "domain": None}
+
+    def listed(self, c: Ctx, rec: SandboxRecord) -> dict[str, Any]:
+        state = _state(rec)
+        end = rec.pause_at if rec.pause_at is not None else (rec.delete_at or time.time())
+        return {"templateID": rec.template_id or rec.template, "alias": rec.template, "sandboxID": rec.id,
+                "clientID": "hutch", "startedAt": _iso(rec.created_at), "endAt": _iso(end),
+                "cpuCount": rec.vcpu, "memoryMB": rec.memory_mib, "diskSizeMB": rec.disk_mib or 0,
+                "state": state, "envdVersion": ENVD_VERSION, "metadata": rec.metadata}
+
+    def detail(self, c: Ctx, rec: SandboxRecord) -> dict[str, Any]:
+        on_timeout = "kill" if rec.auto_delete_seconds == 0 else "pause"
+        network = rec.network or {}
+        return {**self.listed(c, rec), "envdAccessToken": c.st.signer.token(rec.id, rec.token_generation),
+                "domain": None, "allowInternetAccess": not _denies_everything(network),
+                "network": {"allowOut": network.get("allow_out", []), "denyOut": network.get("deny_out", [])},
+                # a paused hutch box resumes on its next data-plane call, so auto-resume is always on
+                "lifecycle": {"onTimeout": on_timeout, "autoResume": on_timeout == "pause"}}
+
+    def get(self, c: Ctx, sandbox_id: str) -> SandboxRecord:
+        rec = c.st.store.get_sandbox(sandbox_id, c.team_id)
+        if rec is None or _state(rec) is None:
+            why = f"sandbox {sandbox_id!r} has failed: {rec.failure}" if rec else f"sandbox {sandbox_id!r} not found"
+            raise ApiError(404, "not_found", why)
+        return rec
+
+    # --- calls ----------------------------------------------------------------------------------
+
+    async def create(self, c: Ctx, body: dict[str, Any]) -> dict[str, Any]:
+        template = body.get("templateID") or "base"
+        if not isinstance(template, str):
+            raise ApiError(400, "invalid_request", "templateID must be a string")
+        if body.get("mcp") or body.get("volumeMounts") or body.get("iam"):
+            raise ApiError(400, "invalid_request", "mcp, volumeMounts and iam are not supported by hutch")
+        ref = BASE_TEMPLATE_ID if template == "base" else template
+        if c.st.store.get_template(ref, c.team_id) is None:
+            raise ApiError(404, "template_not_found", f"template '{template}' not found")
+        timeout = _clamp_timeout(_int(body, "timeout", DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT)
+        auto_pause = body.get("autoPause") is True
+        try:
+            req = CreateSandbox(name=template[:128], from_template=ref, timeout_seconds=timeout,
+                                auto_delete_seconds=None if auto_pause else 0,
+                                metadata=body.get("metadata") or None, env_vars=body.get("envVars") or None,
+                                network=_network(body))
+        except ValidationError as e:
+            problem = e.errors()[0]
+            where = ".".join(str(p) for p in problem.get("loc", ()))
+            raise ApiError(400, "invalid_request", f"{where}: {problem.get('msg', 'invalid')}") from None
+        rec = await c.st.sandboxes.create(c.team_id, req)
+        return self.sandbox(c, rec)
+
+    def list_sandboxes(self, c: Ctx, request: Request, states: tuple[str, ...]) -> Response:
+        q = request.query_params
+        wanted = _metadata_query(q.get("metadata"))
+        state_filter = tuple(s for s in (q.get("state") or "").split(",") if s) or states
+        recs = [r for r in c.st.store.list_sandboxes(c.team_id, metadata=wanted) if _state(r) in state_filter]
+        if q.get("template"):
+            recs = [r for r in recs if q["template"] in (r.template, r.template_id)
+                    or (q["template"] == "base" and r.template_id == BASE_TEMPLATE_ID)]
+        if q.get("startedAfter"):
+            after = _parse_time(q["startedAfter"])
+            recs = [r for r in recs if r.created_at > after]
+        recs.sort(key=lambda r: r.created_at, reverse=q.get("order") != "asc")
+        start = int(q["nextToken"]) if (q.get("nextToken") or "").isdigit() else 0
+        limit = int(q["limit"]) if (q.get("limit") or "").isdigit() else MAX_PAGE
+        limit = max(1, min(limit, MAX_PAGE))
+        page = recs[start:start + limit]
+        headers = {"x-next-token": str(start + limit)} if start + limit < len(recs) else {}
+        return JSONResponse([self.listed(c, r) for r in page], headers=headers)
+
+    async def set_timeout(self, c: Ctx, sandbox_id: str, body: dict[str, Any]) -> None:
+        rec = self.get(c, sandbox_id)
+        timeout = _int(body, "timeout")
+        if timeout is None:
+            raise ApiError(400, "invalid_request", "timeout is required")
+        await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(timeout_seconds=_clamp_timeout(timeout)))
+
+    async def pause(self, c: Ctx, sandbox_id: str) -> None:
+        rec = self.get(c, sandbox_id)
+        if rec.status in PAUSED:
+            raise ApiError(409, "already_paused", f"sandbox {sandbox_id!r} is already paused")
+        if rec.auto_delete_seconds == 0:  # "kill" at its timeout, but a pause asked for is kept
+            await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(auto_delete_seconds=None))
+        await c.st.sandboxes.pause(c.team_id, rec.id)
+
+    async def connect(self, c: Ctx, sandbox_id: str, body: dict[str, Any]) -> Response:
+        rec = self.get(c, sandbox_id)
+        timeout = _int(body, "timeout")
+        resumed = rec.status in PAUSED
+        if resumed:
+            rec = await c.st.sandboxes.resume(c.team_id, rec.id)
+        if timeout is not None:  # a running box's deadline only moves later
+            timeout = _clamp_timeout(timeout)
+            if resumed or rec.pause_at is None or rec.pause_at < time.time() + timeout:
+                rec = await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(timeout_seconds=timeout))
+        return JSONResponse(self.sandbox(c, rec), status_code=201 if resumed else 200)
+
+    def metrics(self, c: Ctx, sandbox_id: str) -> list[dict[str, Any]]:
+        """What the node knows without sampling: the box's shape, with zero usage."""
+        rec = self.get(c, sandbox_id)
+        if rec.status not in RUNNING:
+            return []
+        now = time.time()
+        return [{"timestamp": _iso(now), "timestampUnix": int(now), "cpuCount": rec.vcpu, "cpuUsedPct": 0.0,
+                 "memUsed": 0, "memTotal": rec.memory_mib * 2**20, "memCache": 0, "diskUsed": 0,
+                 "diskTotal": (rec.disk_mib or 0) * 2**20}]
+
+
+def _denies_everything(network: dict[str, list[str]]) -> bool:
+    return not network.get("allow_out") and "0.0.0.0/0" in network.get("deny_out", [])
+
+
+def _network(body: dict[str, Any]) -> NetworkConfig | None:
+    given = body.get("network")
+    net: dict[str, Any] = given if isinstance(given, dict) else {}
+    allow = list(net.get("allowOut") or [])
+    deny = list(net.get("denyOut") or [])
+    if body.get("allow_internet_access") is False and not allow:
+        deny = ["0.0.0.0/0"]
+    if not allow and not deny:
+        return None
+    return NetworkConfig(allow_out=allow, deny_out=deny)
+
+
+def _metadata_query(raw: str | None) -> dict[str, str] | None:
+    """The SDK quotes each key and value, url-encodes the pairs, and the query encodes that again."""
+    if not raw:
+        return None
+    return {unquote(k): unquote(v) for k, v in parse_qsl(raw, keep_blank_values=True)}
+
+
+def _parse_time(value: str) -> float:
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ApiError(400, "invalid_request", "startedAfter must be an ISO 8601 time") from None
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise ApiError(400, "invalid_json", "the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_request", "the request body must be a JSON object")
+    return body
+
+
+def control_routes(app: FastAPI, get_state: StateGetter) -> None:
+    ctl = Control(get_state)
+
+    @app.post("/sandboxes", status_code=201)
+    @app.post("/v2/sandboxes", status_code=201)
+    async def create(request: Request) -> Any:
+        c = ctl.ctx(request)
+        return JSONResponse(await ctl.create(c, await _body(request)), status_code=201)
+
+    @app.get("/v2/sandboxes")
+    async def list_v2(request: Request) -> Any:
+        return ctl.list_sandboxes(ctl.ctx(request), request, ("running", "paused"))
+
+    @app.get("/sandboxes")
+    async def list_v1(request: Request) -> Any:
+        return ctl.list_sandboxes(ctl.ctx(request), request, ("running",))
+
+    @app.get("/sandboxes/{sandbox_id}")
+    async def get_info(sandbox_id: str, request: Request) -> Any:
+        c = ctl.ctx(request)
+        return ctl.detail(c, ctl.get(c, sandbox_id))
+
+    @app.delete("/sandboxes/{sandbox_id}", status_code=204)
+    async def kill(sandbox_id: str, request: Request) -> Response:
+        c = ctl.ctx(request)
+        rec = c.st.store.get_sandbox(sandbox_id, c.team_id)
+        if rec is None:
+            raise ApiError(404, "not_found", f"sandbox {sandbox_id!r} not found")
+        await c.st.sandboxes.kill(c.team_id, rec.id)
+        return Response(status_code=204)
+
+    @app.post("/sandboxes/{sandbox_id}/timeout", status_code=204)
+    async def set_timeout(sandbox_id: str, request: Request) -> Response:
+        await ctl.set_timeout(ctl.ctx(request), sandbox_id, await _body(request))
+        return Response(status_code=204)
+
+    @app.post("/sandboxes/{sandbox_id}/pause", status_code=204)
+    async def pause(sandbox_id: str, request: Request) -> Response:
+        await ctl.pause(ctl.ctx(request), sandbox_id)
+        return Response(status_code=204)
+
+    @app.post("/sandboxes/{sandbox_id}/connect")
+    @app.post("/v2/sandboxes/{sandbox_id}/connect")
+    @app.post("/sandboxes/{sandbox_id}/resume")
+    async def connect(sandbox_id: str, request: Request) -> Any:
+        return await ctl.connect(ctl.ctx(request), sandbox_id, await _body(request))
+
+    @app.get("/sandboxes/{sandbox_id}/metrics")
+    async def metrics(sandbox_id: str, request: Request) -> Any:
+        return ctl.metrics(ctl.ctx(request), sandbox_id)
+
+    @app.get("/health")
+    async def health() -> Any:
+        return {"status": "ok"}

@@ -1,0 +1,107 @@
+"""The envd facade (E2B_SANDBOX_URL = <hutch>/e2b/envd): requests name their sandbox with the
+`E2b-Sandbox-Id` header and carry its hutch data-plane token in `X-Access-Token`.
+
+Routes: `GET /health`, `GET|POST /files`, `POST /process.Process/<method>` and
+`POST /filesystem.Filesystem/<method>`. An unknown, deleted or failed sandbox gets E2B's proxy
+answer (502 `{"sandboxId", "message": "The sandbox was not found", "code": 502}`), which the SDK
+reads as "not running". The user is the Basic-auth name ("root" or "user"; none: the box's user).
+Only port 49983 (envd) is served; another `E2b-Sandbox-Port` is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+
+from hutch.e2b.common import StateGetter
+from hutch.e2b.connect import ConnectError, invalid, parse_json
+from hutch.server import audit
+from hutch.server.errors import ApiError
+from hutch.server.models import User
+from hutch.store import SandboxRecord
+
+ENVD_PORT = "49983"
+MAX_UNARY = 4 * 2**20
+
+if TYPE_CHECKING:
+    from hutch.server.app import State
+
+
+class SandboxGone(Exception):
+    def __init__(self, sandbox_id: str, message: str = "The sandbox was not found") -> None:
+        super().__init__(message)
+        self.sandbox_id, self.message = sandbox_id, message
+
+    def body(self) -> dict[str, Any]:
+        return {"sandboxId": self.sandbox_id, "message": self.message, "code": 502}
+
+
+@dataclass
+class Call:
+    """One envd request: the server, the box it names, as whom, and who asked (for the audit)."""
+
+    st: State
+    rec: SandboxRecord
+    user: User | None
+    who: str
+
+    @staticmethod
+    async def unary_message(request: Request) -> dict[str, Any]:
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_UNARY:
+                raise ConnectError("resource_exhausted", f"messages are limited to {MAX_UNARY} bytes")
+        return parse_json(body)
+
+
+def sandbox_of(get_state: StateGetter, request: Request) -> tuple[State, SandboxRecord]:
+    """The sandbox the request names, if it lives (its token is checked by `authorize`)."""
+    st = get_state()
+    sandbox_id = request.headers.get("e2b-sandbox-id") or ""
+    port = request.headers.get("e2b-sandbox-port") or ENVD_PORT
+    rec = st.store.get_sandbox(sandbox_id) if sandbox_id else None
+    if rec is None or rec.status == "failed":
+        raise SandboxGone(sandbox_id[:64])
+    if port != ENVD_PORT:
+        raise SandboxGone(sandbox_id, f"The sandbox is running but port is not open: only {ENVD_PORT} is served")
+    return st, rec
+
+
+def authorize(st: State, rec: SandboxRecord, token: str | None) -> None:
+    if not token:
+        raise ApiError(401, "unauthorized", "the sandbox's access token is required (X-Access-Token)")
+    if not st.signer.verify(token, rec.id, rec.token_generation):
+        raise ApiError(401, "invalid_access_token", "the access token is not valid for this sandbox")
+
+
+def basic_user(request: Request) -> User | None:
+    """The user named in `Authorization: Basic base64("<user>:")`, or None."""
+    header = request.headers.get("authorization") or ""
+    if header[:6].lower() != "basic ":
+        return None
+    try:
+        name = base64.b64decode(header[6:].strip(), validate=True).decode().split(":", 1)[0]
+    except (binascii.Error, UnicodeDecodeError):
+        raise invalid("the Authorization header is not valid Basic auth") from None
+    return check_user(name)
+
+
+def check_user(name: str | None) -> User | None:
+    if not name:
+        return None
+    if name == "root":
+        return "root"
+    if name == "user":
+        return "user"
+    raise invalid(f"user '{name[:64]}' does not exist in the sandbox (root or user)")
+
+
+def call_of(get_state: StateGetter, request: Request, user: User | None) -> Call:
+    st, rec = sandbox_of(get_state, request)
+    authorize(st, rec, request.headers.get("x-access-token"))
+    return Call(st, rec, user, audit.actor(request))

@@ -1,0 +1,121 @@
+"""envd's file transfer: `GET /files` (download) and `POST /files` (upload, multipart or
+octet-stream, gzip allowed), through hutch's DataPlane and audit log.
+
+Auth is the `X-Access-Token` header, or an envd signature (`signature=v1_...`) made from the same
+token. The SDK's `download_url()`/`upload_url()` drop E2B_SANDBOX_URL's path prefix and the
+sandbox header, so those links do not reach this route: hutch does not serve them.
+Errors are `{"code": <status>, "message"}`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import posixpath
+import time
+import zlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+
+from hutch.e2b.common import StateGetter, box_path
+from hutch.e2b.envd import Call, authorize, check_user, sandbox_of
+from hutch.server import audit
+from hutch.server.errors import ApiError
+
+MAX_PARTS = 1000
+CHUNK = 64 * 1024
+
+
+def _call(get_state: StateGetter, request: Request, op: str) -> tuple[Call, str]:
+    st, rec = sandbox_of(get_state, request)
+    q = request.query_params
+    user = check_user(q.get("username"))
+    path = q.get("path") or ""
+    if q.get("signature") and not request.headers.get("x-access-token"):
+        _check_signature(st.signer.token(rec.id, rec.token_generation), path, op, user, q)
+    else:
+        authorize(st, rec, request.headers.get("x-access-token"))
+    return Call(st, rec, user, audit.actor(request)), path
+
+
+def _check_signature(token: str, path: str, op: str, user: str | None, q: Any) -> None:
+    expires = q.get("signature_expiration")
+    raw = f"{path}:{op}:{user or ''}:{token}" + (f":{expires}" if expires else "")
+    want = "v1_" + base64.b64encode(hashlib.sha256(raw.encode()).digest()).decode().rstrip("=")
+    if not hmac.compare_digest(want.encode(), q["signature"].encode()):
+        raise ApiError(401, "invalid_signature", "the signature is not valid")
+    if expires and (not expires.isdigit() or int(expires) < time.time()):
+        raise ApiError(401, "signature_expired", "the signature has expired")
+
+
+async def download(get_state: StateGetter, request: Request) -> StreamingResponse:
+    call, path = _call(get_state, request, "read")
+    if not path:
+        raise ApiError(400, "invalid_request", "path is required")
+    path = box_path(path, call.user)
+    async with call.st.audit.record(call.rec, call.who, "file_read", path):
+        resp, body = await call.st.data.read_file(call.rec, path)
+    headers = {k: v for k, v in resp.headers.items() if k.lower() == "content-length"}
+    return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
+
+
+async def upload(get_state: StateGetter, request: Request) -> JSONResponse:
+    call, query_path = _call(get_state, request, "write")
+    kind = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+    written = []
+    if kind == "multipart/form-data":
+        form = await request.form(max_files=MAX_PARTS, max_fields=MAX_PARTS)
+        try:
+            parts = [v for k, v in form.multi_items() if k == "file" and isinstance(v, UploadFile)]
+            if not parts:
+                raise ApiError(400, "invalid_request", "no file part in the form")
+            paths = [query_path if query_path and len(parts) == 1 else (p.filename or "") for p in parts]
+            if "" in paths:
+                raise ApiError(400, "invalid_request", "each part needs a path (its filename)")
+            paths = [box_path(p, call.user) for p in paths]
+            if len(set(paths)) != len(paths):
+                raise ApiError(400, "invalid_request", "two parts have the same path")
+            for part, path in zip(parts, paths, strict=True):
+                written.append(await _write(call, path, _read_part(part)))
+        finally:
+            await form.close()
+    else:
+        if not query_path:
+            raise ApiError(400, "invalid_request", "path is required for an octet-stream upload")
+        body: AsyncIterator[bytes] = request.stream()
+        if (request.headers.get("content-encoding") or "").lower() == "gzip":
+            body = _gunzip(body)
+        written.append(await _write(call, box_path(query_path, call.user), body))
+    return JSONResponse(written)
+
+
+async def _write(call: Call, path: str, body: AsyncIterator[bytes]) -> dict[str, str]:
+    async with call.st.audit.record(call.rec, call.who, "file_write",
+                                    path + (f"  [user={call.user}]" if call.user else "")):
+        await call.st.data.write_file(call.rec, path, body, call.user)
+    return {"name": posixpath.basename(path), "type": "file", "path": path}
+
+
+async def _read_part(part: UploadFile) -> AsyncIterator[bytes]:
+    while chunk := await part.read(CHUNK):
+        yield chunk
+
+
+async def _gunzip(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        async for chunk in body:
+            # bounded output per step: a small bomb cannot swell in memory
+            data = d.decompress(chunk, CHUNK)
+            while data:
+                yield data
+                data = d.decompress(d.unconsumed_tail, CHUNK) if d.unconsumed_tail else b""
+        if tail := d.flush():
+            yield tail
+    except zlib.error:
+        raise ApiError(400, "invalid_request", "the body is not valid gzip") from None
