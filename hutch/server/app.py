@@ -46,8 +46,13 @@ from hutch.server.models import (
     CreateSandbox,
     CreateSecret,
     CreateTemplate,
+    DirMade,
     EnvName,
     FileWritten,
+    FsEntries,
+    FsEntry,
+    MakeDir,
+    MoveEntry,
     NetworkLogPage,
     PreviewPort,
     PreviewPortNumber,
@@ -72,6 +77,7 @@ from hutch.server.models import (
     TemplateInfo,
     TemplateRef,
     UpdateSandbox,
+    User,
 )
 from hutch.server.pool import WarmPool
 from hutch.server.previews import Previews
@@ -510,6 +516,65 @@ def data_routes(app: FastAPI) -> None:
         async with st.audit.record(rec, who, "dir_download", path):
             _resp, body = await st.data.zip_dir(rec, path)
         return StreamingResponse(body, media_type="application/zip")
+
+    # filesystem operations: as the box user unless user=root (the agent keeps each to its rights)
+
+    @app.get(prefix + "/files/stat", response_model=FsEntry)
+    async def stat_file(rec: BoxDep, st: StateDep, path: Annotated[str, Query(max_length=4096)],
+                        user: User | None = None) -> FsEntry:
+        """A file, directory or link (described, not followed)."""
+        return await st.data.stat(rec, path, user)
+
+    @app.get(prefix + "/files/list", response_model=FsEntries)
+    async def list_dir(rec: BoxDep, st: StateDep, path: Annotated[str, Query(max_length=4096)],
+                       depth: Annotated[int, Query(ge=1, le=16)] = 1, user: User | None = None) -> FsEntries:
+        """A directory's entries, `depth` levels down, sorted; at most 10,000 (400 too_many_entries)."""
+        return FsEntries(entries=await st.data.list_dir(rec, path, depth, user))
+
+    @app.post(prefix + "/files/mkdir", response_model=DirMade)
+    async def make_dir(body: MakeDir, rec: BoxDep, st: StateDep, who: ActorDep) -> DirMade:
+        """mkdir -p; `created` is false if it was a directory already (409 if it is something else)."""
+        async with st.audit.record(rec, who, "dir_make", body.path + _as(body.user)):
+            entry, created = await st.data.make_dir(rec, body.path, body.user)
+        return DirMade(entry=entry, created=created)
+
+    @app.post(prefix + "/files/move", response_model=FsEntry)
+    async def move_file(body: MoveEntry, rec: BoxDep, st: StateDep, who: ActorDep) -> FsEntry:
+        """Rename a file or directory; answers the destination's entry."""
+        async with st.audit.record(rec, who, "file_move", f"{body.source} -> {body.destination}{_as(body.user)}"):
+            return await st.data.move(rec, body.source, body.destination, body.user)
+
+    @app.delete(prefix + "/files", status_code=204, response_class=Response)
+    async def remove_file(rec: BoxDep, st: StateDep, who: ActorDep, path: Annotated[str, Query(max_length=4096)],
+                          user: User | None = None) -> Response:
+        """A file or link, or a directory with everything in it."""
+        async with st.audit.record(rec, who, "file_remove", path + _as(user)):
+            await st.data.remove(rec, path, user)
+        return Response(status_code=204)
+
+    @app.get(prefix + "/files/watch", response_class=StreamingResponse,
+             responses={200: {"content": {"text/event-stream": {}}}})
+    async def watch_dir(rec: BoxDep, st: StateDep, path: Annotated[str, Query(max_length=4096)],
+                        recursive: bool = False) -> Any:
+        """A directory's changes as server-sent events, one FsEvent per `data:` line, with keep-alive
+        comments; the watch is in place when the headers arrive. Ends when the directory goes."""
+        watch = await st.data.watch(rec, path, recursive)
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                yield b": watching\n\n"
+                async for ev in watch.ticks:
+                    yield b": keep-alive\n\n" if ev is None else b"data: " + ev.model_dump_json().encode() + b"\n\n"
+            finally:
+                await watch.aclose()
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _as(user: str | None) -> str:
+    """How the audit log notes who a file operation acted as."""
+    return f"  [user={user}]" if user else ""
 
 
 class BodyLimit:
