@@ -60,6 +60,8 @@ sandboxes = sa.Table(
     sa.Column("template_id", sa.String(36), index=True),
     sa.Column("rootfs", sa.Text),  # the template root it boots from: a rebuild never changes a box's root
     sa.Column("disk_mib", sa.Integer),
+    # made through the E2B API: its access token stays the same across resumes (the e2b SDK keeps it)
+    sa.Column("stable_token", sa.Boolean),
     sa.Index("ix_sandboxes_box_key", "box_key"),
 )
 network_log = sa.Table(
@@ -211,6 +213,7 @@ class SandboxRecord:
     template_id: str | None = None
     rootfs: str | None = None
     disk_mib: int | None = None
+    stable_token: bool | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> SandboxRecord:

@@ -7,17 +7,22 @@ E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL (and PATH) set, and prints JSON for
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 import json
 import secrets
+import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from hutch import RunStep, Sandbox, Template
 from tests.conftest import Env
+from tests.internet import Internet
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT = Path(__file__).resolve().parent / "e2b_clients" / "client.py"
@@ -94,6 +99,7 @@ def test_pause_then_connect_keeps_files_and_processes(env: Env, line: str, mode:
     assert out["paused_again"] in (False, None)  # 409: already paused
     assert out["state_after"] == "running" and out["kept"] == "kept\n"
     assert out["counting"] is True and out["process_kept"] is True
+    assert out["same_handle"] == ["one\n", "two\n"]  # the token survives resumes (E2B keeps it)
 
 
 def test_one_box_two_clients_and_the_audit_log(env: Env) -> None:
@@ -140,3 +146,143 @@ def test_terminals_input_streams_and_reattaching(env: Env, line: str, mode: str)
 def test_lifecycle_at_the_timeout(env: Env) -> None:
     out = run_client(env, "2.63.0", "lifecycle", "sync")
     assert out["killed"] == "SandboxNotFoundException" and out["paused"] == "paused"
+    assert out["auto_resumed"] == ["0\n", "1\n", "2\n"]
+
+
+# --- raw HTTP: limits, abuse and refusals ---------------------------------------------------------
+
+def e2b_box(env: Env, **body: Any) -> tuple[str, str]:
+    r = httpx.post(f"{env.url}/e2b/sandboxes", headers={"X-API-KEY": e2b_key(env)},
+                   json={"templateID": "base", "timeout": 120, **body}, timeout=120)
+    assert r.status_code == 201, r.text
+    return r.json()["sandboxID"], r.json()["envdAccessToken"]
+
+
+def envd(env: Env, sandbox_id: str, token: str | None) -> dict[str, str]:
+    return {"E2b-Sandbox-Id": sandbox_id, **({"X-Access-Token": token} if token else {})}
+
+
+def test_uploads_gzip_and_forms_are_bounded(env: Env) -> None:
+    box, token = e2b_box(env)
+    url, headers = f"{env.url}/e2b/envd/files", envd(env, box, token)
+    try:
+        started = time.monotonic()
+        junk = gzip.compress(b"x") + secrets.token_bytes(2**20)  # trailing bytes after the member
+        r = httpx.post(url, params={"path": "/tmp/z"}, content=junk, timeout=60,
+                       headers={**headers, "Content-Type": "application/octet-stream", "Content-Encoding": "gzip"})
+        assert r.status_code == 400 and time.monotonic() - started < 10
+        two = gzip.compress(b"one ") + gzip.compress(b"two")  # multi-member: both kept
+        r = httpx.post(url, params={"path": "/tmp/two"}, content=two, timeout=60,
+                       headers={**headers, "Content-Type": "application/octet-stream", "Content-Encoding": "gzip"})
+        assert r.status_code == 200, r.text
+        assert httpx.get(url, params={"path": "/tmp/two"}, headers=headers).content == b"one two"
+        host, port = env.url.split("//", 1)[1].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as sock:  # declares 1 TiB, sends nothing
+            sock.sendall((f"POST /e2b/envd/files HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: {box}\r\n"
+                          f"X-Access-Token: {token}\r\nContent-Type: multipart/form-data; boundary=x\r\n"
+                          f"Content-Length: {2**40}\r\n\r\n").encode())
+            assert sock.recv(4096).startswith(b"HTTP/1.1 413")
+    finally:
+        httpx.delete(f"{env.url}/e2b/sandboxes/{box}", headers={"X-API-KEY": e2b_key(env)})
+
+
+def test_a_multipart_body_is_capped_while_it_streams() -> None:
+    from starlette.requests import Request
+
+    from hutch.e2b.files import _capped
+    from hutch.server.errors import ApiError
+
+    sent = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        sent += 1
+        body = (b"--x\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\n" if sent == 1
+                else b"a" * 65536)
+        return {"type": "http.request", "body": body, "more_body": sent < 10_000}
+
+    scope = {"type": "http", "method": "POST", "path": "/files", "query_string": b"",
+             "headers": [(b"content-type", b"multipart/form-data; boundary=x")]}
+
+    async def parse() -> None:
+        await _capped(Request(scope, receive), 2**20).form()
+
+    with pytest.raises(ApiError) as e:
+        asyncio.run(parse())
+    assert e.value.status == 413 and sent < 40  # refused after ~1 MiB, not after 650 MiB
+
+
+def test_gunzip_members_junk_truncation_and_input_cap() -> None:
+    from hutch.e2b.files import _gunzip
+    from hutch.server.errors import ApiError
+
+    async def run(data: bytes, limit: int = 2**30) -> bytes:
+        async def body() -> Any:
+            for i in range(0, len(data), 1000):
+                yield data[i:i + 1000]
+        return b"".join([c async for c in _gunzip(body(), limit)])
+
+    assert asyncio.run(run(gzip.compress(b"a" * 5000) + gzip.compress(b"b"))) == b"a" * 5000 + b"b"
+    assert asyncio.run(run(b"")) == b""
+    for bad, status in ((gzip.compress(b"a") + b"junk", 400), (gzip.compress(b"abc")[:-3], 400)):
+        with pytest.raises(ApiError) as e:
+            asyncio.run(run(bad))
+        assert e.value.status == status
+    with pytest.raises(ApiError) as e:  # the compressed bytes count too
+        asyncio.run(run(gzip.compress(secrets.token_bytes(5000)), limit=4000))
+    assert e.value.status == 413
+
+
+def test_envd_refuses_other_boxes_tokens_and_bad_signatures(env: Env) -> None:
+    a, token_a = e2b_box(env)
+    b, _token_b = e2b_box(env)
+    try:
+        rpc = "/e2b/envd/process.Process/List"
+        ok = httpx.post(env.url + rpc, headers=envd(env, a, token_a), json={})
+        assert ok.status_code == 200, ok.text
+        for headers in (envd(env, b, token_a), envd(env, b, None), envd(env, b, "x" * 40)):
+            r = httpx.post(env.url + rpc, headers=headers, json={})
+            assert r.status_code == 401 and r.json()["code"] == "unauthenticated"
+        files = f"{env.url}/e2b/envd/files"
+        for params in ({"path": "/etc/hostname", "signature": "v1_bad"},
+                       {"path": "/etc/hostname", "signature": "v1_bad", "signature_expiration": "\u00b2"}):
+            r = httpx.get(files, params=params, headers=envd(env, a, None))
+            assert r.status_code == 401, r.text
+        r = httpx.get(files, params={"path": "/etc/hostname"}, headers=envd(env, b, token_a))
+        assert r.status_code == 401
+        latin = {**envd(env, a, token_a), "Authorization": "Basic \u00e9".encode("latin-1")}
+        r = httpx.post(env.url + rpc, headers=latin, json={})
+        assert r.status_code == 400
+    finally:
+        for box in (a, b):
+            httpx.delete(f"{env.url}/e2b/sandboxes/{box}", headers={"X-API-KEY": e2b_key(env)})
+
+
+def test_control_plane_bad_input_is_a_typed_error(env: Env) -> None:
+    api, key = f"{env.url}/e2b", {"X-API-KEY": e2b_key(env)}
+    for token in ("%C2%B2", "9" * 5000, "-1"):
+        r = httpx.get(f"{api}/v2/sandboxes?nextToken={token}", headers=key)
+        assert r.status_code == 400, (token, r.status_code)
+    deep = b"[" * 100_000 + b"]" * 100_000
+    r = httpx.post(f"{api}/sandboxes", headers={**key, "Content-Type": "application/json"}, content=deep)
+    assert r.status_code == 400 and r.json()["code"] == 400
+    for network in ({"allowOut": 5}, {"rules": {}}, {"egressProxy": {"url": "x"}}, 5):
+        r = httpx.post(f"{api}/sandboxes", headers=key, json={"templateID": "base", "network": network})
+        assert r.status_code == 400, (network, r.text)
+    r = httpx.post(f"{env.url}/e2b/envd/process.Process/List", content=deep,
+                   headers={"E2b-Sandbox-Id": "x", "Content-Type": "application/json"})
+    assert r.status_code in (400, 502)
+
+
+def test_no_internet_but_an_allow_list(env: Env, internet: Internet) -> None:
+    box, _token = e2b_box(env, allow_internet_access=False, network={"allowOut": ["example.test"]})
+    try:
+        info = httpx.get(f"{env.url}/e2b/sandboxes/{box}", headers={"X-API-KEY": e2b_key(env)}).json()
+        assert info["allowInternetAccess"] is False and info["network"]["allowOut"] == ["example.test"]
+        hutch_box = Sandbox.connect(box)
+        curl = "curl -sS -o /dev/null -w '%{http_code}' --max-time 10 "
+        assert hutch_box.commands.run(curl + "http://example.test/").stdout == "200"
+        other = hutch_box.commands.run(curl + "http://other.test/")
+        assert other.stdout != "200"
+    finally:
+        httpx.delete(f"{env.url}/e2b/sandboxes/{box}", headers={"X-API-KEY": e2b_key(env)})

@@ -8,9 +8,11 @@ services (Sandboxes, DataPlane, the audit log), so a box is one box to both APIs
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
+import sqlalchemy.exc
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -18,7 +20,7 @@ from starlette.responses import JSONResponse
 
 from hutch.e2b import files, filesystem, process
 from hutch.e2b.common import StateGetter
-from hutch.e2b.connect import ConnectError
+from hutch.e2b.connect import HTTP_STATUS, ConnectError
 from hutch.e2b.control import control_routes
 from hutch.e2b.envd import SandboxGone, basic_user, call_of, sandbox_of
 from hutch.server.errors import ApiError
@@ -33,44 +35,72 @@ def _rest_error(status: int, message: str, headers: dict[str, str] | None = None
     return JSONResponse({"code": status, "message": message}, status_code=status, headers=headers)
 
 
-def _rest_handlers(app: FastAPI) -> None:
-    """E2B's REST error body, {"code": <status>, "message"}; a failed create is never retried."""
+def _is_rpc(request: Request) -> bool:
+    """A Connect call (envd's /<service>/<method>): its errors are Connect's, with a string code."""
+    return request.url.path.rstrip("/").rsplit("/", 2)[-2:-1] in (["process.Process"], ["filesystem.Filesystem"])
+
+
+def _rest_handlers(app: FastAPI, get_state: StateGetter) -> None:
+    """E2B's REST error body, {"code": <status>, "message"} (Connect's on envd's RPC paths); a
+    failed create is never retried. Errors are counted as hutch's own are."""
+
+    def counted(code: str, status: int) -> None:
+        with contextlib.suppress(Exception):  # before start-up has made the state
+            get_state().metrics.errors.labels(code[:64], str(status)).inc()
+
+    def answer(request: Request, status: int, code: str, message: str) -> JSONResponse:
+        counted(code, status)
+        if _is_rpc(request):
+            return ConnectError.of(ApiError(status, code, message)).response()
+        no_retry = {"Should-Retry": "false"} if request.method == "POST" and status >= 500 else None
+        return _rest_error(status, message, no_retry)
 
     async def api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
-        no_retry = {"Should-Retry": "false"} if request.method == "POST" and exc.status >= 500 else None
-        return _rest_error(exc.status, exc.message, no_retry)
+        return answer(request, exc.status, exc.code, exc.message)
 
     async def validation(request: Request, exc: Exception) -> JSONResponse:
-        return _rest_error(400, "the request is not valid")
+        return answer(request, 400, "invalid_request", "the request is not valid")
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        return _rest_error(exc.status_code, str(exc.detail))
+        return answer(request, exc.status_code, "payload_too_large" if exc.status_code == 413 else "http_error",
+                      str(exc.detail))
 
     async def connect_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ConnectError)
+        counted(exc.code, HTTP_STATUS.get(exc.code, 500))
         return exc.response()
 
     async def gone(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, SandboxGone)
+        counted("sandbox_not_found", 502)
         return JSONResponse(exc.body(), status_code=502)
 
+    async def store_error(request: Request, exc: Exception) -> JSONResponse:
+        """As hutch's: the store could not answer or write (a full disk is said so)."""
+        full = "full" in str(exc).lower() or "no space" in str(exc).lower()
+        status, code = (507, "insufficient_storage") if full else (503, "store_unavailable")
+        return answer(request, status, code, "the server's disk is full" if full else "the store is unavailable; try again")
+
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, RecursionError):  # a body nested too deep for the JSON parser
+            return answer(request, 400, "invalid_request", "the request is nested too deeply")
         log.exception("an E2B call failed", exc_info=exc)
-        return _rest_error(500, "internal error")
+        return answer(request, 500, "server_error", "internal error")
 
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(RequestValidationError, validation)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(ConnectError, connect_error)
     app.add_exception_handler(SandboxGone, gone)
+    app.add_exception_handler(sqlalchemy.exc.OperationalError, store_error)
     app.add_exception_handler(Exception, unexpected)
 
 
 def envd_app(get_state: StateGetter) -> FastAPI:
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    _rest_handlers(app)
+    _rest_handlers(app, get_state)
     procs = process.Processes()
     watchers = filesystem.Watchers()
 
@@ -108,6 +138,6 @@ def mount(app: FastAPI, get_state: StateGetter) -> None:
     """envd first: the control plane's prefix holds it."""
     app.mount(ENVD_PREFIX, envd_app(get_state))
     control = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    _rest_handlers(control)
+    _rest_handlers(control, get_state)
     control_routes(control, get_state)
     app.mount(API_PREFIX, control)

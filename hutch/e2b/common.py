@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from pydantic import ValidationError
+
 from hutch.guest.protocol import BOX_HOME
 
 if TYPE_CHECKING:
@@ -26,6 +28,12 @@ T = TypeVar("T")
 class Ctx:
     st: State
     team_id: str
+
+
+def validation_message(e: ValidationError) -> str:
+    """A pydantic error's first problem, as "<where>: <what>"."""
+    problem = e.errors()[0]
+    return f"{'.'.join(map(str, problem.get('loc', ())))}: {problem.get('msg', 'invalid')}"
 
 
 def home_of(user: str | None) -> str:

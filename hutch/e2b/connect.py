@@ -109,7 +109,7 @@ async def read_stream_request(body: AsyncIterator[bytes]) -> dict[str, Any]:
 def parse_json(data: bytes) -> dict[str, Any]:
     try:
         msg = json.loads(data) if data.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         raise invalid("the message is not valid JSON") from None
     if not isinstance(msg, dict):
         raise invalid("the message is not a JSON object")

@@ -10,6 +10,7 @@ checkpoint written.
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import datetime
 from typing import Any
@@ -19,7 +20,7 @@ from fastapi import FastAPI, Request, Response
 from pydantic import ValidationError
 from starlette.responses import JSONResponse
 
-from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter
+from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, validation_message
 from hutch.server.errors import ApiError
 from hutch.server.models import CreateSandbox, NetworkConfig, UpdateSandbox
 from hutch.server.templates import BASE_TEMPLATE_ID
@@ -47,6 +48,15 @@ def _int(body: dict[str, Any], key: str, default: int | None = None) -> int | No
     if isinstance(value, bool) or not isinstance(value, int):
         raise ApiError(400, "invalid_request", f"{key} must be an integer")
     return value
+
+
+def _count(raw: str | None, name: str, default: int) -> int:
+    """A query's non-negative count: ASCII digits, at most nine."""
+    if not raw:
+        return default
+    if not re.fullmatch(r"[0-9]{1,9}", raw):
+        raise ApiError(400, "invalid_request", f"{name} is not valid")
+    return int(raw)
 
 
 def _clamp_timeout(seconds: int) -> int:
@@ -117,10 +127,8 @@ class Control:
                                 metadata=body.get("metadata") or None, env_vars=body.get("envVars") or None,
                                 network=_network(body))
         except ValidationError as e:
-            problem = e.errors()[0]
-            where = ".".join(str(p) for p in problem.get("loc", ()))
-            raise ApiError(400, "invalid_request", f"{where}: {problem.get('msg', 'invalid')}") from None
-        rec = await c.st.sandboxes.create(c.team_id, req)
+            raise ApiError(400, "invalid_request", validation_message(e)) from None
+        rec = await c.st.sandboxes.create(c.team_id, req, stable_token=True)
         return self.sandbox(c, rec)
 
     def list_sandboxes(self, c: Ctx, request: Request, states: tuple[str, ...]) -> Response:
@@ -135,9 +143,8 @@ class Control:
             after = _parse_time(q["startedAfter"])
             recs = [r for r in recs if r.created_at > after]
         recs.sort(key=lambda r: r.created_at, reverse=q.get("order") != "asc")
-        start = int(q["nextToken"]) if (q.get("nextToken") or "").isdigit() else 0
-        limit = int(q["limit"]) if (q.get("limit") or "").isdigit() else MAX_PAGE
-        limit = max(1, min(limit, MAX_PAGE))
+        start = _count(q.get("nextToken"), "nextToken", 0)
+        limit = max(1, min(_count(q.get("limit"), "limit", MAX_PAGE), MAX_PAGE))
         page = recs[start:start + limit]
         headers = {"x-next-token": str(start + limit)} if start + limit < len(recs) else {}
         return JSONResponse([self.listed(c, r) for r in page], headers=headers)
@@ -180,17 +187,38 @@ class Control:
                  "diskTotal": (rec.disk_mib or 0) * 2**20}]
 
 
+DENY_ALL = ("0.0.0.0/0", "::/0")
+NETWORK_KEYS = {"allowOut", "denyOut"}
+
+
 def _denies_everything(network: dict[str, list[str]]) -> bool:
-    return not network.get("allow_out") and "0.0.0.0/0" in network.get("deny_out", [])
+    return "0.0.0.0/0" in network.get("deny_out", [])
+
+
+def _rules(net: dict[str, Any], key: str) -> list[str]:
+    value = net.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ApiError(400, "invalid_request", f"network.{key} must be a list of strings")
+    return value
 
 
 def _network(body: dict[str, Any]) -> NetworkConfig | None:
+    """E2B's network settings as hutch's rules. allow_internet_access=false denies everything
+    the allow list does not name (allow wins over deny in hutch, as in E2B)."""
     given = body.get("network")
-    net: dict[str, Any] = given if isinstance(given, dict) else {}
-    allow = list(net.get("allowOut") or [])
-    deny = list(net.get("denyOut") or [])
-    if body.get("allow_internet_access") is False and not allow:
-        deny = ["0.0.0.0/0"]
+    if given is not None and not isinstance(given, dict):
+        raise ApiError(400, "invalid_request", "network must be an object")
+    net: dict[str, Any] = given or {}
+    if unknown := sorted(k for k in set(net) - NETWORK_KEYS if net[k] is not None):
+        raise ApiError(400, "invalid_request", f"network.{unknown[0][:64]} is not supported by hutch")
+    allow, deny = _rules(net, "allowOut"), _rules(net, "denyOut")
+    access = body.get("allow_internet_access", body.get("allowInternetAccess"))
+    if access is not None and not isinstance(access, bool):
+        raise ApiError(400, "invalid_request", "allow_internet_access must be true or false")
+    if access is False:
+        deny = [*deny, *(d for d in DENY_ALL if d not in deny)]
     if not allow and not deny:
         return None
     return NetworkConfig(allow_out=allow, deny_out=deny)
@@ -216,7 +244,7 @@ async def _body(request: Request) -> dict[str, Any]:
         return {}
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ApiError(400, "invalid_json", "the request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_request", "the request body must be a JSON object")

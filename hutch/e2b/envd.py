@@ -86,7 +86,7 @@ def basic_user(request: Request) -> User | None:
         return None
     try:
         name = base64.b64decode(header[6:].strip(), validate=True).decode().split(":", 1)[0]
-    except (binascii.Error, UnicodeDecodeError):
+    except (binascii.Error, ValueError):  # ValueError: non-ASCII text (and bad UTF-8)
         raise invalid("the Authorization header is not valid Basic auth") from None
     return check_user(name)
 

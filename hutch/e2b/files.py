@@ -13,6 +13,7 @@ import base64
 import hashlib
 import hmac
 import posixpath
+import re
 import time
 import zlib
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from typing import Any
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
+from starlette.types import Message
 
 from hutch.e2b.common import StateGetter, box_path
 from hutch.e2b.envd import Call, authorize, check_user, sandbox_of
@@ -29,6 +31,7 @@ from hutch.server.errors import ApiError
 
 MAX_PARTS = 1000
 CHUNK = 64 * 1024
+FORM_OVERHEAD = 1 * 2**20  # a multipart body's boundaries, part headers and names, beyond the file bytes
 
 
 def _call(get_state: StateGetter, request: Request, op: str) -> tuple[Call, str]:
@@ -49,7 +52,7 @@ def _check_signature(token: str, path: str, op: str, user: str | None, q: Any) -
     want = "v1_" + base64.b64encode(hashlib.sha256(raw.encode()).digest()).decode().rstrip("=")
     if not hmac.compare_digest(want.encode(), q["signature"].encode()):
         raise ApiError(401, "invalid_signature", "the signature is not valid")
-    if expires and (not expires.isdigit() or int(expires) < time.time()):
+    if expires and (not re.fullmatch(r"[0-9]{1,12}", expires) or int(expires) < time.time()):
         raise ApiError(401, "signature_expired", "the signature has expired")
 
 
@@ -68,8 +71,11 @@ async def upload(get_state: StateGetter, request: Request) -> JSONResponse:
     call, query_path = _call(get_state, request, "write")
     kind = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
     written = []
+    limit = call.st.data.max_file_bytes
     if kind == "multipart/form-data":
-        form = await request.form(max_files=MAX_PARTS, max_fields=MAX_PARTS)
+        # the form is parsed (and spooled) before any part is written: its whole body is capped
+        # as it arrives, so an over-large one is refused before it fills the server's disk
+        form = await _capped(request, limit + FORM_OVERHEAD).form(max_files=MAX_PARTS, max_fields=MAX_PARTS)
         try:
             parts = [v for k, v in form.multi_items() if k == "file" and isinstance(v, UploadFile)]
             if not parts:
@@ -89,7 +95,7 @@ async def upload(get_state: StateGetter, request: Request) -> JSONResponse:
             raise ApiError(400, "invalid_request", "path is required for an octet-stream upload")
         body: AsyncIterator[bytes] = request.stream()
         if (request.headers.get("content-encoding") or "").lower() == "gzip":
-            body = _gunzip(body)
+            body = _gunzip(body, limit)
         written.append(await _write(call, box_path(query_path, call.user), body))
     return JSONResponse(written)
 
@@ -106,16 +112,50 @@ async def _read_part(part: UploadFile) -> AsyncIterator[bytes]:
         yield chunk
 
 
-async def _gunzip(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, "payload_too_large", f"uploads are limited to {limit} bytes")
+
+
+def _capped(request: Request, limit: int) -> Request:
+    """The request, its body refused (413) past `limit` bytes, declared or as it streams."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isascii() or not declared.isdigit() or int(declared) > limit):
+        raise _too_large(limit)
+    seen = 0
+
+    async def receive() -> Message:
+        nonlocal seen
+        msg = await request.receive()
+        seen += len(msg.get("body", b""))
+        if seen > limit:
+            raise _too_large(limit)
+        return msg
+
+    return Request(request.scope, receive)
+
+
+async def _gunzip(body: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+    """The body, gunzipped member after member, with bounded output per step (a small bomb
+    cannot swell in memory) and the compressed input counted against the file limit too.
+    Trailing bytes that are not a gzip member are refused."""
+    d, started, seen = zlib.decompressobj(16 + zlib.MAX_WBITS), False, 0
     try:
         async for chunk in body:
-            # bounded output per step: a small bomb cannot swell in memory
-            data = d.decompress(chunk, CHUNK)
-            while data:
-                yield data
-                data = d.decompress(d.unconsumed_tail, CHUNK) if d.unconsumed_tail else b""
-        if tail := d.flush():
-            yield tail
+            seen += len(chunk)
+            if seen > limit:
+                raise _too_large(limit)
+            pending = chunk
+            while pending:
+                started = True
+                data = d.decompress(pending, CHUNK)
+                if data:
+                    yield data
+                if d.eof:  # the member ended: what follows must be another one
+                    pending, started = d.unused_data, False
+                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                else:
+                    pending = d.unconsumed_tail
+        if started:
+            raise ApiError(400, "invalid_request", "the gzip body is truncated")
     except zlib.error:
         raise ApiError(400, "invalid_request", "the body is not valid gzip") from None

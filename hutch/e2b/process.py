@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from hutch.e2b.common import box_path, with_keepalive
+from hutch.e2b.common import box_path, validation_message, with_keepalive
 from hutch.e2b.connect import (
     ConnectError,
     Envelopes,
@@ -142,7 +142,7 @@ class Processes:
                 kind = ev["t"]
                 if kind in (protocol.EVENT_STDOUT, protocol.EVENT_STDERR):
                     key = "pty" if pty else kind
-                    yield envelope({"event": {"data": {key: b64encode(ev["d"].encode())}}})
+                    yield envelope({"event": {"data": {key: b64encode(ev["d"].encode(errors="replace"))}}})
                 elif kind == protocol.EVENT_EXIT:
                     yield envelope({"event": {"end": self._end(call, pid, ev["code"])}})
                     if (k := self.known.get((call.rec.id, pid))) and k.timer:
@@ -173,12 +173,11 @@ class Processes:
         tag = text(msg, "tag") if get(msg, "tag") is not None else None
         stdin = flag(msg, "stdin")
         command = shlex.join([cmd, *args])
+        pty = _pty_size(size) if isinstance(size, dict) else None
         try:
-            pty = PtySize(rows=integer(size, "rows"), cols=integer(size, "cols")) if isinstance(size, dict) else None
             spawn = SpawnCommand(command=command, cwd=cwd, env=envs or None, user=call.user, pty=pty)
         except ValidationError as e:
-            problem = e.errors()[0]
-            raise invalid(f"{'.'.join(map(str, problem.get('loc', ())))}: {problem.get('msg')}") from None
+            raise invalid(validation_message(e)) from None
         detail = audit.describe(command, cwd, call.user, envs)
         try:
             async with call.st.audit.record(call.rec, call.who, "spawn", detail):
@@ -248,8 +247,7 @@ class Processes:
         pid = self.pid(call, msg)
         size = get(get(msg, "pty"), "size")
         if isinstance(size, dict):
-            await self._call(call, pid, protocol.PROC_RESIZE,
-                             json={"rows": integer(size, "rows"), "cols": integer(size, "cols")})
+            await self._call(call, pid, protocol.PROC_RESIZE, json=_pty_size(size).model_dump())
         return {}
 
     async def stream_input(self, call: Call, request: Request) -> Response:
@@ -287,6 +285,13 @@ async def dispatch(service: Processes, method: str, call: Call, request: Request
     if handler is None:
         raise ConnectError("unimplemented", f"process.Process/{method} is not implemented")
     return JSONResponse(await handler(service, call, await call.unary_message(request)))
+
+
+def _pty_size(size: dict[str, Any]) -> PtySize:
+    try:
+        return PtySize(rows=integer(size, "rows"), cols=integer(size, "cols"))
+    except ValidationError as e:
+        raise invalid(validation_message(e)) from None
 
 
 def _header_number(request: Request, name: str) -> float:

@@ -236,7 +236,7 @@ async def pty_async() -> None:
 
 # --- pause and connect ----------------------------------------------------------------------------------
 
-COUNTER = "i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done"
+COUNTER = "i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done"
 
 
 def pause_sync() -> None:
@@ -255,6 +255,11 @@ def pause_sync() -> None:
     time.sleep(1)
     out["counting"] = int(back.commands.run("cat /tmp/count").stdout) > first
     out["process_kept"] = h.pid in [p.pid for p in back.commands.list()]
+    # the first handle, after the resume by another, and after its own pause and connect
+    out["same_handle"] = [sbx.commands.run("echo one").stdout]
+    sbx.pause() if hasattr(sbx, "pause") else sbx.beta_pause()
+    sbx.connect(timeout=120)
+    out["same_handle"].append(sbx.commands.run("echo two").stdout)
     back.kill()
 
 
@@ -274,6 +279,10 @@ async def pause_async() -> None:
     await asyncio.sleep(1)
     out["counting"] = int((await back.commands.run("cat /tmp/count")).stdout) > first
     out["process_kept"] = h.pid in [p.pid for p in await back.commands.list()]
+    out["same_handle"] = [(await sbx.commands.run("echo one")).stdout]
+    await (sbx.pause() if hasattr(sbx, "pause") else sbx.beta_pause())
+    await sbx.connect(timeout=120)
+    out["same_handle"].append((await sbx.commands.run("echo two")).stdout)
     await back.kill()
 
 
@@ -304,6 +313,8 @@ def lifecycle_sync() -> None:
         time.sleep(0.5)
     out["killed"] = caught(killed.get_info)
     out["paused"] = Sandbox.get_info(paused.sandbox_id).state.value
+    # the same handle: its next call resumes the box, and the calls after it still get in
+    out["auto_resumed"] = [paused.commands.run(f"echo {i}").stdout for i in range(3)]
     paused.kill()
 
 
