@@ -8,10 +8,12 @@ E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL (and PATH) set, and prints JSON for
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import json
 import secrets
 import socket
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -284,5 +286,45 @@ def test_no_internet_but_an_allow_list(env: Env, internet: Internet) -> None:
         assert hutch_box.commands.run(curl + "http://example.test/").stdout == "200"
         other = hutch_box.commands.run(curl + "http://other.test/")
         assert other.stdout != "200"
+    finally:
+        httpx.delete(f"{env.url}/e2b/sandboxes/{box}", headers={"X-API-KEY": e2b_key(env)})
+
+
+def connect_frames(*messages: dict[str, Any]) -> bytes:
+    return b"".join(struct.pack(">BI", 0, len(m)) + m for m in (json.dumps(x).encode() for x in messages))
+
+
+def test_connect_streams_limits_and_keepalives(env: Env) -> None:
+    from hutch.e2b.connect import Envelopes
+
+    started = time.monotonic()
+    assert len(Envelopes().feed(b"\0\0\0\0\0" * 200_000)) == 200_000  # empty messages: linear
+    assert time.monotonic() - started < 2
+    box, token = e2b_box(env)
+    stream = {**envd(env, box, token), "Content-Type": "application/connect+json"}
+    try:
+        proc = Sandbox.connect(box).commands.spawn("cat > /tmp/in")
+        chunk = {"event": {"data": {"input": {"stdin": base64.b64encode(b"x" * 2**19).decode()}}}}
+        body = connect_frames({"event": {"start": {"process": {"pid": proc.pid}}}}, *[chunk] * 4)
+        r = httpx.post(f"{env.url}/e2b/envd/process.Process/StreamInput", headers=stream, content=body, timeout=60)
+        assert r.status_code == 200, r.text[:300]  # 2.7 MiB: past hutch's 1 MiB JSON limit
+        # a unary call past the limit: Connect's error, with a string code
+        r = httpx.post(f"{env.url}/e2b/envd/process.Process/List", headers=envd(env, box, token),
+                       content=b"{" + b" " * 2**21 + b"}", timeout=60)
+        assert r.status_code in (413, 429) and r.json()["code"] == "resource_exhausted"
+        two = connect_frames({"process": {"pid": proc.pid}}, {"process": {"pid": proc.pid}})
+        r = httpx.post(f"{env.url}/e2b/envd/process.Process/Connect", headers=stream, content=two, timeout=60)
+        assert r.status_code == 400 and r.json()["code"] == "invalid_argument"
+        one = connect_frames({"process": {"pid": proc.pid}})
+        frames = 0
+        with httpx.stream("POST", f"{env.url}/e2b/envd/process.Process/Connect", content=one, timeout=10,
+                          headers={**stream, "Keepalive-Ping-Interval": "0.001"}) as resp:
+            assert resp.status_code == 200
+            begun = time.monotonic()
+            for _ in resp.iter_raw():
+                frames += 1
+                if time.monotonic() - begun > 2.5:
+                    break
+        assert frames < 20  # held to one a second, not a thousand
     finally:
         httpx.delete(f"{env.url}/e2b/sandboxes/{box}", headers={"X-API-KEY": e2b_key(env)})

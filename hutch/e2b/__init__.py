@@ -29,6 +29,8 @@ log = logging.getLogger("hutch.e2b")
 
 API_PREFIX = "/e2b"
 ENVD_PREFIX = "/e2b/envd"
+# bodies bounded where they stream (the file limit; each Connect message), not by hutch's JSON limit
+STREAMED = frozenset({ENVD_PREFIX + "/files", ENVD_PREFIX + "/process.Process/StreamInput"})
 
 
 def _rest_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import posixpath
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import ValidationError
+from starlette.requests import Request
 
 from hutch.guest.protocol import BOX_HOME
 
@@ -68,3 +70,22 @@ async def with_keepalive(events: AsyncIterator[T], interval: float) -> AsyncIter
             pending.cancel()
             with contextlib.suppress(BaseException):
                 await pending
+
+
+DEFAULT_KEEPALIVE = 50.0
+MIN_KEEPALIVE, MAX_KEEPALIVE = 1.0, 300.0
+
+
+def header_number(request: Request, name: str) -> float:
+    """A header's non-negative number; 0 when absent or not a finite number."""
+    try:
+        value = float(request.headers.get(name) or 0)
+    except ValueError:
+        return 0.0
+    return value if math.isfinite(value) and value > 0 else 0.0
+
+
+def keepalive(request: Request) -> float:
+    """The client's Keepalive-Ping-Interval (seconds), held to 1..300."""
+    given = header_number(request, "keepalive-ping-interval") or DEFAULT_KEEPALIVE
+    return max(MIN_KEEPALIVE, min(given, MAX_KEEPALIVE))

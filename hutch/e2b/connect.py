@@ -76,34 +76,40 @@ def end_stream(error: ConnectError | None = None) -> bytes:
 
 
 class Envelopes:
-    """Splits a request body into messages as its chunks arrive."""
+    """Splits a request body into messages as its chunks arrive (by offset: each byte is looked
+    at once, whatever the number of messages)."""
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._buf = bytearray()
 
     def feed(self, chunk: bytes) -> list[tuple[int, dict[str, Any]]]:
         self._buf += chunk
-        out = []
-        while len(self._buf) >= 5:
-            flags, n = struct.unpack(">BI", self._buf[:5])
+        out, at = [], 0
+        while len(self._buf) - at >= 5:
+            flags, n = struct.unpack_from(">BI", self._buf, at)
             if n > MAX_MESSAGE:
                 raise ConnectError("resource_exhausted", f"messages are limited to {MAX_MESSAGE} bytes")
-            if len(self._buf) < 5 + n:
+            if len(self._buf) - at < 5 + n:
                 break
-            data, self._buf = self._buf[5:5 + n], self._buf[5 + n:]
+            data = bytes(self._buf[at + 5:at + 5 + n])
+            at += 5 + n
             if flags & 0x01:
                 raise ConnectError("internal", "compressed messages are not supported")
             if not flags & END_STREAM:
                 out.append((flags, parse_json(data)))
+        del self._buf[:at]
         return out
 
 
 async def read_stream_request(body: AsyncIterator[bytes]) -> dict[str, Any]:
-    """The one message of a server-stream call (the body may come chunked)."""
-    env, got = Envelopes(), []
+    """The one message of a server-stream call (the body may come chunked); a second is refused."""
+    env, got = Envelopes(), None
     async for chunk in body:
-        got += env.feed(chunk)
-    return got[0][1] if got else {}
+        for _flags, msg in env.feed(chunk):
+            if got is not None:
+                raise invalid("a server-stream call takes one message")
+            got = msg
+    return got or {}
 
 
 def parse_json(data: bytes) -> dict[str, Any]:
@@ -118,13 +124,6 @@ def parse_json(data: bytes) -> dict[str, Any]:
 
 def stream_response(messages: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(messages, media_type=STREAM_TYPE, headers={"Cache-Control": "no-cache"})
-
-
-def stream_error(error: ConnectError) -> StreamingResponse:
-    async def one() -> AsyncIterator[bytes]:
-        yield end_stream(error)
-
-    return stream_response(one())
 
 
 # --- protojson ------------------------------------------------------------------------------------

@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 
 from hutch.e2b.common import StateGetter
-from hutch.e2b.connect import ConnectError, invalid, parse_json
+from hutch.e2b.connect import invalid, parse_json
 from hutch.server import audit
 from hutch.server.errors import ApiError
 from hutch.server.models import User
 from hutch.store import SandboxRecord
 
 ENVD_PORT = "49983"
-MAX_UNARY = 4 * 2**20
 
 if TYPE_CHECKING:
     from hutch.server.app import State
@@ -51,12 +50,8 @@ class Call:
 
     @staticmethod
     async def unary_message(request: Request) -> dict[str, Any]:
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_UNARY:
-                raise ConnectError("resource_exhausted", f"messages are limited to {MAX_UNARY} bytes")
-        return parse_json(body)
+        """The body, bounded by hutch's JSON limit (BodyLimit; a 413 becomes resource_exhausted)."""
+        return parse_json(await request.body())
 
 
 def sandbox_of(get_state: StateGetter, request: Request) -> tuple[State, SandboxRecord]:

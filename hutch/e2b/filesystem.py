@@ -18,7 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from hutch.e2b.common import box_path, with_keepalive
+from hutch.e2b.common import box_path, keepalive, with_keepalive
 from hutch.e2b.connect import (
     ConnectError,
     end_stream,
@@ -40,7 +40,6 @@ EVENT_TYPES = {"create": "EVENT_TYPE_CREATE", "write": "EVENT_TYPE_WRITE", "remo
 MAX_BUFFERED = 10_000
 MAX_WATCHERS = 256
 IDLE_WATCHER = 600.0
-KEEPALIVE = 50.0
 
 
 def entry(e: Any) -> dict[str, Any]:
@@ -171,7 +170,7 @@ class Watchers:
         async def relay() -> AsyncIterator[bytes]:
             try:
                 yield envelope({"start": {}})
-                async for ev in with_keepalive(_plain(watch.events), KEEPALIVE):
+                async for ev in with_keepalive(_plain(watch.events), keepalive(request)):
                     yield envelope({"keepalive": {}} if ev is None else {"filesystem": ev})
                 yield end_stream()
             except ApiError as e:

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from hutch.e2b.common import box_path, validation_message, with_keepalive
+from hutch.e2b.common import box_path, header_number, keepalive, validation_message, with_keepalive
 from hutch.e2b.connect import (
     ConnectError,
     Envelopes,
@@ -49,7 +49,6 @@ from hutch.server.errors import ApiError
 from hutch.server.models import PtySize, SpawnCommand
 
 SIGNALS = {"SIGNAL_UNSPECIFIED": 0, "SIGNAL_SIGTERM": 15, "SIGNAL_SIGKILL": 9}
-DEFAULT_KEEPALIVE = 50.0
 MAX_KNOWN = 1000  # processes remembered per server for List's config and tags
 
 
@@ -193,11 +192,11 @@ class Processes:
         if stdin is False and pty is None:
             with contextlib.suppress(ApiError):
                 await self._call(call, pid, protocol.PROC_STDIN_CLOSE)
-        deadline_ms = _header_number(request, "connect-timeout-ms")
+        deadline_ms = header_number(request, "connect-timeout-ms")
         if deadline_ms:
             known.timer = self._kill_at(call, pid, deadline_ms / 1000)
         follow = await call.st.data.follow_process(call.rec, pid)
-        return stream_response(self._relay(call, pid, follow.events, follow.aclose, _keepalive(request)))
+        return stream_response(self._relay(call, pid, follow.events, follow.aclose, keepalive(request)))
 
     async def connect(self, call: Call, request: Request) -> Response:
         pid = self.pid(call, await read_stream_request(request.stream()))
@@ -207,7 +206,7 @@ class Processes:
             if e.code == protocol.ERR_NO_PROCESS:
                 raise ConnectError("not_found", f"process with pid {pid} not found") from None
             raise
-        return stream_response(self._relay(call, pid, follow.events, follow.aclose, _keepalive(request)))
+        return stream_response(self._relay(call, pid, follow.events, follow.aclose, keepalive(request)))
 
     async def list(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
         out = []
@@ -292,14 +291,3 @@ def _pty_size(size: dict[str, Any]) -> PtySize:
         return PtySize(rows=integer(size, "rows"), cols=integer(size, "cols"))
     except ValidationError as e:
         raise invalid(validation_message(e)) from None
-
-
-def _header_number(request: Request, name: str) -> float:
-    try:
-        return max(0.0, float(request.headers.get(name) or 0))
-    except ValueError:
-        return 0.0
-
-
-def _keepalive(request: Request) -> float:
-    return _header_number(request, "keepalive-ping-interval") or DEFAULT_KEEPALIVE

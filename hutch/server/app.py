@@ -586,11 +586,11 @@ class BodyLimit:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (scope["method"] == "PUT" and scope["path"].endswith("/files")) or (
-                scope["method"] == "POST" and scope["path"] == e2b.ENVD_PREFIX + "/files"):  # E2B's upload
+                scope["method"] == "POST" and scope["path"] in e2b.STREAMED):  # E2B's upload and input stream
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            return await _refuse(send, self.limit)
+            return await _refuse(send, self.limit, connect=scope["path"].startswith(e2b.ENVD_PREFIX + "/"))
         seen = 0
 
         async def counted() -> Message:
@@ -604,9 +604,13 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
-async def _refuse(send: Send, limit: int) -> None:
-    body = json.dumps(errors.error_body("payload_too_large", f"request bodies are limited to {limit} bytes")).encode()
-    await send({"type": "http.response.start", "status": 413,
+async def _refuse(send: Send, limit: int, connect: bool = False) -> None:
+    """413 in hutch's error shape, or (E2B's envd, a Connect client) Connect's resource_exhausted."""
+    message = f"request bodies are limited to {limit} bytes"
+    error = {"code": "resource_exhausted", "message": message} if connect else errors.error_body("payload_too_large",
+                                                                                                     message)
+    body = json.dumps(error).encode()
+    await send({"type": "http.response.start", "status": 429 if connect else 413,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
 
