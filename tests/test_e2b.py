@@ -328,3 +328,46 @@ def test_connect_streams_limits_and_keepalives(env: Env) -> None:
         assert frames < 20  # held to one a second, not a thousand
     finally:
         httpx.delete(f"{env.url}/e2b/sandboxes/{box}", headers={"X-API-KEY": e2b_key(env)})
+
+
+def test_processes_are_remembered_per_box() -> None:
+    from types import SimpleNamespace
+
+    from hutch.e2b import process
+
+    store = SimpleNamespace(get_sandbox=lambda sandbox_id: None if sandbox_id == "gone" else object())
+    st = SimpleNamespace(store=store)
+    procs = process.Processes()
+
+    async def fill() -> None:
+        timer = asyncio.get_running_loop().create_task(asyncio.sleep(60))
+        procs.remember(st, "gone", 1, process.Known({}, None, False, timer=timer))
+        for pid in range(1, process.MAX_KNOWN + 1):  # one box filling its own map
+            procs.remember(st, "busy", pid, process.Known({}, "t", False))
+        procs.swept = 0.0
+        procs.remember(st, "calm", 7, process.Known({}, "mine", False))  # the sweep forgets "gone"
+        await asyncio.sleep(0)
+        assert timer.cancelled()
+
+    asyncio.run(fill())
+    assert procs.known("calm", 7) is not None and procs.known("gone", 1) is None
+    assert len(procs.boxes["busy"]) == process.MAX_KNOWN  # its oldest went, no other box's
+    procs.forget("calm", 7)
+    assert "calm" not in procs.boxes
+
+
+def test_watchers_are_capped_per_box(env: Env) -> None:
+    box, token = e2b_box(env)
+    other, other_token = e2b_box(env)
+    rpc = f"{env.url}/e2b/envd/filesystem.Filesystem/CreateWatcher"
+    try:
+        for _ in range(32):
+            r = httpx.post(rpc, headers=envd(env, box, token), json={"path": "/tmp"}, timeout=30)
+            assert r.status_code == 200, r.text
+        r = httpx.post(rpc, headers=envd(env, box, token), json={"path": "/tmp"}, timeout=30)
+        assert r.status_code == 429 and r.json()["code"] == "resource_exhausted"
+        r = httpx.post(rpc, headers=envd(env, other, other_token), json={"path": "/tmp"}, timeout=30)
+        assert r.status_code == 200  # another box is not blocked
+    finally:
+        for b in (box, other):
+            httpx.delete(f"{env.url}/e2b/sandboxes/{b}", headers={"X-API-KEY": e2b_key(env)})

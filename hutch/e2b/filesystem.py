@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -34,11 +35,14 @@ from hutch.e2b.connect import (
 from hutch.e2b.envd import Call
 from hutch.server.errors import ApiError
 
+log = logging.getLogger("hutch.e2b")
+
 FILE_TYPES = {"file": "FILE_TYPE_FILE", "dir": "FILE_TYPE_DIRECTORY", "symlink": "FILE_TYPE_SYMLINK"}
 EVENT_TYPES = {"create": "EVENT_TYPE_CREATE", "write": "EVENT_TYPE_WRITE", "remove": "EVENT_TYPE_REMOVE",
                "rename": "EVENT_TYPE_RENAME", "chmod": "EVENT_TYPE_CHMOD"}
-MAX_BUFFERED = 10_000
-MAX_WATCHERS = 256
+MAX_BUFFERED_BYTES = 1 * 2**20  # of event names, per watcher; past it events are dropped (and counted)
+MAX_WATCHERS_PER_BOX = 32
+MAX_WATCHERS_PER_TEAM = 256
 IDLE_WATCHER = 600.0
 
 
@@ -60,16 +64,29 @@ def event(ev: Any) -> dict[str, Any]:
 @dataclass
 class Watcher:
     sandbox_id: str
+    team_id: str
     watch: Any  # hutch's FsWatch
     events: list[dict[str, Any]] = field(default_factory=list)
     polled: float = field(default_factory=time.monotonic)
     task: asyncio.Task[None] | None = None
+    buffered: int = 0  # bytes of the names in `events`
     lost: int = 0
 
 
 @dataclass
 class Watchers:
     open: dict[str, Watcher] = field(default_factory=dict)
+    reaper: asyncio.Task[None] | None = None  # closes idle watchers even when no call comes
+
+    def _start_reaper(self) -> None:
+        async def every_minute() -> None:
+            while self.open:
+                await asyncio.sleep(60)
+                with contextlib.suppress(Exception):
+                    await self.reap()
+
+        if self.reaper is None or self.reaper.done():
+            self.reaper = asyncio.get_running_loop().create_task(every_minute())
 
     def _path(self, call: Call, msg: dict[str, Any], key: str = "path") -> str:
         path = text(msg, key)
@@ -115,22 +132,27 @@ class Watchers:
         return {}
 
     async def create_watcher(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
-        await self._reap()
-        if len(self.open) >= MAX_WATCHERS:
+        await self.reap()
+        mine = [w for w in self.open.values() if w.team_id == call.rec.team_id]
+        if (len(mine) >= MAX_WATCHERS_PER_TEAM
+                or sum(w.sandbox_id == call.rec.id for w in mine) >= MAX_WATCHERS_PER_BOX):
             raise ConnectError("resource_exhausted", "too many watchers are open; remove some")
-        w = Watcher(call.rec.id, await self._watch(call, msg))
+        w = Watcher(call.rec.id, call.rec.team_id, await self._watch(call, msg))
         watcher_id = str(uuid.uuid4())
         self.open[watcher_id] = w
 
         async def buffer() -> None:
             with contextlib.suppress(Exception):
                 async for ev in w.watch.events:
-                    if len(w.events) < MAX_BUFFERED:
+                    size = len(ev.name) + 32
+                    if w.buffered + size <= MAX_BUFFERED_BYTES:
                         w.events.append(event(ev))
+                        w.buffered += size
                     else:
                         w.lost += 1
 
         w.task = asyncio.get_running_loop().create_task(buffer())
+        self._start_reaper()
         return {"watcherId": watcher_id}
 
     def _watcher(self, call: Call, msg: dict[str, Any]) -> tuple[str, Watcher]:
@@ -142,7 +164,10 @@ class Watchers:
 
     async def get_watcher_events(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
         _id, w = self._watcher(call, msg)
-        events, w.events, w.polled = w.events, [], time.monotonic()
+        events, w.events, w.buffered, w.polled = w.events, [], 0, time.monotonic()
+        if w.lost:  # envd's answer has no field for it: the server log says so
+            log.warning("watcher %s of %s dropped %d events (not polled in time)", _id, w.sandbox_id, w.lost)
+            w.lost = 0
         return {"events": events}
 
     async def remove_watcher(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
@@ -152,16 +177,24 @@ class Watchers:
 
     async def _close(self, watcher_id: str, w: Watcher) -> None:
         self.open.pop(watcher_id, None)
-        if w.task:
+        if w.task:  # stopped first: the events generator is not running when it is closed
             w.task.cancel()
+            with contextlib.suppress(BaseException):
+                await w.task
         with contextlib.suppress(Exception):
             await w.watch.aclose()
 
-    async def _reap(self) -> None:
+    async def reap(self) -> None:
+        """Closes the watchers not polled for IDLE_WATCHER seconds and those whose watch ended
+        (the box paused, was killed, or the directory went)."""
         now = time.monotonic()
         for watcher_id, w in list(self.open.items()):
             if now - w.polled > IDLE_WATCHER or (w.task and w.task.done()):
                 await self._close(watcher_id, w)
+
+    async def close(self) -> None:
+        for watcher_id, w in list(self.open.items()):
+            await self._close(watcher_id, w)
 
     # --- streamed -------------------------------------------------------------------------------
 
@@ -193,6 +226,7 @@ UNARY = {"Stat": Watchers.stat, "ListDir": Watchers.list_dir, "MakeDir": Watcher
 
 
 async def dispatch(service: Watchers, method: str, call: Call, request: Request) -> Response:
+    await service.reap()
     if method == "WatchDir":
         return await service.watch_dir(call, request)
     handler = UNARY.get(method)

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import shlex
 import signal as signals
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +50,9 @@ from hutch.server.errors import ApiError
 from hutch.server.models import PtySize, SpawnCommand
 
 SIGNALS = {"SIGNAL_UNSPECIFIED": 0, "SIGNAL_SIGTERM": 15, "SIGNAL_SIGKILL": 9}
-MAX_KNOWN = 1000  # processes remembered per server for List's config and tags
+MAX_KNOWN = 1000  # processes remembered per box, for List's config and tags
+SWEEP_EVERY = 60.0  # seconds between looks for boxes that are gone
+PAUSED_RETRY = 5.0  # a deadline that passes while the box is paused is tried again this often
 
 
 @dataclass
@@ -65,15 +68,48 @@ class Known:
 
 @dataclass
 class Processes:
-    known: dict[tuple[str, int], Known] = field(default_factory=dict)
+    """Per box: what this service knows of the processes it started. An entry goes when its
+    process ends (seen by a stream), when the box is gone, or (the oldest) past MAX_KNOWN."""
 
-    def remember(self, sandbox_id: str, pid: int, known: Known) -> None:
-        if len(self.known) >= MAX_KNOWN:
-            for key in list(self.known)[:MAX_KNOWN // 10]:
-                old = self.known.pop(key)
-                if old.timer:
-                    old.timer.cancel()
-        self.known[(sandbox_id, pid)] = known
+    boxes: dict[str, dict[int, Known]] = field(default_factory=dict)
+    swept: float = 0.0
+
+    def known(self, sandbox_id: str, pid: int) -> Known | None:
+        return self.boxes.get(sandbox_id, {}).get(pid)
+
+    def remember(self, st: Any, sandbox_id: str, pid: int, known: Known) -> None:
+        self._sweep(st)
+        box = self.boxes.setdefault(sandbox_id, {})
+        if len(box) >= MAX_KNOWN:
+            for old in list(box)[:MAX_KNOWN // 10]:
+                self.forget(sandbox_id, old)
+            box = self.boxes.setdefault(sandbox_id, {})
+        box[pid] = known
+
+    def forget(self, sandbox_id: str, pid: int) -> None:
+        box = self.boxes.get(sandbox_id, {})
+        k = box.pop(pid, None)
+        if k and k.timer and k.timer is not asyncio.current_task():
+            k.timer.cancel()
+        if not box:
+            self.boxes.pop(sandbox_id, None)
+
+    def forget_box(self, sandbox_id: str) -> None:
+        for pid in list(self.boxes.get(sandbox_id, {})):
+            self.forget(sandbox_id, pid)
+
+    def _sweep(self, st: Any) -> None:
+        now = time.monotonic()
+        if now - self.swept < SWEEP_EVERY:
+            return
+        self.swept = now
+        for sandbox_id in list(self.boxes):
+            if st.store.get_sandbox(sandbox_id) is None:  # killed: its processes went with it
+                self.forget_box(sandbox_id)
+
+    def close(self) -> None:
+        for sandbox_id in list(self.boxes):
+            self.forget_box(sandbox_id)
 
     # --- helpers --------------------------------------------------------------------------------
 
@@ -83,8 +119,8 @@ class Processes:
             raise invalid("process (a selector: pid or tag) is required")
         if get(selector, "tag") is not None:
             tag = text(selector, "tag")
-            for (sandbox_id, pid), k in self.known.items():
-                if sandbox_id == call.rec.id and k.tag == tag:
+            for pid, k in self.boxes.get(call.rec.id, {}).items():
+                if k.tag == tag:
                     return pid
             raise ConnectError("not_found", f"process with tag {tag} not found")
         pid = integer(selector, "pid")
@@ -104,12 +140,12 @@ class Processes:
         async with call.st.audit.record(call.rec, call.who, "signal", f"signal {sig} to process {pid}"):
             answer = await self._call(call, pid, protocol.PROC_SIGNAL, json={"signal": sig})
         done = answer.get("signalled") is True
-        if done and (k := self.known.get((call.rec.id, pid))):
+        if done and (k := self.known(call.rec.id, pid)):
             k.signalled = sig
         return done
 
     def _end(self, call: Call, pid: int, code: Any) -> dict[str, Any]:
-        k = self.known.get((call.rec.id, pid))
+        k = self.known(call.rec.id, pid)
         sig = k.signalled if k else None
         if not isinstance(code, int) or (sig and code == 128 + sig):
             name = {9: "killed", 15: "terminated"}.get(sig or 9, signals.Signals(sig or 9).name)
@@ -120,9 +156,13 @@ class Processes:
     def _kill_at(self, call: Call, pid: int, seconds: float) -> asyncio.Task[None]:
         async def later() -> None:
             await asyncio.sleep(seconds)
-            current = call.st.store.get_sandbox(call.rec.id)
-            if current is None or current.status != "active":  # never resume a paused box to kill
-                return
+            while True:
+                current = call.st.store.get_sandbox(call.rec.id)
+                if current is None or self.known(call.rec.id, pid) is None:
+                    return  # the box, or the process, is gone
+                if current.status == "active":
+                    break
+                await asyncio.sleep(PAUSED_RETRY)  # never resume a paused box to kill: wait for it
             with contextlib.suppress(ApiError, ConnectError):
                 await self.signal(call, pid, 9)
 
@@ -131,7 +171,7 @@ class Processes:
     async def _relay(self, call: Call, pid: int, events: AsyncGenerator[dict[str, Any], None],
                      close: Any, keepalive: float) -> AsyncIterator[bytes]:
         """start, then data and keepalives, then end and the end of the stream."""
-        pty = (k.pty if (k := self.known.get((call.rec.id, pid))) else False)
+        pty = (k.pty if (k := self.known(call.rec.id, pid)) else False)
         try:
             yield envelope({"event": {"start": {"pid": pid}}})
             async for ev in with_keepalive(events, keepalive):
@@ -143,9 +183,9 @@ class Processes:
                     key = "pty" if pty else kind
                     yield envelope({"event": {"data": {key: b64encode(ev["d"].encode(errors="replace"))}}})
                 elif kind == protocol.EVENT_EXIT:
-                    yield envelope({"event": {"end": self._end(call, pid, ev["code"])}})
-                    if (k := self.known.get((call.rec.id, pid))) and k.timer:
-                        k.timer.cancel()
+                    end = self._end(call, pid, ev["code"])
+                    self.forget(call.rec.id, pid)  # ended: envd forgets it too (its timer with it)
+                    yield envelope({"event": {"end": end}})
                     yield end_stream()
                     return
             err = await call.st.sandboxes.box_unreachable(call.rec)
@@ -188,7 +228,7 @@ class Processes:
         pid = info.pid
         config = {"cmd": cmd, "args": args, "envs": envs, **({"cwd": cwd} if cwd else {})}
         known = Known(config, tag, pty is not None)
-        self.remember(call.rec.id, pid, known)
+        self.remember(call.st, call.rec.id, pid, known)
         if stdin is False and pty is None:
             with contextlib.suppress(ApiError):
                 await self._call(call, pid, protocol.PROC_STDIN_CLOSE)
@@ -211,7 +251,7 @@ class Processes:
     async def list(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
         out = []
         for info in await call.st.data.list_processes(call.rec):
-            k = self.known.get((call.rec.id, info.pid))
+            k = self.known(call.rec.id, info.pid)
             config = k.config if k else {"cmd": "/bin/sh", "args": ["-c", info.command], "envs": {}}
             out.append({"pid": info.pid, "config": config, **({"tag": k.tag} if k and k.tag else {})})
         return {"processes": out}
