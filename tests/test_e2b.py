@@ -252,6 +252,10 @@ def test_envd_refuses_other_boxes_tokens_and_bad_signatures(env: Env) -> None:
             assert r.status_code == 401, r.text
         r = httpx.get(files, params={"path": "/etc/hostname"}, headers=envd(env, b, token_a))
         assert r.status_code == 401
+        r = httpx.post(env.url + rpc, headers={**envd(env, a, None), "E2b-Sandbox-Port": "8080"}, json={})
+        assert r.status_code == 401  # no token: nothing said of the box's ports
+        r = httpx.post(env.url + rpc, headers={**envd(env, a, token_a), "E2b-Sandbox-Port": "8080"}, json={})
+        assert r.status_code == 502 and "port is not open" in r.json()["message"]
         latin = {**envd(env, a, token_a), "Authorization": "Basic \u00e9".encode("latin-1")}
         r = httpx.post(env.url + rpc, headers=latin, json={})
         assert r.status_code == 400
@@ -371,3 +375,10 @@ def test_watchers_are_capped_per_box(env: Env) -> None:
     finally:
         for b in (box, other):
             httpx.delete(f"{env.url}/e2b/sandboxes/{b}", headers={"X-API-KEY": e2b_key(env)})
+
+
+def test_box_paths() -> None:
+    from hutch.e2b.common import box_path
+
+    assert box_path("//etc/passwd", None) == "/etc/passwd" and box_path("a/../b", "root") == "/root/b"
+    assert box_path("", None) == "/home/user"

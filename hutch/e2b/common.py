@@ -44,7 +44,8 @@ def home_of(user: str | None) -> str:
 
 def box_path(path: str, user: str | None) -> str:
     """A path as envd takes it (relative to the user's home) made absolute and normal."""
-    return posixpath.normpath(posixpath.join(home_of(user), path or "."))
+    normal = posixpath.normpath(posixpath.join(home_of(user), path or "."))
+    return "/" + normal.lstrip("/")  # normpath keeps a leading "//"
 
 
 async def with_keepalive(events: AsyncIterator[T], interval: float) -> AsyncIterator[T | None]:

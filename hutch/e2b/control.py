@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, unquote
 
 from fastapi import FastAPI, Request, Response
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
 from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, validation_message
@@ -67,12 +68,12 @@ class Control:
     def __init__(self, get_state: StateGetter) -> None:
         self.get_state = get_state
 
-    def ctx(self, request: Request) -> Ctx:
+    async def ctx(self, request: Request) -> Ctx:
         st = self.get_state()
         key = request.headers.get("x-api-key")
         if not key:
             raise ApiError(401, "unauthorized", "an API key is required (X-API-KEY)")
-        team_id = st.store.team_for_api_key(key)
+        team_id = await run_in_threadpool(st.store.team_for_api_key, key)  # as hutch's sync dependencies
         if team_id is None:
             raise ApiError(401, "invalid_api_key", "Invalid API key")
         return Ctx(st, team_id)
@@ -82,7 +83,7 @@ class Control:
     def sandbox(self, c: Ctx, rec: SandboxRecord) -> dict[str, Any]:
         return {"templateID": rec.template_id or rec.template, "sandboxID": rec.id, "alias": rec.template,
                 "clientID": "hutch", "envdVersion": ENVD_VERSION,
-                "envdAccessToken": c.st.signer.token(rec.id, rec.token_generation), "domain": None}
+                "envdAccessToken": c.st.sandboxes.access(rec).access_token, "domain": None}
 
     def listed(self, c: Ctx, rec: SandboxRecord) -> dict[str, Any]:
         state = _state(rec)
@@ -95,7 +96,7 @@ class Control:
     def detail(self, c: Ctx, rec: SandboxRecord) -> dict[str, Any]:
         on_timeout = "kill" if rec.auto_delete_seconds == 0 else "pause"
         network = rec.network or {}
-        return {**self.listed(c, rec), "envdAccessToken": c.st.signer.token(rec.id, rec.token_generation),
+        return {**self.listed(c, rec), "envdAccessToken": c.st.sandboxes.access(rec).access_token,
                 "domain": None, "allowInternetAccess": not _denies_everything(network),
                 "network": {"allowOut": network.get("allow_out", []), "denyOut": network.get("deny_out", [])},
                 # a paused hutch box resumes on its next data-plane call, so auto-resume is always on
@@ -131,11 +132,12 @@ class Control:
         rec = await c.st.sandboxes.create(c.team_id, req, stable_token=True)
         return self.sandbox(c, rec)
 
-    def list_sandboxes(self, c: Ctx, request: Request, states: tuple[str, ...]) -> Response:
+    async def list_sandboxes(self, c: Ctx, request: Request, states: tuple[str, ...]) -> Response:
         q = request.query_params
         wanted = _metadata_query(q.get("metadata"))
         state_filter = tuple(s for s in (q.get("state") or "").split(",") if s) or states
-        recs = [r for r in c.st.store.list_sandboxes(c.team_id, metadata=wanted) if _state(r) in state_filter]
+        every = await run_in_threadpool(c.st.store.list_sandboxes, c.team_id, metadata=wanted)
+        recs = [r for r in every if _state(r) in state_filter]
         if q.get("template"):
             recs = [r for r in recs if q["template"] in (r.template, r.template_id)
                     or (q["template"] == "base" and r.template_id == BASE_TEMPLATE_ID)]
@@ -160,9 +162,15 @@ class Control:
         rec = self.get(c, sandbox_id)
         if rec.status in PAUSED:
             raise ApiError(409, "already_paused", f"sandbox {sandbox_id!r} is already paused")
-        if rec.auto_delete_seconds == 0:  # "kill" at its timeout, but a pause asked for is kept
+        kill_at_timeout = rec.auto_delete_seconds == 0
+        if kill_at_timeout:  # "kill" at its timeout, but a pause asked for is kept
             await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(auto_delete_seconds=None))
-        await c.st.sandboxes.pause(c.team_id, rec.id)
+        try:
+            await c.st.sandboxes.pause(c.team_id, rec.id)
+        except BaseException:
+            if kill_at_timeout:  # it runs on: its timeout still kills it
+                await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(auto_delete_seconds=0))
+            raise
 
     async def connect(self, c: Ctx, sandbox_id: str, body: dict[str, Any]) -> Response:
         rec = self.get(c, sandbox_id)
@@ -172,7 +180,8 @@ class Control:
             rec = await c.st.sandboxes.resume(c.team_id, rec.id)
         if timeout is not None:  # a running box's deadline only moves later
             timeout = _clamp_timeout(timeout)
-            if resumed or rec.pause_at is None or rec.pause_at < time.time() + timeout:
+            # a running box's deadline only moves later; one without a deadline keeps none
+            if resumed or (rec.pause_at is not None and rec.pause_at < time.time() + timeout):
                 rec = await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(timeout_seconds=timeout))
         return JSONResponse(self.sandbox(c, rec), status_code=201 if resumed else 200)
 
@@ -257,25 +266,25 @@ def control_routes(app: FastAPI, get_state: StateGetter) -> None:
     @app.post("/sandboxes", status_code=201)
     @app.post("/v2/sandboxes", status_code=201)
     async def create(request: Request) -> Any:
-        c = ctl.ctx(request)
+        c = await ctl.ctx(request)
         return JSONResponse(await ctl.create(c, await _body(request)), status_code=201)
 
     @app.get("/v2/sandboxes")
     async def list_v2(request: Request) -> Any:
-        return ctl.list_sandboxes(ctl.ctx(request), request, ("running", "paused"))
+        return await ctl.list_sandboxes(await ctl.ctx(request), request, ("running", "paused"))
 
     @app.get("/sandboxes")
     async def list_v1(request: Request) -> Any:
-        return ctl.list_sandboxes(ctl.ctx(request), request, ("running",))
+        return await ctl.list_sandboxes(await ctl.ctx(request), request, ("running",))
 
     @app.get("/sandboxes/{sandbox_id}")
     async def get_info(sandbox_id: str, request: Request) -> Any:
-        c = ctl.ctx(request)
+        c = await ctl.ctx(request)
         return ctl.detail(c, ctl.get(c, sandbox_id))
 
     @app.delete("/sandboxes/{sandbox_id}", status_code=204)
     async def kill(sandbox_id: str, request: Request) -> Response:
-        c = ctl.ctx(request)
+        c = await ctl.ctx(request)
         rec = c.st.store.get_sandbox(sandbox_id, c.team_id)
         if rec is None:
             raise ApiError(404, "not_found", f"sandbox {sandbox_id!r} not found")
@@ -284,23 +293,23 @@ def control_routes(app: FastAPI, get_state: StateGetter) -> None:
 
     @app.post("/sandboxes/{sandbox_id}/timeout", status_code=204)
     async def set_timeout(sandbox_id: str, request: Request) -> Response:
-        await ctl.set_timeout(ctl.ctx(request), sandbox_id, await _body(request))
+        await ctl.set_timeout(await ctl.ctx(request), sandbox_id, await _body(request))
         return Response(status_code=204)
 
     @app.post("/sandboxes/{sandbox_id}/pause", status_code=204)
     async def pause(sandbox_id: str, request: Request) -> Response:
-        await ctl.pause(ctl.ctx(request), sandbox_id)
+        await ctl.pause(await ctl.ctx(request), sandbox_id)
         return Response(status_code=204)
 
     @app.post("/sandboxes/{sandbox_id}/connect")
     @app.post("/v2/sandboxes/{sandbox_id}/connect")
     @app.post("/sandboxes/{sandbox_id}/resume")
     async def connect(sandbox_id: str, request: Request) -> Any:
-        return await ctl.connect(ctl.ctx(request), sandbox_id, await _body(request))
+        return await ctl.connect(await ctl.ctx(request), sandbox_id, await _body(request))
 
     @app.get("/sandboxes/{sandbox_id}/metrics")
     async def metrics(sandbox_id: str, request: Request) -> Any:
-        return ctl.metrics(ctl.ctx(request), sandbox_id)
+        return ctl.metrics(await ctl.ctx(request), sandbox_id)
 
     @app.get("/health")
     async def health() -> Any:

@@ -20,7 +20,6 @@ from starlette.requests import Request
 from hutch.e2b.common import StateGetter
 from hutch.e2b.connect import invalid, parse_json
 from hutch.server import audit
-from hutch.server.errors import ApiError
 from hutch.server.models import User
 from hutch.store import SandboxRecord
 
@@ -58,20 +57,25 @@ def sandbox_of(get_state: StateGetter, request: Request) -> tuple[State, Sandbox
     """The sandbox the request names, if it lives (its token is checked by `authorize`)."""
     st = get_state()
     sandbox_id = request.headers.get("e2b-sandbox-id") or ""
-    port = request.headers.get("e2b-sandbox-port") or ENVD_PORT
     rec = st.store.get_sandbox(sandbox_id) if sandbox_id else None
-    if rec is None or rec.status == "failed":
+    if rec is None:
         raise SandboxGone(sandbox_id[:64])
-    if port != ENVD_PORT:
-        raise SandboxGone(sandbox_id, f"The sandbox is running but port is not open: only {ENVD_PORT} is served")
     return st, rec
 
 
-def authorize(st: State, rec: SandboxRecord, token: str | None) -> None:
-    if not token:
-        raise ApiError(401, "unauthorized", "the sandbox's access token is required (X-Access-Token)")
-    if not st.signer.verify(token, rec.id, rec.token_generation):
-        raise ApiError(401, "invalid_access_token", "the access token is not valid for this sandbox")
+def check_box(rec: SandboxRecord, request: Request) -> None:
+    """After its token is checked: a failed box is gone, and only envd's port is served."""
+    if rec.status == "failed":
+        raise SandboxGone(rec.id)
+    if (request.headers.get("e2b-sandbox-port") or ENVD_PORT) != ENVD_PORT:
+        raise SandboxGone(rec.id, f"The sandbox is running but port is not open: only {ENVD_PORT} is served")
+
+
+def authorize(st: State, rec: SandboxRecord, token: str | None) -> SandboxRecord:
+    """hutch's data-plane check (`authorize_box`): the box's own token, or 401."""
+    from hutch.server.app import authorize_box  # the app imports this package
+
+    return authorize_box(st, rec.id, token)
 
 
 def basic_user(request: Request) -> User | None:
@@ -98,5 +102,6 @@ def check_user(name: str | None) -> User | None:
 
 def call_of(get_state: StateGetter, request: Request, user: User | None) -> Call:
     st, rec = sandbox_of(get_state, request)
-    authorize(st, rec, request.headers.get("x-access-token"))
+    rec = authorize(st, rec, request.headers.get("x-access-token"))
+    check_box(rec, request)
     return Call(st, rec, user, audit.actor(request))

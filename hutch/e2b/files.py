@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.types import Message
 
 from hutch.e2b.common import StateGetter, box_path
-from hutch.e2b.envd import Call, authorize, check_user, sandbox_of
+from hutch.e2b.envd import Call, authorize, check_box, check_user, sandbox_of
 from hutch.server import audit
 from hutch.server.errors import ApiError
 
@@ -40,9 +40,10 @@ def _call(get_state: StateGetter, request: Request, op: str) -> tuple[Call, str]
     user = check_user(q.get("username"))
     path = q.get("path") or ""
     if q.get("signature") and not request.headers.get("x-access-token"):
-        _check_signature(st.signer.token(rec.id, rec.token_generation), path, op, user, q)
+        _check_signature(st.sandboxes.access(rec).access_token, path, op, user, q)
     else:
-        authorize(st, rec, request.headers.get("x-access-token"))
+        rec = authorize(st, rec, request.headers.get("x-access-token"))
+    check_box(rec, request)
     return Call(st, rec, user, audit.actor(request)), path
 
 
@@ -102,7 +103,7 @@ async def upload(get_state: StateGetter, request: Request) -> JSONResponse:
 
 async def _write(call: Call, path: str, body: AsyncIterator[bytes]) -> dict[str, str]:
     async with call.st.audit.record(call.rec, call.who, "file_write",
-                                    path + (f"  [user={call.user}]" if call.user else "")):
+                                    path + audit.acting(call.user)):
         await call.st.data.write_file(call.rec, path, body, call.user)
     return {"name": posixpath.basename(path), "type": "file", "path": path}
 

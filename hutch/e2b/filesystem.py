@@ -33,6 +33,7 @@ from hutch.e2b.connect import (
     timestamp,
 )
 from hutch.e2b.envd import Call
+from hutch.server import audit
 from hutch.server.errors import ApiError
 
 log = logging.getLogger("hutch.e2b")
@@ -113,7 +114,7 @@ class Watchers:
 
     async def make_dir(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
         path = self._path(call, msg)
-        async with call.st.audit.record(call.rec, call.who, "dir_make", path + _as(call)):
+        async with call.st.audit.record(call.rec, call.who, "dir_make", path + audit.acting(call.user)):
             made, created = await call.st.data.make_dir(call.rec, path, user=call.user)
         if not created:
             raise ConnectError("already_exists", f"directory {path} already exists")
@@ -121,13 +122,13 @@ class Watchers:
 
     async def move(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
         source, destination = self._path(call, msg, "source"), self._path(call, msg, "destination")
-        async with call.st.audit.record(call.rec, call.who, "file_move", f"{source} -> {destination}{_as(call)}"):
+        async with call.st.audit.record(call.rec, call.who, "file_move", f"{source} -> {destination}{audit.acting(call.user)}"):
             moved = await call.st.data.move(call.rec, source, destination, user=call.user)
         return {"entry": entry(moved)}
 
     async def remove(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
         path = self._path(call, msg)
-        async with call.st.audit.record(call.rec, call.who, "file_remove", path + _as(call)):
+        async with call.st.audit.record(call.rec, call.who, "file_remove", path + audit.acting(call.user)):
             await call.st.data.remove(call.rec, path, user=call.user)
         return {}
 
@@ -234,6 +235,3 @@ async def dispatch(service: Watchers, method: str, call: Call, request: Request)
         raise ConnectError("unimplemented", f"filesystem.Filesystem/{method} is not implemented")
     return JSONResponse(await handler(service, call, await call.unary_message(request)))
 
-
-def _as(call: Call) -> str:
-    return f"  [user={call.user}]" if call.user else ""

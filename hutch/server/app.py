@@ -499,7 +499,7 @@ def data_routes(app: FastAPI) -> None:
     async def write_file(request: Request, rec: BoxDep, st: StateDep, who: ActorDep,
                          path: Annotated[str, Query(max_length=4096)],
                          user: Literal["user", "root"] | None = None) -> Any:
-        async with st.audit.record(rec, who, "file_write", path + (f"  [user={user}]" if user else "")):
+        async with st.audit.record(rec, who, "file_write", path + audit.acting(user)):
             return await st.data.write_file(rec, path, request.stream(), user)
 
     @app.get(prefix + "/files", response_class=StreamingResponse,
@@ -534,21 +534,21 @@ def data_routes(app: FastAPI) -> None:
     @app.post(prefix + "/files/mkdir", response_model=DirMade)
     async def make_dir(body: MakeDir, rec: BoxDep, st: StateDep, who: ActorDep) -> DirMade:
         """mkdir -p; `created` is false if it was a directory already (409 if it is something else)."""
-        async with st.audit.record(rec, who, "dir_make", body.path + _as(body.user)):
+        async with st.audit.record(rec, who, "dir_make", body.path + audit.acting(body.user)):
             entry, created = await st.data.make_dir(rec, body.path, body.user)
         return DirMade(entry=entry, created=created)
 
     @app.post(prefix + "/files/move", response_model=FsEntry)
     async def move_file(body: MoveEntry, rec: BoxDep, st: StateDep, who: ActorDep) -> FsEntry:
         """Rename a file or directory; answers the destination's entry."""
-        async with st.audit.record(rec, who, "file_move", f"{body.source} -> {body.destination}{_as(body.user)}"):
+        async with st.audit.record(rec, who, "file_move", f"{body.source} -> {body.destination}{audit.acting(body.user)}"):
             return await st.data.move(rec, body.source, body.destination, body.user)
 
     @app.delete(prefix + "/files", status_code=204, response_class=Response)
     async def remove_file(rec: BoxDep, st: StateDep, who: ActorDep, path: Annotated[str, Query(max_length=4096)],
                           user: User | None = None) -> Response:
         """A file or link, or a directory with everything in it."""
-        async with st.audit.record(rec, who, "file_remove", path + _as(user)):
+        async with st.audit.record(rec, who, "file_remove", path + audit.acting(user)):
             await st.data.remove(rec, path, user)
         return Response(status_code=204)
 
@@ -570,11 +570,6 @@ def data_routes(app: FastAPI) -> None:
 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-
-def _as(user: str | None) -> str:
-    """How the audit log notes who a file operation acted as."""
-    return f"  [user={user}]" if user else ""
 
 
 class BodyLimit:
