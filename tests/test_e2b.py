@@ -266,9 +266,11 @@ def test_envd_refuses_other_boxes_tokens_and_bad_signatures(env: Env) -> None:
 
 def test_control_plane_bad_input_is_a_typed_error(env: Env) -> None:
     api, key = f"{env.url}/e2b", {"X-API-KEY": e2b_key(env)}
-    for token in ("%C2%B2", "9" * 5000, "-1"):
+    for token in ("%C2%B2", "9" * 5000, "-1", "5"):
         r = httpx.get(f"{api}/v2/sandboxes?nextToken={token}", headers=key)
         assert r.status_code == 400, (token, r.status_code)
+    for limit in ("%C2%B2", "9" * 5000):
+        assert httpx.get(f"{api}/v2/sandboxes?limit={limit}", headers=key).status_code == 400
     deep = b"[" * 100_000 + b"]" * 100_000
     r = httpx.post(f"{api}/sandboxes", headers={**key, "Content-Type": "application/json"}, content=deep)
     assert r.status_code == 400 and r.json()["code"] == 400
@@ -382,3 +384,21 @@ def test_box_paths() -> None:
 
     assert box_path("//etc/passwd", None) == "/etc/passwd" and box_path("a/../b", "root") == "/root/b"
     assert box_path("", None) == "/home/user"
+
+
+def test_pages_follow_a_cursor(env: Env) -> None:
+    api, key = f"{env.url}/e2b", {"X-API-KEY": e2b_key(env)}
+    tag = secrets.token_hex(4)
+    made = [e2b_box(env, metadata={"page": tag})[0] for _ in range(3)]
+    try:
+        query = f"{api}/v2/sandboxes?metadata=page%3D{tag}&limit=2"
+        first = httpx.get(query, headers=key)
+        token = first.headers["x-next-token"]
+        made.append(e2b_box(env, metadata={"page": tag})[0])  # a newer box between the pages
+        second = httpx.get(f"{query}&nextToken={token}", headers=key)
+        assert "x-next-token" not in second.headers
+        seen = [b["sandboxID"] for b in first.json() + second.json()]
+        assert seen == made[2::-1]  # newest first, each once, the one made later not on page two
+    finally:
+        for box in made:
+            httpx.delete(f"{api}/sandboxes/{box}", headers=key)

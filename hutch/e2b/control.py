@@ -60,6 +60,14 @@ def _count(raw: str | None, name: str, default: int) -> int:
     return int(raw)
 
 
+def _cursor(token: str) -> tuple[float, str]:
+    """A page's nextToken: the last box's (created_at, id)."""
+    m = re.fullmatch(r"([0-9]{1,12}(?:\.[0-9]{1,20})?(?:e[0-9]{1,3})?)_([0-9a-f-]{36})", token)
+    if m is None:
+        raise ApiError(400, "invalid_request", "nextToken is not valid")
+    return float(m[1]), m[2]
+
+
 def _clamp_timeout(seconds: int) -> int:
     return max(1, min(seconds, 30 * 24 * 3600))
 
@@ -144,11 +152,14 @@ class Control:
         if q.get("startedAfter"):
             after = _parse_time(q["startedAfter"])
             recs = [r for r in recs if r.created_at > after]
-        recs.sort(key=lambda r: r.created_at, reverse=q.get("order") != "asc")
-        start = _count(q.get("nextToken"), "nextToken", 0)
+        newest_first = q.get("order") != "asc"
+        recs.sort(key=lambda r: (r.created_at, r.id), reverse=newest_first)
         limit = max(1, min(_count(q.get("limit"), "limit", MAX_PAGE), MAX_PAGE))
-        page = recs[start:start + limit]
-        headers = {"x-next-token": str(start + limit)} if start + limit < len(recs) else {}
+        if q.get("nextToken"):  # a cursor, not an offset: boxes made between pages move nothing
+            cursor = _cursor(q["nextToken"])
+            recs = [r for r in recs if ((r.created_at, r.id) < cursor if newest_first else (r.created_at, r.id) > cursor)]
+        page = recs[:limit]
+        headers = {"x-next-token": f"{page[-1].created_at!r}_{page[-1].id}"} if len(recs) > limit else {}
         return JSONResponse([self.listed(c, r) for r in page], headers=headers)
 
     async def set_timeout(self, c: Ctx, sandbox_id: str, body: dict[str, Any]) -> None:
