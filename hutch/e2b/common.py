@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import math
 import posixpath
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -48,7 +48,7 @@ def box_path(path: str, user: str | None) -> str:
     return "/" + normal.lstrip("/")  # normpath keeps a leading "//"
 
 
-async def with_keepalive(events: AsyncIterator[T], interval: float) -> AsyncIterator[T | None]:
+async def with_keepalive(events: AsyncIterator[T], interval: float) -> AsyncGenerator[T | None, None]:
     """The events, with None after each `interval` seconds without one. The pending read is
     kept across the pauses, never cancelled (that would end the stream)."""
     pending: asyncio.Future[T] | None = None

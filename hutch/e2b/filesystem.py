@@ -19,7 +19,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from hutch.e2b.common import box_path, keepalive, with_keepalive
+from hutch.e2b.common import box_path
 from hutch.e2b.connect import (
     ConnectError,
     end_stream,
@@ -204,8 +204,8 @@ class Watchers:
         async def relay() -> AsyncIterator[bytes]:
             try:
                 yield envelope({"start": {}})
-                async for ev in with_keepalive(_plain(watch.events), keepalive(request)):
-                    yield envelope({"keepalive": {}} if ev is None else {"filesystem": ev})
+                async for ev in watch.ticks:  # None: the agent's keep-alive, every 10 s of quiet
+                    yield envelope({"keepalive": {}} if ev is None else {"filesystem": event(ev)})
                 yield end_stream()
             except ApiError as e:
                 yield end_stream(ConnectError.of(e))
@@ -214,11 +214,6 @@ class Watchers:
                     await watch.aclose()
 
         return stream_response(relay())
-
-
-async def _plain(events: AsyncIterator[Any]) -> AsyncIterator[dict[str, Any]]:
-    async for ev in events:
-        yield event(ev)
 
 
 UNARY = {"Stat": Watchers.stat, "ListDir": Watchers.list_dir, "MakeDir": Watchers.make_dir,

@@ -174,20 +174,23 @@ class Processes:
         pty = (k.pty if (k := self.known(call.rec.id, pid)) else False)
         try:
             yield envelope({"event": {"start": {"pid": pid}}})
-            async for ev in with_keepalive(events, keepalive):
-                if ev is None:
-                    yield envelope({"event": {"keepalive": {}}})
-                    continue
-                kind = ev["t"]
-                if kind in (protocol.EVENT_STDOUT, protocol.EVENT_STDERR):
-                    key = "pty" if pty else kind
-                    yield envelope({"event": {"data": {key: b64encode(ev["d"].encode(errors="replace"))}}})
-                elif kind == protocol.EVENT_EXIT:
-                    end = self._end(call, pid, ev["code"])
-                    self.forget(call.rec.id, pid)  # ended: envd forgets it too (its timer with it)
-                    yield envelope({"event": {"end": end}})
-                    yield end_stream()
-                    return
+            # closed before `close()`: its pending read is cancelled and awaited first, so the
+            # events generator is not running when the stream is closed
+            async with contextlib.aclosing(with_keepalive(events, keepalive)) as ticks:
+                async for ev in ticks:
+                    if ev is None:
+                        yield envelope({"event": {"keepalive": {}}})
+                        continue
+                    kind = ev["t"]
+                    if kind in (protocol.EVENT_STDOUT, protocol.EVENT_STDERR):
+                        key = "pty" if pty else kind
+                        yield envelope({"event": {"data": {key: b64encode(ev["d"].encode(errors="replace"))}}})
+                    elif kind == protocol.EVENT_EXIT:
+                        end = self._end(call, pid, ev["code"])
+                        self.forget(call.rec.id, pid)  # ended: envd forgets it too (its timer with it)
+                        yield envelope({"event": {"end": end}})
+                        yield end_stream()
+                        return
             err = await call.st.sandboxes.box_unreachable(call.rec)
             yield end_stream(ConnectError.of(err))
         finally:
