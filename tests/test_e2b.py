@@ -143,6 +143,7 @@ def test_terminals_input_streams_and_reattaching(env: Env, line: str, mode: str)
     if line != "2.45.1":
         assert out["stream_input"] == "ab\n"  # StreamInput (2.63), then CloseStdin
     assert out["connect"] == "connected\n"  # Connect to a process whose Start stream was dropped
+    assert out["no_replay"] == "second\n"  # output a client was sent is not replayed on Connect
 
 
 def test_lifecycle_at_the_timeout(env: Env) -> None:

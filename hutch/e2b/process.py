@@ -64,6 +64,7 @@ class Known:
     pty: bool
     signalled: int | None = None  # the last signal this service sent it
     timer: asyncio.Task[None] | None = None
+    seq: int | None = None  # the last output event relayed to a client: Connect follows from there
 
 
 @dataclass
@@ -182,6 +183,8 @@ class Processes:
                         yield envelope({"event": {"keepalive": {}}})
                         continue
                     kind = ev["t"]
+                    if type(ev.get("s")) is int and (k := self.known(call.rec.id, pid)):
+                        k.seq = max(k.seq or -1, ev["s"])
                     if kind in (protocol.EVENT_STDOUT, protocol.EVENT_STDERR):
                         key = "pty" if pty else kind
                         yield envelope({"event": {"data": {key: b64encode(ev["d"].encode(errors="replace"))}}})
@@ -243,8 +246,9 @@ class Processes:
 
     async def connect(self, call: Call, request: Request) -> Response:
         pid = self.pid(call, await read_stream_request(request.stream()))
-        try:
-            follow = await call.st.data.follow_process(call.rec, pid)
+        k = self.known(call.rec.id, pid)
+        try:  # as envd: no replay of what a client was already sent
+            follow = await call.st.data.follow_process(call.rec, pid, after=k.seq if k else None)
         except ApiError as e:
             if e.code == protocol.ERR_NO_PROCESS:
                 raise ConnectError("not_found", f"process with pid {pid} not found") from None

@@ -288,10 +288,13 @@ class DataPlane:
         answer: dict[str, Any] = await self._ask(rec, "POST", f"{protocol.PROCS}/{pid}/{action}", **kwargs)
         return answer
 
-    async def follow_process(self, rec: SandboxRecord, pid: int) -> ProcessStream:
-        """A process' buffered output, then its live output, to its exit. Opens the stream before
-        returning, so a missing process is an ApiError here."""
-        resp = await self._open(rec, "GET", f"{protocol.PROCS}/{pid}/{protocol.PROC_EVENTS}", timeout=EXEC_TIMEOUT)
+    async def follow_process(self, rec: SandboxRecord, pid: int, after: int | None = None) -> ProcessStream:
+        """A process' buffered output (past sequence number `after`, if given), then its live
+        output, to its exit. Opens the stream before returning, so a missing process is an
+        ApiError here."""
+        params = {"after": str(after)} if after is not None else None
+        resp = await self._open(rec, "GET", f"{protocol.PROCS}/{pid}/{protocol.PROC_EVENTS}", timeout=EXEC_TIMEOUT,
+                                params=params)
         return ProcessStream(self._events(resp, event_lines(resp), time.perf_counter(), timed=False), resp)
 
     # --- files ----------------------------------------------------------------------------------

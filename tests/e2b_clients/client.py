@@ -208,6 +208,12 @@ def pty_sync() -> None:
     h = sbx.commands.run("sleep 1; echo connected", background=True)
     h.disconnect()
     out["connect"] = sbx.commands.connect(h.pid).wait().stdout
+    h = sbx.commands.run("echo first; sleep 2; echo second", background=True)
+    for stdout, _stderr, _pty in h:  # the first line, then away
+        if stdout:
+            break
+    h.disconnect()
+    out["no_replay"] = sbx.commands.connect(h.pid).wait().stdout  # as envd: only what came after
     sbx.kill()
 
 
@@ -231,6 +237,12 @@ async def pty_async() -> None:
     h = await sbx.commands.run("sleep 1; echo connected", background=True)
     await h.disconnect()
     out["connect"] = (await (await sbx.commands.connect(h.pid)).wait()).stdout
+    first = asyncio.Event()
+    h = await sbx.commands.run("echo first; sleep 2; echo second", background=True,
+                               on_stdout=lambda _s: first.set())
+    await asyncio.wait_for(first.wait(), 30)
+    await h.disconnect()
+    out["no_replay"] = (await (await sbx.commands.connect(h.pid)).wait()).stdout
     await sbx.kill()
 
 
