@@ -72,6 +72,7 @@ def test_commands_and_the_control_plane(env: Env, line: str, mode: str) -> None:
     assert out["killed_wait"] == "CommandExitException"  # killed: exit -1, "signal: killed"
     # Connect-Timeout-Ms: the client gives up, or the server kills the process first
     assert out["deadline"] in ("TimeoutException", "CommandExitException")
+    assert out["deadline_killed"] is True  # and the server killed it (sleep 30 would still run)
     assert out["info"]["state"] == "running" and out["info"]["metadata"]["suite"] == "e2b"
     assert out["listed_ids"] == [out["id"]] and out["list_other"] == 0
     assert out["running"] is True and out["metrics"] == 1

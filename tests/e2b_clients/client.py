@@ -65,6 +65,10 @@ def commands_sync() -> None:
     out["stdin"] = h.wait().stdout
     h = sbx.commands.run("sleep 30", background=True, timeout=1)
     out["deadline"] = caught(h.wait)
+    gone = time.time() + 10  # the server killed it at its deadline: it leaves the list
+    while time.time() < gone and h.pid in [p.pid for p in sbx.commands.list()]:
+        time.sleep(0.2)
+    out["deadline_killed"] = h.pid not in [p.pid for p in sbx.commands.list()]
     info = sbx.get_info()
     out["info"] = {"state": str(info.state.value if hasattr(info.state, "value") else info.state),
                    "metadata": info.metadata, "template": info.template_id}
@@ -105,6 +109,10 @@ async def commands_async() -> None:
     out["stdin"] = (await h.wait()).stdout
     h = await sbx.commands.run("sleep 30", background=True, timeout=1)
     out["deadline"] = await acaught(h.wait())
+    gone = time.time() + 10
+    while time.time() < gone and h.pid in [p.pid for p in await sbx.commands.list()]:
+        await asyncio.sleep(0.2)
+    out["deadline_killed"] = h.pid not in [p.pid for p in await sbx.commands.list()]
     info = await sbx.get_info()
     out["info"] = {"state": str(info.state.value if hasattr(info.state, "value") else info.state),
                    "metadata": info.metadata, "template": info.template_id}
