@@ -61,11 +61,9 @@ async def download(get_state: StateGetter, request: Request) -> StreamingRespons
     call, path = _call(get_state, request, "read")
     if not path:
         raise ApiError(400, "invalid_request", "path is required")
-    path = box_path(path, call.user)
-    async with call.st.audit.record(call.rec, call.who, "file_read", path):
-        resp, body = await call.st.data.read_file(call.rec, path)
-    headers = {k: v for k, v in resp.headers.items() if k.lower() == "content-length"}
-    return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
+    from hutch.server.app import read_file_audited  # the app imports this package
+
+    return await read_file_audited(call.st, call.rec, call.who, box_path(path, call.user))
 
 
 async def upload(get_state: StateGetter, request: Request) -> JSONResponse:
@@ -102,9 +100,9 @@ async def upload(get_state: StateGetter, request: Request) -> JSONResponse:
 
 
 async def _write(call: Call, path: str, body: AsyncIterator[bytes]) -> dict[str, str]:
-    async with call.st.audit.record(call.rec, call.who, "file_write",
-                                    path + audit.acting(call.user)):
-        await call.st.data.write_file(call.rec, path, body, call.user)
+    from hutch.server.app import write_file_audited  # the app imports this package
+
+    await write_file_audited(call.st, call.rec, call.who, path, body, call.user)
     return {"name": posixpath.basename(path), "type": "file", "path": path}
 
 

@@ -213,7 +213,9 @@ class Processes:
             raise invalid("process.cmd and process.args must be strings")
         if not isinstance(envs, dict) or not all(isinstance(v, str) for v in envs.values()):
             raise invalid("process.envs must map names to strings")
-        cwd = box_path(text(proc, "cwd"), call.user) if get(proc, "cwd") else None
+        # relative to the home of whom it runs as: the call's user, else the template's (maybe root)
+        acting = call.user or (call.st.sandboxes.defaults(call.rec).user if get(proc, "cwd") else None)
+        cwd = box_path(text(proc, "cwd"), acting) if get(proc, "cwd") else None
         size = get(get(msg, "pty"), "size")
         tag = text(msg, "tag") if get(msg, "tag") is not None else None
         stdin = flag(msg, "stdin")

@@ -499,16 +499,12 @@ def data_routes(app: FastAPI) -> None:
     async def write_file(request: Request, rec: BoxDep, st: StateDep, who: ActorDep,
                          path: Annotated[str, Query(max_length=4096)],
                          user: Literal["user", "root"] | None = None) -> Any:
-        async with st.audit.record(rec, who, "file_write", path + audit.acting(user)):
-            return await st.data.write_file(rec, path, request.stream(), user)
+        return await write_file_audited(st, rec, who, path, request.stream(), user)
 
     @app.get(prefix + "/files", response_class=StreamingResponse,
              responses={200: {"content": {"application/octet-stream": {}}}})
     async def read_file(rec: BoxDep, st: StateDep, who: ActorDep, path: Annotated[str, Query(max_length=4096)]) -> Any:
-        async with st.audit.record(rec, who, "file_read", path):
-            resp, body = await st.data.read_file(rec, path)
-        headers = {k: v for k, v in resp.headers.items() if k.lower() == "content-length"}
-        return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
+        return await read_file_audited(st, rec, who, path)
 
     @app.get(prefix + "/files/zip", response_class=StreamingResponse,
              responses={200: {"content": {"application/zip": {}}}})
@@ -570,6 +566,21 @@ def data_routes(app: FastAPI) -> None:
 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def write_file_audited(st: State, rec: SandboxRecord, who: str, path: str, body: AsyncIterator[bytes],
+                             user: str | None) -> dict[str, Any]:
+    """A file written, in the audit log (hutch's data plane and E2B's envd)."""
+    async with st.audit.record(rec, who, "file_write", path + audit.acting(user)):
+        return await st.data.write_file(rec, path, body, user)
+
+
+async def read_file_audited(st: State, rec: SandboxRecord, who: str, path: str) -> StreamingResponse:
+    """A file's bytes as a streamed answer, the read in the audit log."""
+    async with st.audit.record(rec, who, "file_read", path):
+        resp, body = await st.data.read_file(rec, path)
+    headers = {k: v for k, v in resp.headers.items() if k.lower() == "content-length"}
+    return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
 
 
 class BodyLimit:
