@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy.exc
@@ -100,11 +101,21 @@ def _rest_handlers(app: FastAPI, get_state: StateGetter) -> None:
     app.add_exception_handler(Exception, unexpected)
 
 
+@dataclass
+class EnvdServices:
+    """What envd keeps between calls (held by the server's State, closed by its lifespan)."""
+
+    procs: process.Processes = field(default_factory=process.Processes)
+    watchers: filesystem.Watchers = field(default_factory=filesystem.Watchers)
+
+    async def close(self) -> None:
+        self.procs.close()
+        await self.watchers.close()
+
+
 def envd_app(get_state: StateGetter) -> FastAPI:
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     _rest_handlers(app, get_state)
-    procs = process.Processes()
-    watchers = filesystem.Watchers()
 
     @app.get("/health")
     async def health(request: Request) -> Response:
@@ -126,9 +137,9 @@ def envd_app(get_state: StateGetter) -> FastAPI:
         try:
             call = call_of(get_state, request, basic_user(request))
             if service == "process.Process":
-                return await process.dispatch(procs, method, call, request)
+                return await process.dispatch(call.st.envd.procs, method, call, request)
             if service == "filesystem.Filesystem":
-                return await filesystem.dispatch(watchers, method, call, request)
+                return await filesystem.dispatch(call.st.envd.watchers, method, call, request)
             raise ConnectError("unimplemented", f"{service}/{method} is not implemented")
         except ApiError as e:
             raise ConnectError.of(e) from None

@@ -194,6 +194,8 @@ class Watchers:
                 await self._close(watcher_id, w)
 
     async def close(self) -> None:
+        if self.reaper:
+            self.reaper.cancel()
         for watcher_id, w in list(self.open.items()):
             await self._close(watcher_id, w)
 

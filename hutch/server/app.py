@@ -132,6 +132,7 @@ class State:
         self.metrics = self.sandboxes.metrics
         self.data = DataPlane(self.sandboxes, config.max_file_bytes)
         self.audit = audit.AuditLog(self.store)
+        self.envd = e2b.EnvdServices()  # E2B's envd: processes' timers and tags, file watchers
 
 
     def _egress_policy(self, box_key: str) -> Policy | None:
@@ -645,6 +646,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             yield
         finally:
             lifetimes.cancel()
+            await st.envd.close()  # E2B's watchers and process timers
             await st.templates.close()  # a build cut short is queued again for the next start
             await st.pool.close()  # nobody's boxes: not worth keeping
             await st.egress.close_all()
