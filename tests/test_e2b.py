@@ -320,6 +320,10 @@ def test_connect_streams_limits_and_keepalives(env: Env) -> None:
         r = httpx.post(f"{env.url}/e2b/envd/process.Process/List", headers=envd(env, box, token),
                        content=b"{" + b" " * 2**21 + b"}", timeout=60)
         assert r.status_code in (413, 429) and r.json()["code"] == "resource_exhausted"
+        for size in ({"rows": 0, "cols": 80}, {"rows": 10**9, "cols": 80}):  # checked as Start checks them
+            r = httpx.post(f"{env.url}/e2b/envd/process.Process/Update", headers=envd(env, box, token),
+                           json={"process": {"pid": proc.pid}, "pty": {"size": size}})
+            assert r.status_code == 400 and r.json()["code"] == "invalid_argument", r.text
         two = connect_frames({"process": {"pid": proc.pid}}, {"process": {"pid": proc.pid}})
         r = httpx.post(f"{env.url}/e2b/envd/process.Process/Connect", headers=stream, content=two, timeout=60)
         assert r.status_code == 400 and r.json()["code"] == "invalid_argument"
