@@ -52,17 +52,18 @@ def cmd_build_base(args: argparse.Namespace) -> int:
     return 0
 
 
-def _admin_key(store: Any, data_dir: Path) -> str:
-    """The default team's key: made on first start, kept (0600) in the data dir to print again."""
+def _admin_key(store: Any, data_dir: Path, variable: str = "HUTCH_API_KEY") -> str:
+    """The default team's key (or its E2B-shaped key, for E2B_API_KEY): made on first start, kept
+    (0600) in the data dir to print again."""
     env_file = data_dir / CLIENT_ENV
     if env_file.exists():
         for line in env_file.read_text().splitlines():
-            if line.startswith("HUTCH_API_KEY="):
+            if line.startswith(f"{variable}="):
                 key = line.split("=", 1)[1]
                 if store.team_for_api_key(key):
                     return key
     team_id = store.team_by_name("default") or store.create_team("default")
-    new_key: str = store.create_api_key(team_id)
+    new_key: str = store.create_api_key(team_id, e2b=variable == "E2B_API_KEY")
     return new_key
 
 
@@ -86,11 +87,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if not base_image.is_built(config.cache_dir):
         base_image.build(config.cache_dir, progress=lambda line: print(line, flush=True))
-    key = _admin_key(Store(config.db_url), config.data_dir)
+    store = Store(config.db_url)
+    key = _admin_key(store, config.data_dir)
+    e2b_key = _admin_key(store, config.data_dir, "E2B_API_KEY")
     env_file = config.data_dir / CLIENT_ENV
     fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(f"HUTCH_BASE_URL={config.base_url}\nHUTCH_API_KEY={key}\n")
+    with os.fdopen(fd, "w") as f:  # and the same team for the e2b SDK (hutch.e2b)
+        f.write(f"HUTCH_BASE_URL={config.base_url}\nHUTCH_API_KEY={key}\n"
+                f"E2B_API_URL={config.base_url}/e2b\nE2B_SANDBOX_URL={config.base_url}/e2b/envd\n"
+                f"E2B_API_KEY={e2b_key}\n")
     # The key goes to a person at a terminal, never into a log file (stdout redirected)
     shown = key if sys.stdout.isatty() else f"$(grep HUTCH_API_KEY= {env_file} | cut -d= -f2)"
     print(f"hutch is serving on {config.base_url}\n"
@@ -116,7 +121,7 @@ def cmd_team_create(args: argparse.Namespace) -> int:
     if store.team_by_name(args.name):
         print(f"a team named {args.name!r} exists already", file=sys.stderr)
         return 1
-    key = store.create_api_key(store.create_team(args.name))
+    key = store.create_api_key(store.create_team(args.name), e2b=args.e2b)
     print(json.dumps({"team": args.name, "api_key": key}) if args.json else key)
     return 0
 
@@ -564,6 +569,8 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("team-create", help="make a team and print its API key (on the server machine)")
     s.add_argument("name")
+    s.add_argument("--e2b", action="store_true",
+                   help="an E2B-shaped key (e2b_<hex>), for the e2b SDK at E2B_API_URL=<server>/e2b")
     s.set_defaults(fn=cmd_team_create)
 
     s = sub.add_parser("create", help="create a sandbox and print its id")

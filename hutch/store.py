@@ -60,6 +60,8 @@ sandboxes = sa.Table(
     sa.Column("template_id", sa.String(36), index=True),
     sa.Column("rootfs", sa.Text),  # the template root it boots from: a rebuild never changes a box's root
     sa.Column("disk_mib", sa.Integer),
+    # made through the E2B API: its access token stays the same across resumes (the e2b SDK keeps it)
+    sa.Column("stable_token", sa.Boolean),
     sa.Index("ix_sandboxes_box_key", "box_key"),
 )
 network_log = sa.Table(
@@ -177,6 +179,7 @@ audit_log = sa.Table(
 )
 
 API_KEY_PREFIX = "hutch_"
+E2B_KEY_PREFIX = "e2b_"
 POOL_SIZE = 5  # database connections kept open (route dependencies run on worker threads)
 
 
@@ -210,6 +213,7 @@ class SandboxRecord:
     template_id: str | None = None
     rootfs: str | None = None
     disk_mib: int | None = None
+    stable_token: bool | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> SandboxRecord:
@@ -384,8 +388,10 @@ class Store:
         with self._tx() as c:
             return c.execute(sa.select(teams.c.id).where(teams.c.name == name)).scalar()
 
-    def create_api_key(self, team_id: str) -> str:
-        raw = API_KEY_PREFIX + secrets.token_urlsafe(32)
+    def create_api_key(self, team_id: str, e2b: bool = False) -> str:
+        """A new key for the team. `e2b`: shaped as E2B's (`e2b_` + 40 hex digits), which the e2b
+        SDK before 2.63 demands; it works on hutch's own API as well."""
+        raw = E2B_KEY_PREFIX + secrets.token_hex(20) if e2b else API_KEY_PREFIX + secrets.token_urlsafe(32)
         with self._tx() as c:
             c.execute(api_keys.insert().values(key_hash=hash_secret(raw), team_id=team_id,
                                                prefix=raw[:12], created_at=time.time()))

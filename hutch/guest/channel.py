@@ -6,6 +6,7 @@ Standard library only; started by `agent.py`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import select
@@ -16,11 +17,12 @@ import stat
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import IO, Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 try:
-    from hutch.guest import http1
+    from hutch.guest import fsops, http1
     from hutch.guest import launch as L
     from hutch.guest import protocol as p
     from hutch.guest.procs import Proc, ProcError, ProcTable, parse_resize, parse_signal
@@ -28,6 +30,7 @@ try:
     from hutch.guest.spawner import Spawner
 except ImportError:  # in the box: run as a script beside its modules, without the hutch package
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import fsops  # type: ignore[import-not-found, no-redef]
     import http1  # type: ignore[import-not-found, no-redef]
     import launch as L  # type: ignore[import-not-found, no-redef]
     import protocol as p  # type: ignore[import-not-found, no-redef]
@@ -133,6 +136,10 @@ class Handler(http1.Handler):
             self._zip_dir()
         elif route == p.PROCS:
             self._json(200, {"procs": [proc.info() for proc in PROCS.running()]})
+        elif route in (p.FS_STAT, p.FS_LIST):
+            self._fs_read(route)
+        elif route == p.FS_WATCH:
+            self._watch()
         elif route.startswith(p.PROCS + "/"):
             self._proc_route(route, "GET")
         else:
@@ -154,6 +161,8 @@ class Handler(http1.Handler):
             self._proc_route(route, "POST")
         elif route == p.TUNNEL:
             self._tunnel()
+        elif route in (p.FS_MKDIR, p.FS_MOVE, p.FS_REMOVE):
+            self._fs_change(route)
         elif route == p.QUIESCE:
             self._json(200, {"quiescing": True})
             self.close_connection = True
@@ -321,6 +330,111 @@ class Handler(http1.Handler):
         self._end_chunked()
         return None
 
+    # --- filesystem operations (fsops.py says how each user's are kept safe) ---------------------
+
+    def _fs_call(self, fn: Callable[[bool], Any], user: object, what: str) -> Any:
+        """Run fn(trust_all) as the box user (links followed, the kernel checking the user's rights)
+        or, for user "root", as root (only root's links followed). An OSError is answered here and
+        None returned."""
+        try:
+            if user == "root":
+                return fn(False)
+            with fsops.acting_as(p.BOX_UID, p.BOX_GID):
+                return fn(True)
+        except fsops.UnsafePath as e:
+            self._error(400, p.ERR_UNSAFE_PATH, f"{what} goes through a link the box's user made ({e})")
+        except fsops.TooMany as e:
+            self._error(400, p.ERR_TOO_MANY_ENTRIES, f"{what}: {e.strerror}; list a smaller depth or a subdirectory")
+        except FileNotFoundError:
+            self._error(404, p.ERR_NOT_FOUND, f"no such file or directory: {what}")
+        except NotADirectoryError:
+            self._error(400, p.ERR_NOT_DIR, f"not a directory: {what} (or one of its parents)")
+        except IsADirectoryError as e:
+            self._error(400, p.ERR_IS_DIR, f"{what}: {e.strerror}")
+        except FileExistsError as e:
+            self._error(409, p.ERR_EXISTS, f"{what}: {e.strerror}")
+        except PermissionError:
+            self._error(403, p.ERR_PERMISSION, f"{what}: permission denied to {'root' if user == 'root' else p.BOX_USER}")
+        except OSError as e:
+            if e.errno == errno.ENOTEMPTY:
+                self._error(409, p.ERR_EXISTS, f"{what}: the destination is a directory that is not empty")
+            elif e.errno == errno.EXDEV:
+                self._error(400, p.ERR_IO, f"{what}: source and destination are on different filesystems")
+            else:
+                self._error(400, p.ERR_IO, f"{what}: {e.strerror or e}")
+        return None
+
+    def _fs_read(self, route: str) -> None:
+        path = self._path_arg()
+        if path is None:
+            return None
+        query = self._query()
+        if route == p.FS_STAT:
+            found = self._fs_call(lambda trust: fsops.stat_path(path, trust), query.get("user"), path)
+            return None if found is None else self._json(200, found)
+        depth = query.get("depth", "1")
+        if not (depth.isascii() and depth.isdigit() and 1 <= int(depth) <= fsops.MAX_DEPTH):
+            return self._error(400, p.ERR_BAD_REQUEST, f"depth must be 1-{fsops.MAX_DEPTH}")
+        entries = self._fs_call(lambda trust: fsops.list_dir(path, int(depth), trust), query.get("user"), path)
+        return None if entries is None else self._json(200, {"entries": entries})
+
+    def _fs_change(self, route: str) -> None:
+        try:
+            req = json.loads(b"".join(self.body()))
+            if not isinstance(req, dict):
+                raise ValueError("a JSON object is needed")
+        except ValueError as e:
+            return self._error(400, p.ERR_BAD_REQUEST, f"bad request: {e}")
+        paths: list[str] = []
+        for name in ("source", "destination") if route == p.FS_MOVE else ("path",):
+            path = req.get(name)
+            problem = p.path_problem(path) if isinstance(path, str) else "a string is needed"
+            if problem or not isinstance(path, str):
+                return self._error(400, p.ERR_BAD_PATH, f"{name}: {problem}")
+            paths.append(path)
+        user = req.get("user")
+        if route == p.FS_MKDIR:
+            owner = (0, 0) if user == "root" else (p.BOX_UID, p.BOX_GID)
+            made = self._fs_call(lambda trust: fsops.make_dir(paths[0], trust, owner), user, paths[0])
+            return None if made is None else self._json(200, {"entry": made[0], "created": made[1]})
+        if route == p.FS_MOVE:
+            moved = self._fs_call(lambda trust: fsops.move(paths[0], paths[1], trust), user,
+                                  f"{paths[0]} -> {paths[1]}")
+            return None if moved is None else self._json(200, moved)
+
+        def remove(trust: bool) -> bool:
+            fsops.remove(paths[0], trust)
+            return True
+
+        if self._fs_call(remove, user, paths[0]):
+            self._json(200, {})
+        return None
+
+    def _watch(self) -> None:
+        """Stream a directory's changes until the host goes or the directory does, with a ping
+        every 10 s of quiet (a host that went away is noticed then). Watches as root, through
+        root's links only."""
+        path = self._path_arg()
+        if path is None:
+            return None
+        recursive = self._query().get("recursive") == "true"
+        watch = self._fs_call(lambda _trust: fsops.Watch(path, recursive), "root", path)
+        if watch is None:
+            return None
+        try:
+            self._start_chunked("application/x-ndjson")
+            stream = _EventStream(self)
+            while stream.alive and not watch.ended:
+                events = watch.read(L.PING_SECONDS)
+                for name, kind in events:
+                    stream.send({"t": p.EVENT_FS, "name": name, "type": kind})
+                if not events:
+                    stream.send({"t": p.EVENT_PING})
+            stream.close()
+        finally:
+            watch.close()
+        return None
+
     # --- exec -----------------------------------------------------------------------------------
 
     def _command_request(self) -> dict[str, Any] | None:
@@ -475,53 +589,19 @@ class _ChunkWriter:
         return False
 
 
-class _UnsafePath(OSError):
-    pass
+_UnsafePath = fsops.UnsafePath
 
 
 def _open_parent(path: str, uid: int, gid: int) -> tuple[int, str]:
     """Open the directory that is to hold `path` (an fd) and return it with the file's name,
     making missing directories on the way (given to uid/gid), like mkdir -p.
 
-    The walk goes one name at a time, relative to the directory opened last, and follows only
-    links owned by root (the template's own, like /lib -> usr/lib). The agent writes as root on
-    the owner's behalf; a link the box's user planted (~/proj -> /etc) must not steer that write.
+    The walk (fsops.open_dir) goes one name at a time, relative to the directory opened last, and
+    follows only links owned by root (the template's own, like /lib -> usr/lib). The agent writes
+    as root on the owner's behalf; a link the box's user planted (~/proj -> /etc) must not steer
+    that write.
     """
-    *parts, name = path.split("/")
-    queue = [c for c in parts if c]
-    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    links = 0
-    try:
-        while queue:
-            part = queue.pop(0)
-            if part == ".":
-                continue
-            try:
-                st = os.stat(part, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                os.mkdir(part, 0o755, dir_fd=fd)
-                os.chown(part, uid, gid, dir_fd=fd, follow_symlinks=False)
-            else:
-                if stat.S_ISLNK(st.st_mode):
-                    links += 1
-                    if st.st_uid != 0:
-                        raise _UnsafePath(part)
-                    if links > 40:
-                        raise OSError(40, "too many levels of links")
-                    target = os.readlink(part, dir_fd=fd)
-                    queue = [c for c in target.split("/") if c] + queue
-                    if target.startswith("/"):
-                        os.close(fd)
-                        fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-                    continue
-            # O_NOFOLLOW: a name swapped for a link since the check fails here instead of being followed
-            next_fd = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            os.close(fd)
-            fd = next_fd
-        return fd, name
-    except BaseException:
-        os.close(fd)
-        raise
+    return fsops.open_parent(path, trust_all=False, make=(uid, gid))
 
 
 def _stop_serving(server: socketserver.BaseServer) -> None:

@@ -39,6 +39,14 @@ PROC_RESIZE = "resize"  # POST {"rows": int, "cols": int}
 TUNNEL = f"/v{VERSION}/tunnel"  # POST ?port=N: this connection becomes bytes to and from 127.0.0.1:N
 QUIESCE = f"/v{VERSION}/quiesce"  # close every host socket before a checkpoint
 WAKE_FILE = "wake"  # in the channel dir after a restore (or SIGUSR1): the agent listens again
+# Filesystem operations (fsops.py), as the box user unless user=root; answers are entries (JSON
+# objects: name, path, type, size, mode, permissions, owner, group, mtime, target).
+FS_STAT = f"/v{VERSION}/fs/stat"  # GET ?path=&user=
+FS_LIST = f"/v{VERSION}/fs/list"  # GET ?path=&depth=&user= -> {"entries": [...]}
+FS_MKDIR = f"/v{VERSION}/fs/mkdir"  # POST {"path", "user"} -> {"entry", "created"}
+FS_MOVE = f"/v{VERSION}/fs/move"  # POST {"source", "destination", "user"} -> the destination's entry
+FS_REMOVE = f"/v{VERSION}/fs/remove"  # POST {"path", "user"} -> {}
+FS_WATCH = f"/v{VERSION}/fs/watch"  # GET ?path=&recursive=true|false -> NDJSON fs events and pings
 
 # Exec streams one JSON object a line; "t" names the event.
 EVENT_START = "start"  # {"t": "start", "pid": int}
@@ -47,6 +55,7 @@ EVENT_STDERR = "stderr"  # {"t": "stderr", "d": str}
 EVENT_EXIT = "exit"  # {"t": "exit", "code": int | None, "timed_out": bool}
 EVENT_ERROR = "error"  # {"t": "error", "code": str, "message": str}: the command could not start
 EVENT_PING = "ping"  # {"t": "ping"}: the command is still running, and so is the box
+EVENT_FS = "fs"  # {"t": "fs", "name": str, "type": "create" | "write" | "remove" | "rename" | "chmod"}
 EVENT_DROPPED = "dropped"  # {"t": "dropped", "chars": int}: a spawned process' buffer lost this much output
 # A spawned process' events also carry "s", their sequence number.
 
@@ -66,6 +75,9 @@ ERR_STDIN_CLOSED = "stdin_closed"
 ERR_STDIN_FULL = "stdin_full"  # the process has not read its stdin for a while
 ERR_TOO_MANY_PROCS = "too_many_processes"
 ERR_PORT_CLOSED = "port_not_listening"  # nothing in the box accepts connections on that port
+ERR_PERMISSION = "permission_denied"  # the acting user may not
+ERR_EXISTS = "already_exists"
+ERR_TOO_MANY_ENTRIES = "too_many_entries"  # a listing past the agent's cap
 
 
 def path_problem(path: str) -> str | None:

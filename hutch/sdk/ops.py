@@ -249,7 +249,7 @@ class AuditEntry:
     id: int
     at: datetime
     actor: str  # the client's address and what it calls itself (HUTCH_ACTOR, else its User-Agent)
-    op: str  # exec, spawn, signal, file_write, file_read, dir_download
+    op: str  # exec, exit, spawn, signal, file_write, file_read, dir_download, file_remove, file_move, dir_make
     detail: str  # the command, or the path
     exit_code: int | None  # a command's, once it ended
     outcome: str  # "ok", or the error code the call ended with
@@ -875,3 +875,109 @@ def as_bytes(content: str | bytes) -> bytes:
     if isinstance(content, (bytes, bytearray, memoryview)):
         return bytes(content)
     raise ValidationError(f"file content must be str or bytes, not {type(content).__name__}", code="invalid_argument")
+
+
+# --- filesystem operations ------------------------------------------------------------------------
+
+@dataclass
+class EntryInfo:
+    """A file, directory or link in the box, as lstat sees it (a link is described, not followed)."""
+
+    name: str
+    path: str
+    type: str  # "file", "dir", "symlink" or "other"
+    size: int
+    mode: int  # permission bits, e.g. 0o644
+    permissions: str  # as ls shows them: "-rw-r--r--"
+    owner: str
+    group: str
+    modified_time: datetime
+    symlink_target: str | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> EntryInfo:
+        return cls(d["name"], d["path"], d["type"], d["size"], d["mode"], d["permissions"], d["owner"], d["group"],
+                   datetime.fromisoformat(d["modified_time"]), d.get("symlink_target"))
+
+
+@dataclass
+class FilesystemEvent:
+    """A change in a watched directory; `name` is relative to it."""
+
+    name: str
+    type: str  # "create", "write", "remove", "rename" or "chmod"
+
+
+WATCH_OPENED = object()  # emitted once by watch_dir when the watch is in place, before any event
+
+
+def _user(user: str | None) -> dict[str, str]:
+    return {"user": user} if user else {}
+
+
+def get_entry(dp: DataPlane, path: str, user: str | None) -> Flow[EntryInfo]:
+    params = {"path": path, **_user(user)}
+    reply = yield from send_data(dp, lambda: Call("GET", f"{dp.url}/files/stat", dp.headers(), params=params))
+    return EntryInfo.from_json(_json(reply.body))
+
+
+def exists(dp: DataPlane, path: str, user: str | None) -> Flow[bool]:
+    try:
+        yield from get_entry(dp, path, user)
+    except NotFoundError:
+        return False
+    return True
+
+
+def list_dir(dp: DataPlane, path: str, depth: int, user: str | None) -> Flow[list[EntryInfo]]:
+    if type(depth) is not int or not 1 <= depth <= 16:
+        raise ValidationError(f"depth is an int in 1..16, not {depth!r}", code="invalid_argument")
+    params = {"path": path, "depth": str(depth), **_user(user)}
+    reply = yield from send_data(dp, lambda: Call("GET", f"{dp.url}/files/list", dp.headers(), params=params,
+                                                  timeout=FILE_TIMEOUT))
+    return [EntryInfo.from_json(d) for d in _json(reply.body)["entries"]]
+
+
+def make_dir(dp: DataPlane, path: str, user: str | None) -> Flow[bool]:
+    body = {"path": path, **_user(user)}
+    reply = yield from send_data(dp, lambda: Call("POST", f"{dp.url}/files/mkdir", dp.headers(), json=body))
+    return bool(_json(reply.body)["created"])
+
+
+def rename(dp: DataPlane, source: str, destination: str, user: str | None) -> Flow[EntryInfo]:
+    body = {"source": source, "destination": destination, **_user(user)}
+    reply = yield from send_data(dp, lambda: Call("POST", f"{dp.url}/files/move", dp.headers(), json=body))
+    return EntryInfo.from_json(_json(reply.body))
+
+
+def remove(dp: DataPlane, path: str, user: str | None) -> Flow[None]:
+    params = {"path": path, **_user(user)}
+    yield from send_data(dp, lambda: Call("DELETE", f"{dp.url}/files", dp.headers(), params=params,
+                                          timeout=FILE_TIMEOUT))
+
+
+def watch_dir(dp: DataPlane, path: str, recursive: bool) -> Flow[None]:
+    """Emit WATCH_OPENED once the watch is in place, then a FilesystemEvent per change, until the
+    directory goes or the caller stops reading."""
+    params = {"path": path, "recursive": "true" if recursive else "false"}
+    yield from send_data(dp, lambda: Call("GET", f"{dp.url}/files/watch", dp.headers(), params=params, stream=True,
+                                          timeout=STREAM_TIMEOUT))
+    yield Emit(WATCH_OPENED)
+    data: list[str] = []
+    while True:
+        try:
+            line = yield NextLine()
+        except httpx.TimeoutException as e:
+            raise SandboxTimeoutError("the watch's stream went silent", code="stream_timeout") from e
+        except httpx.TransportError as e:
+            raise ServerError("the watch's stream broke", code="stream_ended") from e
+        if line is None:
+            return  # the directory went (or the sandbox was paused): the watch is over
+        if line.startswith(":"):
+            continue  # keep-alive
+        if line.startswith("data:"):
+            data.append(line[5:].strip())
+        elif not line and data:
+            d = json.loads("\n".join(data))
+            data = []
+            yield Emit(FilesystemEvent(d["name"], d["type"]))

@@ -9,20 +9,23 @@ from __future__ import annotations
 import builtins
 import contextlib
 import signal as signals
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 import httpx
 
 from hutch.sdk import ops
 from hutch.sdk.config import ConnectionConfig, tls_context
-from hutch.sdk.errors import SandboxError, ValidationError
-from hutch.sdk.flow import Flow, run_async, run_sync
+from hutch.sdk.errors import SandboxError, ServerError, ValidationError
+from hutch.sdk.flow import Flow, iter_async, iter_sync, run_async, run_sync
 from hutch.sdk.ops import (
     UNSET,
+    WATCH_OPENED,
     AuditPage,
     CommandResult,
     DataPlane,
+    EntryInfo,
+    FilesystemEvent,
     NetworkConfig,
     NetworkLogPage,
     PreviewPort,
@@ -125,9 +128,12 @@ class Sandbox(_SandboxBase[httpx.Client]):
         self.files = Files(self)
 
     def _run(self, flow: Flow[Any]) -> Any:
+        return run_sync(self._open_client(), flow)
+
+    def _open_client(self) -> httpx.Client:
         if self._client.is_closed:  # used again after kill() or close(): the server has the last word
             self._client = _sync_client(self._cfg)
-        return run_sync(self._client, flow)
+        return self._client
 
     @classmethod
     def _open(cls, cfg: ConnectionConfig, flow: Flow[tuple[SandboxInfo, DataPlane]]) -> Sandbox:
@@ -350,6 +356,76 @@ class Files:
         data: bytes = self._sandbox._run(ops.download_dir(self._sandbox._dp, path))
         return data
 
+    # Below, `user` is who the call acts as: the box user (default; the box's permissions apply to
+    # it) or "root". Paths are absolute.
+
+    def list(self, path: str, depth: int = 1, *, user: str | None = None) -> list[EntryInfo]:
+        """A directory's entries, `depth` (1-16) levels down, sorted; links are listed, not followed."""
+        result: list[EntryInfo] = self._sandbox._run(ops.list_dir(self._sandbox._dp, path, depth, user))
+        return result
+
+    def get_info(self, path: str, *, user: str | None = None) -> EntryInfo:
+        """A file, directory or link (described, not followed). NotFoundError if there is none."""
+        result: EntryInfo = self._sandbox._run(ops.get_entry(self._sandbox._dp, path, user))
+        return result
+
+    def exists(self, path: str, *, user: str | None = None) -> bool:
+        result: bool = self._sandbox._run(ops.exists(self._sandbox._dp, path, user))
+        return result
+
+    def remove(self, path: str, *, user: str | None = None) -> None:
+        """A file or link (never its target), or a directory with everything in it."""
+        self._sandbox._run(ops.remove(self._sandbox._dp, path, user))
+
+    def rename(self, source: str, destination: str, *, user: str | None = None) -> EntryInfo:
+        """Move a file or directory (the destination's parent must exist); the destination's entry."""
+        result: EntryInfo = self._sandbox._run(ops.rename(self._sandbox._dp, source, destination, user))
+        return result
+
+    def make_dir(self, path: str, *, user: str | None = None) -> bool:
+        """mkdir -p, owned by `user`; False if it was a directory already (ConflictError if it is
+        something else)."""
+        result: bool = self._sandbox._run(ops.make_dir(self._sandbox._dp, path, user))
+        return result
+
+    def watch_dir(self, path: str, *, recursive: bool = False) -> WatchHandle:
+        """Watch a directory: iterate the handle for FilesystemEvents as they happen (the watch is in
+        place when this returns); `close()` it when done. It ends if the directory goes."""
+        return WatchHandle(iter_sync(self._sandbox._open_client(), ops.watch_dir(self._sandbox._dp, path, recursive)))
+
+
+class WatchHandle:
+    """A watched directory's changes: an iterator of FilesystemEvents, and a context manager."""
+
+    def __init__(self, items: Generator[Any, None, Any]) -> None:
+        self._items = items
+        try:
+            opened = next(items)
+        except StopIteration:
+            opened = None
+        except BaseException:
+            items.close()
+            raise
+        if opened is not WATCH_OPENED:
+            items.close()
+            raise ServerError("the watch did not start", code="stream_ended")
+
+    def __iter__(self) -> WatchHandle:
+        return self
+
+    def __next__(self) -> FilesystemEvent:
+        event: FilesystemEvent = next(self._items)
+        return event
+
+    def close(self) -> None:
+        self._items.close()
+
+    def __enter__(self) -> WatchHandle:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
 
 # --- async ----------------------------------------------------------------------------------------
 
@@ -372,9 +448,12 @@ class AsyncSandbox(_SandboxBase[httpx.AsyncClient]):
         self.files = AsyncFiles(self)
 
     def _run(self, flow: Flow[Any]) -> Awaitable[Any]:
+        return run_async(self._open_client(), flow)
+
+    def _open_client(self) -> httpx.AsyncClient:
         if self._client.is_closed:
             self._client = _async_client(self._cfg)
-        return run_async(self._client, flow)
+        return self._client
 
     @classmethod
     async def _open(cls, cfg: ConnectionConfig, flow: Flow[tuple[SandboxInfo, DataPlane]]) -> AsyncSandbox:
@@ -542,3 +621,67 @@ class AsyncFiles:
     async def download_dir(self, path: str) -> bytes:
         data: bytes = await self._sandbox._run(ops.download_dir(self._sandbox._dp, path))
         return data
+
+    async def list(self, path: str, depth: int = 1, *, user: str | None = None) -> list[EntryInfo]:
+        result: list[EntryInfo] = await self._sandbox._run(ops.list_dir(self._sandbox._dp, path, depth, user))
+        return result
+
+    async def get_info(self, path: str, *, user: str | None = None) -> EntryInfo:
+        result: EntryInfo = await self._sandbox._run(ops.get_entry(self._sandbox._dp, path, user))
+        return result
+
+    async def exists(self, path: str, *, user: str | None = None) -> bool:
+        result: bool = await self._sandbox._run(ops.exists(self._sandbox._dp, path, user))
+        return result
+
+    async def remove(self, path: str, *, user: str | None = None) -> None:
+        await self._sandbox._run(ops.remove(self._sandbox._dp, path, user))
+
+    async def rename(self, source: str, destination: str, *, user: str | None = None) -> EntryInfo:
+        result: EntryInfo = await self._sandbox._run(ops.rename(self._sandbox._dp, source, destination, user))
+        return result
+
+    async def make_dir(self, path: str, *, user: str | None = None) -> bool:
+        result: bool = await self._sandbox._run(ops.make_dir(self._sandbox._dp, path, user))
+        return result
+
+    async def watch_dir(self, path: str, *, recursive: bool = False) -> AsyncWatchHandle:
+        """As `Files.watch_dir`: iterate with `async for`; `await close()`."""
+        items = iter_async(self._sandbox._open_client(), ops.watch_dir(self._sandbox._dp, path, recursive))
+        return await AsyncWatchHandle.open(items)
+
+
+class AsyncWatchHandle:
+    """A watched directory's changes: an async iterator of FilesystemEvents, and an async context
+    manager."""
+
+    def __init__(self, items: AsyncGenerator[Any, None]) -> None:
+        self._items = items
+
+    @classmethod
+    async def open(cls, items: AsyncGenerator[Any, None]) -> AsyncWatchHandle:
+        try:
+            opened = await anext(items, None)
+        except BaseException:
+            await items.aclose()
+            raise
+        if opened is not WATCH_OPENED:
+            await items.aclose()
+            raise ServerError("the watch did not start", code="stream_ended")
+        return cls(items)
+
+    def __aiter__(self) -> AsyncWatchHandle:
+        return self
+
+    async def __anext__(self) -> FilesystemEvent:
+        event: FilesystemEvent = await anext(self._items)
+        return event
+
+    async def close(self) -> None:
+        await self._items.aclose()
+
+    async def __aenter__(self) -> AsyncWatchHandle:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()

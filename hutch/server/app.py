@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hutch import e2b
 from hutch.egress.ca import CertificateAuthority, upstream_context
 from hutch.egress.host import HostAddresses
 from hutch.egress.proxy import EgressProxy, Interception, LogEntry, Policy, Resolver, load_hosts_file
@@ -45,8 +46,13 @@ from hutch.server.models import (
     CreateSandbox,
     CreateSecret,
     CreateTemplate,
+    DirMade,
     EnvName,
     FileWritten,
+    FsEntries,
+    FsEntry,
+    MakeDir,
+    MoveEntry,
     NetworkLogPage,
     PreviewPort,
     PreviewPortNumber,
@@ -71,6 +77,7 @@ from hutch.server.models import (
     TemplateInfo,
     TemplateRef,
     UpdateSandbox,
+    User,
 )
 from hutch.server.pool import WarmPool
 from hutch.server.previews import Previews
@@ -125,6 +132,7 @@ class State:
         self.metrics = self.sandboxes.metrics
         self.data = DataPlane(self.sandboxes, config.max_file_bytes)
         self.audit = audit.AuditLog(self.store)
+        self.envd = e2b.EnvdServices()  # E2B's envd: processes' timers and tags, file watchers
 
 
     def _egress_policy(self, box_key: str) -> Policy | None:
@@ -492,16 +500,12 @@ def data_routes(app: FastAPI) -> None:
     async def write_file(request: Request, rec: BoxDep, st: StateDep, who: ActorDep,
                          path: Annotated[str, Query(max_length=4096)],
                          user: Literal["user", "root"] | None = None) -> Any:
-        async with st.audit.record(rec, who, "file_write", path + (f"  [user={user}]" if user else "")):
-            return await st.data.write_file(rec, path, request.stream(), user)
+        return await write_file_audited(st, rec, who, path, request.stream(), user)
 
     @app.get(prefix + "/files", response_class=StreamingResponse,
              responses={200: {"content": {"application/octet-stream": {}}}})
     async def read_file(rec: BoxDep, st: StateDep, who: ActorDep, path: Annotated[str, Query(max_length=4096)]) -> Any:
-        async with st.audit.record(rec, who, "file_read", path):
-            resp, body = await st.data.read_file(rec, path)
-        headers = {k: v for k, v in resp.headers.items() if k.lower() == "content-length"}
-        return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
+        return await read_file_audited(st, rec, who, path)
 
     @app.get(prefix + "/files/zip", response_class=StreamingResponse,
              responses={200: {"content": {"application/zip": {}}}})
@@ -509,6 +513,75 @@ def data_routes(app: FastAPI) -> None:
         async with st.audit.record(rec, who, "dir_download", path):
             _resp, body = await st.data.zip_dir(rec, path)
         return StreamingResponse(body, media_type="application/zip")
+
+    # filesystem operations: as the box user unless user=root (the agent keeps each to its rights)
+
+    @app.get(prefix + "/files/stat", response_model=FsEntry)
+    async def stat_file(rec: BoxDep, st: StateDep, path: Annotated[str, Query(max_length=4096)],
+                        user: User | None = None) -> FsEntry:
+        """A file, directory or link (described, not followed)."""
+        return await st.data.stat(rec, path, user)
+
+    @app.get(prefix + "/files/list", response_model=FsEntries)
+    async def list_dir(rec: BoxDep, st: StateDep, path: Annotated[str, Query(max_length=4096)],
+                       depth: Annotated[int, Query(ge=1, le=16)] = 1, user: User | None = None) -> FsEntries:
+        """A directory's entries, `depth` levels down, sorted; at most 10,000 (400 too_many_entries)."""
+        return FsEntries(entries=await st.data.list_dir(rec, path, depth, user))
+
+    @app.post(prefix + "/files/mkdir", response_model=DirMade)
+    async def make_dir(body: MakeDir, rec: BoxDep, st: StateDep, who: ActorDep) -> DirMade:
+        """mkdir -p; `created` is false if it was a directory already (409 if it is something else)."""
+        async with st.audit.record(rec, who, "dir_make", body.path + audit.acting(body.user)):
+            entry, created = await st.data.make_dir(rec, body.path, body.user)
+        return DirMade(entry=entry, created=created)
+
+    @app.post(prefix + "/files/move", response_model=FsEntry)
+    async def move_file(body: MoveEntry, rec: BoxDep, st: StateDep, who: ActorDep) -> FsEntry:
+        """Rename a file or directory; answers the destination's entry."""
+        async with st.audit.record(rec, who, "file_move", f"{body.source} -> {body.destination}{audit.acting(body.user)}"):
+            return await st.data.move(rec, body.source, body.destination, body.user)
+
+    @app.delete(prefix + "/files", status_code=204, response_class=Response)
+    async def remove_file(rec: BoxDep, st: StateDep, who: ActorDep, path: Annotated[str, Query(max_length=4096)],
+                          user: User | None = None) -> Response:
+        """A file or link, or a directory with everything in it."""
+        async with st.audit.record(rec, who, "file_remove", path + audit.acting(user)):
+            await st.data.remove(rec, path, user)
+        return Response(status_code=204)
+
+    @app.get(prefix + "/files/watch", response_class=StreamingResponse,
+             responses={200: {"content": {"text/event-stream": {}}}})
+    async def watch_dir(rec: BoxDep, st: StateDep, path: Annotated[str, Query(max_length=4096)],
+                        recursive: bool = False) -> Any:
+        """A directory's changes as server-sent events, one FsEvent per `data:` line, with keep-alive
+        comments; the watch is in place when the headers arrive. Ends when the directory goes."""
+        watch = await st.data.watch(rec, path, recursive)
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                yield b": watching\n\n"
+                async for ev in watch.ticks:
+                    yield b": keep-alive\n\n" if ev is None else b"data: " + ev.model_dump_json().encode() + b"\n\n"
+            finally:
+                await watch.aclose()
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def write_file_audited(st: State, rec: SandboxRecord, who: str, path: str, body: AsyncIterator[bytes],
+                             user: str | None) -> dict[str, Any]:
+    """A file written, in the audit log (hutch's data plane and E2B's envd)."""
+    async with st.audit.record(rec, who, "file_write", path + audit.acting(user)):
+        return await st.data.write_file(rec, path, body, user)
+
+
+async def read_file_audited(st: State, rec: SandboxRecord, who: str, path: str) -> StreamingResponse:
+    """A file's bytes as a streamed answer, the read in the audit log."""
+    async with st.audit.record(rec, who, "file_read", path):
+        resp, body = await st.data.read_file(rec, path)
+    headers = {k: v for k, v in resp.headers.items() if k.lower() == "content-length"}
+    return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
 
 
 class BodyLimit:
@@ -519,11 +592,12 @@ class BodyLimit:
         self.app, self.limit = app, limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (scope["method"] == "PUT" and scope["path"].endswith("/files")):
+        if scope["type"] != "http" or (scope["method"] == "PUT" and scope["path"].endswith("/files")) or (
+                scope["method"] == "POST" and scope["path"] in e2b.STREAMED):  # E2B's upload and input stream
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            return await _refuse(send, self.limit)
+            return await _refuse(send, self.limit, connect=scope["path"].startswith(e2b.ENVD_PREFIX + "/"))
         seen = 0
 
         async def counted() -> Message:
@@ -537,9 +611,13 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
-async def _refuse(send: Send, limit: int) -> None:
-    body = json.dumps(errors.error_body("payload_too_large", f"request bodies are limited to {limit} bytes")).encode()
-    await send({"type": "http.response.start", "status": 413,
+async def _refuse(send: Send, limit: int, connect: bool = False) -> None:
+    """413 in hutch's error shape, or (E2B's envd, a Connect client) Connect's resource_exhausted."""
+    message = f"request bodies are limited to {limit} bytes"
+    error = {"code": "resource_exhausted", "message": message} if connect else errors.error_body("payload_too_large",
+                                                                                                     message)
+    body = json.dumps(error).encode()
+    await send({"type": "http.response.start", "status": 429 if connect else 413,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
 
@@ -568,6 +646,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             yield
         finally:
             lifetimes.cancel()
+            await st.envd.close()  # E2B's watchers and process timers
             await st.templates.close()  # a build cut short is queued again for the next start
             await st.pool.close()  # nobody's boxes: not worth keeping
             await st.egress.close_all()
@@ -585,6 +664,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     control_routes(app)
     template_routes(app)
     data_routes(app)
+    e2b.mount(app, lambda: app.state.hutch)  # E2B's API, at /e2b (control plane) and /e2b/envd
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

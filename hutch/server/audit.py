@@ -33,6 +33,11 @@ def describe(command: str, cwd: str | None, user: str | None, env: dict[str, str
     return command + (f"  [{' '.join(extra)}]" if extra else "")
 
 
+def acting(user: str | None) -> str:
+    """How the audit log notes who a file operation acted as."""
+    return f"  [user={user}]" if user else ""
+
+
 def actor(conn: HTTPConnection) -> str:
     said = conn.headers.get("x-hutch-actor") or conn.headers.get("user-agent") or "-"
     address = conn.client.host if conn.client else "-"

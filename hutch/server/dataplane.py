@@ -7,7 +7,9 @@ place): lines and error bodies are bounded, and every event is checked before it
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
@@ -20,13 +22,14 @@ from hutch.guest import protocol
 from hutch.node.node import ChannelError
 from hutch.server.boxcmd import (
     EXEC_TIMEOUT,
+    MAX_REPLY_BYTES,
     AgentProtocolError,
     event_lines,
     parse_event,
     read_capped,
 )
 from hutch.server.errors import ApiError
-from hutch.server.models import CommandResult, ProcessInfo, RunCommand, SpawnCommand
+from hutch.server.models import CommandResult, FsEntry, FsEvent, ProcessInfo, RunCommand, SpawnCommand, timestamp
 from hutch.server.sandboxes import Sandboxes
 from hutch.store import SandboxRecord
 
@@ -37,7 +40,12 @@ MAX_COLLECTED_OUTPUT = 64 * 2**20  # a command's output gathered into one JSON a
 AGENT_CODES = {protocol.ERR_BAD_PATH, protocol.ERR_NOT_FOUND, protocol.ERR_IS_DIR, protocol.ERR_NOT_DIR,
                protocol.ERR_NOT_REGULAR, protocol.ERR_BAD_REQUEST, protocol.ERR_BAD_CWD, protocol.ERR_IO,
                protocol.ERR_UNSAFE_PATH, protocol.ERR_NO_PROCESS, protocol.ERR_NOT_TTY, protocol.ERR_STDIN_CLOSED,
-               protocol.ERR_TOO_MANY_PROCS, protocol.ERR_STDIN_FULL}
+               protocol.ERR_TOO_MANY_PROCS, protocol.ERR_STDIN_FULL, protocol.ERR_PERMISSION, protocol.ERR_EXISTS,
+               protocol.ERR_TOO_MANY_ENTRIES}
+MAX_LIST_REPLY = 16 * 2**20  # the agent stops a listing at 10,000 entries or 8 MiB of them
+MAX_DEPTH = 16
+_ENTRY_TYPES = ("file", "dir", "symlink", "other")
+_EVENT_TYPES = ("create", "write", "remove", "rename", "chmod")
 
 
 def check_path(path: str) -> str:
@@ -65,6 +73,76 @@ def _process_info(d: Any) -> ProcessInfo:
         return ProcessInfo.model_validate(d)
     except PydanticValidationError:
         raise ApiError(502, "agent_error", "a malformed process description from the sandbox's agent") from None
+
+
+def _text(value: Any, limit: int = 8192) -> str:
+    if not isinstance(value, str) or len(value) > limit:
+        raise TypeError
+    return value
+
+
+def _entry(d: Any) -> FsEntry:
+    """An entry from the agent, checked field by field."""
+    try:
+        if not isinstance(d, dict) or d["type"] not in _ENTRY_TYPES:
+            raise TypeError
+        size, mode, mtime, target = d["size"], d["mode"], d["mtime"], d.get("target")
+        if type(size) is not int or size < 0 or type(mode) is not int or not 0 <= mode <= 0o7777:
+            raise TypeError
+        if type(mtime) not in (int, float) or not math.isfinite(mtime):
+            raise TypeError
+        return FsEntry(name=_text(d["name"]), path=_text(d["path"]), type=d["type"], size=size, mode=mode,
+                       permissions=_text(d["permissions"], 16), owner=_text(d["owner"], 256),
+                       group=_text(d["group"], 256), modified_time=timestamp(mtime),
+                       symlink_target=None if target is None else _text(target))
+    except (KeyError, TypeError, ValueError, OverflowError, OSError):
+        raise ApiError(502, "agent_error", "a malformed file entry from the sandbox's agent") from None
+
+
+def _fs_event(line: str) -> FsEvent | None:
+    """One line of a watch: an event, or None for the agent's keep-alive."""
+    try:
+        ev = json.loads(line)
+        if ev["t"] == protocol.EVENT_PING:
+            return None
+        if ev["t"] == protocol.EVENT_FS and ev["type"] in _EVENT_TYPES:
+            return FsEvent(name=_text(ev["name"]), type=ev["type"])
+    except (ValueError, KeyError, TypeError):
+        pass
+    raise AgentProtocolError("the agent sent a malformed watch event")
+
+
+def _fs_user(user: str | None) -> dict[str, str]:
+    """The agent acts as the box user unless told "root"."""
+    if user not in (None, "user", "root"):
+        raise ApiError(400, "invalid_request", f"user is 'user' or 'root', not {user!r}")
+    return {"user": "root"} if user == "root" else {}
+
+
+@dataclass
+class FsWatch:
+    """A directory's changes as they happen, until closed (or the directory goes). `events` is
+    the stream of FsEvents; `ticks` the same with None for the agent's keep-alives (every 10 s of
+    quiet), for relays that keep their own connection alive. Read one of them."""
+
+    response: httpx.Response
+    ticks: AsyncGenerator[FsEvent | None, None]
+    events: AsyncGenerator[FsEvent, None]
+
+    async def aclose(self) -> None:
+        """End the agent's stream; safe while another task is reading `events` (it ends too)."""
+        try:
+            await self.response.aclose()
+        finally:
+            for gen in (self.events, self.ticks):
+                with contextlib.suppress(RuntimeError):  # being read elsewhere: it ends with the stream
+                    await gen.aclose()
+
+
+async def _without_ticks(ticks: AsyncGenerator[FsEvent | None, None]) -> AsyncGenerator[FsEvent, None]:
+    async for ev in ticks:
+        if ev is not None:
+            yield ev
 
 
 @dataclass
@@ -125,11 +203,11 @@ class DataPlane:
                 "user": req.user or defaults.user}
 
     async def _ask(self, rec: SandboxRecord, method: str, route: str, timeout: httpx.Timeout = EXEC_TIMEOUT,
-                   **kwargs: Any) -> Any:
+                   limit: int = MAX_REPLY_BYTES, **kwargs: Any) -> Any:
         """A request to the agent with a small JSON answer (an object)."""
         resp = await self._open(rec, method, route, timeout=timeout, **kwargs)
         try:
-            answer = json.loads(await read_capped(resp))
+            answer = json.loads(await read_capped(resp, limit))
             if not isinstance(answer, dict):
                 raise AgentProtocolError("the agent's answer is not an object")
         except (ValueError, AgentProtocolError, httpx.TransportError) as e:
@@ -210,10 +288,13 @@ class DataPlane:
         answer: dict[str, Any] = await self._ask(rec, "POST", f"{protocol.PROCS}/{pid}/{action}", **kwargs)
         return answer
 
-    async def follow_process(self, rec: SandboxRecord, pid: int) -> ProcessStream:
-        """A process' buffered output, then its live output, to its exit. Opens the stream before
-        returning, so a missing process is an ApiError here."""
-        resp = await self._open(rec, "GET", f"{protocol.PROCS}/{pid}/{protocol.PROC_EVENTS}", timeout=EXEC_TIMEOUT)
+    async def follow_process(self, rec: SandboxRecord, pid: int, after: int | None = None) -> ProcessStream:
+        """A process' buffered output (past sequence number `after`, if given), then its live
+        output, to its exit. Opens the stream before returning, so a missing process is an
+        ApiError here."""
+        params = {"after": str(after)} if after is not None else None
+        resp = await self._open(rec, "GET", f"{protocol.PROCS}/{pid}/{protocol.PROC_EVENTS}", timeout=EXEC_TIMEOUT,
+                                params=params)
         return ProcessStream(self._events(resp, event_lines(resp), time.perf_counter(), timed=False), resp)
 
     # --- files ----------------------------------------------------------------------------------
@@ -256,3 +337,59 @@ class DataPlane:
                 await resp.aclose()
 
         return resp, body()
+
+    # --- filesystem operations (the agent acts as the box user, or as root) ----------------------
+
+    async def stat(self, rec: SandboxRecord, path: str, user: str | None = None) -> FsEntry:
+        """The entry at `path`; a link is described, not followed."""
+        params = {"path": check_path(path), **_fs_user(user)}
+        return _entry(await self._ask(rec, "GET", protocol.FS_STAT, params=params))
+
+    async def list_dir(self, rec: SandboxRecord, path: str, depth: int = 1, user: str | None = None) -> list[FsEntry]:
+        """What is under the directory `path`, `depth` levels down (links listed, not followed)."""
+        if type(depth) is not int or not 1 <= depth <= MAX_DEPTH:
+            raise ApiError(400, "invalid_request", f"depth is 1-{MAX_DEPTH}, not {depth!r}")
+        params = {"path": check_path(path), "depth": str(depth), **_fs_user(user)}
+        answer = await self._ask(rec, "GET", protocol.FS_LIST, FILE_TIMEOUT, MAX_LIST_REPLY, params=params)
+        entries = answer.get("entries")
+        if not isinstance(entries, list) or len(entries) > 10_000:
+            raise ApiError(502, "agent_error", "a malformed listing from the sandbox's agent")
+        return [_entry(d) for d in entries]
+
+    async def make_dir(self, rec: SandboxRecord, path: str, user: str | None = None) -> tuple[FsEntry, bool]:
+        """mkdir -p, new directories owned by the acting user; False if it was a directory already
+        (409 already_exists if something else is there)."""
+        body = {"path": check_path(path), **_fs_user(user)}
+        answer = await self._ask(rec, "POST", protocol.FS_MKDIR, json=body)
+        if not isinstance(answer.get("created"), bool):
+            raise ApiError(502, "agent_error", "a malformed answer to a mkdir")
+        return _entry(answer.get("entry")), answer["created"]
+
+    async def move(self, rec: SandboxRecord, source: str, destination: str, user: str | None = None) -> FsEntry:
+        """Rename (within the box's filesystem); the destination's parent must exist. Answers the
+        destination's entry."""
+        body = {"source": check_path(source), "destination": check_path(destination), **_fs_user(user)}
+        return _entry(await self._ask(rec, "POST", protocol.FS_MOVE, json=body))
+
+    async def remove(self, rec: SandboxRecord, path: str, user: str | None = None) -> None:
+        """A file or link (not its target), or a directory with everything in it."""
+        body = {"path": check_path(path), **_fs_user(user)}
+        await self._ask(rec, "POST", protocol.FS_REMOVE, FILE_TIMEOUT, json=body)
+
+    async def watch(self, rec: SandboxRecord, path: str, recursive: bool = False) -> FsWatch:
+        """Watch a directory (as root, through root's links only). Opened before returning: a
+        missing directory is an ApiError here."""
+        params = {"path": check_path(path), "recursive": "true" if recursive else "false"}
+        resp = await self._open(rec, "GET", protocol.FS_WATCH, params=params, timeout=EXEC_TIMEOUT)
+        ticks = self._watch_events(resp)
+        return FsWatch(resp, ticks, _without_ticks(ticks))
+
+    async def _watch_events(self, resp: httpx.Response) -> AsyncGenerator[FsEvent | None, None]:
+        try:
+            async for line in event_lines(resp):
+                if line:
+                    yield _fs_event(line)
+        except (httpx.TransportError, httpx.StreamError, AgentProtocolError):
+            pass  # the box went, or was paused, or the watch was closed: it ends
+        finally:
+            await resp.aclose()

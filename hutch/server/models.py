@@ -328,7 +328,8 @@ class AuditEntry(BaseModel):
     id: int
     at: datetime
     actor: str  # the client's address, and its X-Hutch-Actor header (else its User-Agent)
-    op: Literal["exec", "exit", "spawn", "signal", "file_write", "file_read", "dir_download"]
+    op: Literal["exec", "exit", "spawn", "signal", "file_write", "file_read", "dir_download", "file_remove",
+                "file_move", "dir_make"]
     detail: str  # the command, or the path
     exit_code: int | None  # a command's, once it ended
     outcome: str  # "ok", or the error code the call ended with
@@ -357,6 +358,48 @@ class FileWritten(BaseModel):
 
 def timestamp(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+# --- files: entries and events --------------------------------------------------------------------
+
+class FsEntry(BaseModel):
+    """A file, directory or link in the box, as lstat sees it (a link is described, not followed)."""
+
+    name: str
+    path: str
+    type: Literal["file", "dir", "symlink", "other"]
+    size: int
+    mode: int  # permission bits, e.g. 0o644 (setuid, setgid and sticky included)
+    permissions: str  # as ls shows them: "-rw-r--r--"
+    owner: str  # the box's name for the uid, else the number
+    group: str
+    modified_time: datetime
+    symlink_target: str | None = None
+
+
+class FsEntries(BaseModel):
+    entries: list[FsEntry]
+
+
+class FsEvent(BaseModel):
+    name: str  # relative to the watched directory
+    type: Literal["create", "write", "remove", "rename", "chmod"]
+
+
+class MakeDir(Strict):
+    path: BoxPath
+    user: User | None = None
+
+
+class DirMade(BaseModel):
+    entry: FsEntry
+    created: bool  # false: it was a directory already
+
+
+class MoveEntry(Strict):
+    source: BoxPath
+    destination: BoxPath
+    user: User | None = None
 
 
 # --- templates ------------------------------------------------------------------------------------

@@ -156,7 +156,8 @@ class Sandboxes:
                                                       "(wait for its build, or see why it failed)")
         return template
 
-    async def create(self, team_id: str, req: CreateSandbox) -> SandboxRecord:
+    async def create(self, team_id: str, req: CreateSandbox, *, stable_token: bool = False) -> SandboxRecord:
+        """A new box; with `stable_token` (E2B's API) its access token never rotates on resume."""
         template = self._template(team_id, req.from_template)
         spec = template.spec
         self._check_capacity(team_id)
@@ -167,6 +168,7 @@ class Sandboxes:
             auto_delete_seconds=req.auto_delete_seconds, pause_at=self._deadline(req.timeout_seconds),
             network=req.network.model_dump() if req.network else None, preview_access=req.preview_access,
             template_id=template.id, rootfs=template.rootfs, disk_mib=spec.get("disk_mib"),
+            stable_token=stable_token or None,
         )
         bindings = self.secrets.new_bindings(team_id, rec.id, req.secrets or {})  # a missing secret: 404, nothing made
         rootfs, limits = self._limits(rec)
@@ -253,6 +255,10 @@ class Sandboxes:
                 return
             if rec.status == "paused":
                 return
+            if only_if_due and rec.auto_delete_seconds == 0:  # it would be deleted once paused: no checkpoint
+                await self._remove(rec)
+                self._locks.pop(sandbox_id, None)
+                return
             if rec.status != "active" or not rec.runtime_id:
                 raise ApiError(409, "sandbox_failed" if rec.status == "failed" else "invalid_state",
                                f"sandbox {rec.id} is {rec.status} and cannot be paused")
@@ -286,7 +292,8 @@ class Sandboxes:
             await self.kill(team_id, sandbox_id, only_if_due=True)
 
     async def resume(self, team_id: str | None, sandbox_id: str) -> SandboxRecord:
-        """Restore a paused box (a no-op for an active one); the access token rotates."""
+        """Restore a paused box (a no-op for an active one); the access token rotates, except for
+        a box made through E2B's API (`stable_token`): E2B's SDK keeps the token it was first given."""
         async with self._locks[sandbox_id]:
             rec = self.get(team_id, sandbox_id)
             if rec.status == "active":
@@ -307,7 +314,7 @@ class Sandboxes:
                 self.store.update_sandbox(rec.id, status="paused")  # the image is still there: try again
                 raise ApiError(503, "resume_failed", f"the sandbox could not be resumed: {e}") from e
             self.store.update_sandbox(rec.id, status="active", runtime_id=box.runtime_id, delete_at=None,
-                                      token_generation=rec.token_generation + 1,
+                                      token_generation=rec.token_generation + (0 if rec.stable_token else 1),
                                       pause_at=self._deadline(rec.timeout_seconds))
             shutil.rmtree(image, ignore_errors=True)  # restored: the image is no longer needed
             return self.get(team_id, sandbox_id)
@@ -328,14 +335,18 @@ class Sandboxes:
             rec = self.get(team_id, sandbox_id)
             if only_if_due and not (rec.status == "paused" and rec.delete_at is not None and rec.delete_at <= time.time()):
                 return
-            if rec.runtime_id:
-                await self.node.stop(rec.runtime_id, rec.box_key)
-            shutil.rmtree(self.image_dir(rec.id), ignore_errors=True)
-            self.store.update_sandbox(rec.id, status="deleted", runtime_id=None, pause_at=None, delete_at=None)
-            self.store.delete_network_log(rec.id)
-            self.store.delete_bindings(rec.id)
-            self.store.unpublish_port(rec.id)
+            await self._remove(rec)
         self._locks.pop(sandbox_id, None)
+
+    async def _remove(self, rec: SandboxRecord) -> None:
+        """With the box's lock held."""
+        if rec.runtime_id:
+            await self.node.stop(rec.runtime_id, rec.box_key)
+        shutil.rmtree(self.image_dir(rec.id), ignore_errors=True)
+        self.store.update_sandbox(rec.id, status="deleted", runtime_id=None, pause_at=None, delete_at=None)
+        self.store.delete_network_log(rec.id)
+        self.store.delete_bindings(rec.id)
+        self.store.unpublish_port(rec.id)
 
     # --- the data plane's view ------------------------------------------------------------------
 

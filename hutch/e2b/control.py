@@ -1,0 +1,327 @@
+"""E2B's control plane (E2B_API_URL = <hutch>/e2b): sandboxes made, listed, paused, resumed and killed
+as hutch boxes, through hutch's own Sandboxes service, so both APIs see the same box.
+
+Errors are E2B's `{"code": <http status>, "message"}`. Lifecycle: E2B's `autoPause: true` is hutch's
+own timeout (the box pauses at its deadline and stays paused); without it (E2B's default, "kill"),
+the box gets `auto_delete_seconds = 0`, which hutch carries out as a kill at the deadline, with no
+checkpoint written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+from fastapi import FastAPI, Request, Response
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse
+
+from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, validation_message
+from hutch.server.errors import ApiError
+from hutch.server.models import CreateSandbox, NetworkConfig, UpdateSandbox
+from hutch.server.templates import BASE_TEMPLATE_ID
+from hutch.store import SandboxRecord
+
+DEFAULT_TIMEOUT = 300
+MAX_PAGE = 100
+RUNNING = ("active", "resuming")
+PAUSED = ("pausing", "paused")
+
+
+def _state(rec: SandboxRecord) -> str | None:
+    """E2B knows two states; a failed box is left out of lists (and is 'not found' elsewhere)."""
+    return "running" if rec.status in RUNNING else "paused" if rec.status in PAUSED else None
+
+
+def _iso(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def _int(body: dict[str, Any], key: str, default: int | None = None) -> int | None:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, "invalid_request", f"{key} must be an integer")
+    return value
+
+
+def _count(raw: str | None, name: str, default: int) -> int:
+    """A query's non-negative count: ASCII digits, at most nine."""
+    if not raw:
+        return default
+    if not re.fullmatch(r"[0-9]{1,9}", raw):
+        raise ApiError(400, "invalid_request", f"{name} is not valid")
+    return int(raw)
+
+
+def _cursor(token: str) -> tuple[float, str]:
+    """A page's nextToken: the last box's (created_at, id)."""
+    m = re.fullmatch(r"([0-9]{1,12}(?:\.[0-9]{1,20})?(?:e[0-9]{1,3})?)_([0-9a-f-]{36})", token)
+    if m is None:
+        raise ApiError(400, "invalid_request", "nextToken is not valid")
+    return float(m[1]), m[2]
+
+
+def _clamp_timeout(seconds: int) -> int:
+    return max(1, min(seconds, 30 * 24 * 3600))
+
+
+class Control:
+    def __init__(self, get_state: StateGetter) -> None:
+        self.get_state = get_state
+
+    async def ctx(self, request: Request) -> Ctx:
+        st = self.get_state()
+        key = request.headers.get("x-api-key")
+        if not key:
+            raise ApiError(401, "unauthorized", "an API key is required (X-API-KEY)")
+        team_id = await run_in_threadpool(st.store.team_for_api_key, key)  # as hutch's sync dependencies
+        if team_id is None:
+            raise ApiError(401, "invalid_api_key", "Invalid API key")
+        return Ctx(st, team_id)
+
+    # --- views ----------------------------------------------------------------------------------
+
+    def sandbox(self, c: Ctx, rec: SandboxRecord) -> dict[str, Any]:
+        return {"templateID": rec.template_id or rec.template, "sandboxID": rec.id, "alias": rec.template,
+                "clientID": "hutch", "envdVersion": ENVD_VERSION,
+                "envdAccessToken": c.st.sandboxes.access(rec).access_token, "domain": None}
+
+    def listed(self, c: Ctx, rec: SandboxRecord) -> dict[str, Any]:
+        state = _state(rec)
+        end = rec.pause_at if rec.pause_at is not None else (rec.delete_at or time.time())
+        return {"templateID": rec.template_id or rec.template, "alias": rec.template, "sandboxID": rec.id,
+                "clientID": "hutch", "startedAt": _iso(rec.created_at), "endAt": _iso(end),
+                "cpuCount": rec.vcpu, "memoryMB": rec.memory_mib, "diskSizeMB": rec.disk_mib or 0,
+                "state": state, "envdVersion": ENVD_VERSION, "metadata": rec.metadata}
+
+    def detail(self, c: Ctx, rec: SandboxRecord) -> dict[str, Any]:
+        on_timeout = "kill" if rec.auto_delete_seconds == 0 else "pause"
+        network = rec.network or {}
+        return {**self.listed(c, rec), "envdAccessToken": c.st.sandboxes.access(rec).access_token,
+                "domain": None, "allowInternetAccess": not _denies_everything(network),
+                "network": {"allowOut": network.get("allow_out", []), "denyOut": network.get("deny_out", [])},
+                # a paused hutch box resumes on its next data-plane call, so auto-resume is always on
+                "lifecycle": {"onTimeout": on_timeout, "autoResume": on_timeout == "pause"}}
+
+    def get(self, c: Ctx, sandbox_id: str) -> SandboxRecord:
+        rec = c.st.store.get_sandbox(sandbox_id, c.team_id)
+        if rec is None or _state(rec) is None:
+            why = f"sandbox {sandbox_id!r} has failed: {rec.failure}" if rec else f"sandbox {sandbox_id!r} not found"
+            raise ApiError(404, "not_found", why)
+        return rec
+
+    # --- calls ----------------------------------------------------------------------------------
+
+    async def create(self, c: Ctx, body: dict[str, Any]) -> dict[str, Any]:
+        template = body.get("templateID") or "base"
+        if not isinstance(template, str):
+            raise ApiError(400, "invalid_request", "templateID must be a string")
+        if body.get("mcp") or body.get("volumeMounts") or body.get("iam"):
+            raise ApiError(400, "invalid_request", "mcp, volumeMounts and iam are not supported by hutch")
+        ref = BASE_TEMPLATE_ID if template == "base" else template
+        if c.st.store.get_template(ref, c.team_id) is None:
+            raise ApiError(404, "template_not_found", f"template '{template}' not found")
+        timeout = _clamp_timeout(_int(body, "timeout", DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT)
+        auto_pause = body.get("autoPause") is True
+        try:
+            req = CreateSandbox(name=template[:128], from_template=ref, timeout_seconds=timeout,
+                                auto_delete_seconds=None if auto_pause else 0,
+                                metadata=body.get("metadata") or None, env_vars=body.get("envVars") or None,
+                                network=_network(body))
+        except ValidationError as e:
+            raise ApiError(400, "invalid_request", validation_message(e)) from None
+        rec = await c.st.sandboxes.create(c.team_id, req, stable_token=True)
+        return self.sandbox(c, rec)
+
+    async def list_sandboxes(self, c: Ctx, request: Request, states: tuple[str, ...]) -> Response:
+        q = request.query_params
+        wanted = _metadata_query(q.get("metadata"))
+        state_filter = tuple(s for s in (q.get("state") or "").split(",") if s) or states
+        every = await run_in_threadpool(c.st.store.list_sandboxes, c.team_id, metadata=wanted)
+        recs = [r for r in every if _state(r) in state_filter]
+        if q.get("template"):
+            recs = [r for r in recs if q["template"] in (r.template, r.template_id)
+                    or (q["template"] == "base" and r.template_id == BASE_TEMPLATE_ID)]
+        if q.get("startedAfter"):
+            after = _parse_time(q["startedAfter"])
+            recs = [r for r in recs if r.created_at > after]
+        newest_first = q.get("order") != "asc"
+        recs.sort(key=lambda r: (r.created_at, r.id), reverse=newest_first)
+        limit = max(1, min(_count(q.get("limit"), "limit", MAX_PAGE), MAX_PAGE))
+        if q.get("nextToken"):  # a cursor, not an offset: boxes made between pages move nothing
+            cursor = _cursor(q["nextToken"])
+            recs = [r for r in recs if ((r.created_at, r.id) < cursor if newest_first else (r.created_at, r.id) > cursor)]
+        page = recs[:limit]
+        headers = {"x-next-token": f"{page[-1].created_at!r}_{page[-1].id}"} if len(recs) > limit else {}
+        return JSONResponse([self.listed(c, r) for r in page], headers=headers)
+
+    async def set_timeout(self, c: Ctx, sandbox_id: str, body: dict[str, Any]) -> None:
+        rec = self.get(c, sandbox_id)
+        timeout = _int(body, "timeout")
+        if timeout is None:
+            raise ApiError(400, "invalid_request", "timeout is required")
+        await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(timeout_seconds=_clamp_timeout(timeout)))
+
+    async def pause(self, c: Ctx, sandbox_id: str) -> None:
+        rec = self.get(c, sandbox_id)
+        if rec.status in PAUSED:
+            raise ApiError(409, "already_paused", f"sandbox {sandbox_id!r} is already paused")
+        kill_at_timeout = rec.auto_delete_seconds == 0
+        if kill_at_timeout:  # "kill" at its timeout, but a pause asked for is kept
+            await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(auto_delete_seconds=None))
+        try:
+            await c.st.sandboxes.pause(c.team_id, rec.id)
+        except BaseException:
+            if kill_at_timeout:  # it runs on: its timeout still kills it
+                await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(auto_delete_seconds=0))
+            raise
+
+    async def connect(self, c: Ctx, sandbox_id: str, body: dict[str, Any]) -> Response:
+        rec = self.get(c, sandbox_id)
+        timeout = _int(body, "timeout")
+        resumed = rec.status in PAUSED
+        if resumed:
+            rec = await c.st.sandboxes.resume(c.team_id, rec.id)
+        if timeout is not None:  # a running box's deadline only moves later
+            timeout = _clamp_timeout(timeout)
+            # a running box's deadline only moves later; one without a deadline keeps none
+            if resumed or (rec.pause_at is not None and rec.pause_at < time.time() + timeout):
+                rec = await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(timeout_seconds=timeout))
+        return JSONResponse(self.sandbox(c, rec), status_code=201 if resumed else 200)
+
+    def metrics(self, c: Ctx, sandbox_id: str) -> list[dict[str, Any]]:
+        """What the node knows without sampling: the box's shape, with zero usage."""
+        rec = self.get(c, sandbox_id)
+        if rec.status not in RUNNING:
+            return []
+        now = time.time()
+        return [{"timestamp": _iso(now), "timestampUnix": int(now), "cpuCount": rec.vcpu, "cpuUsedPct": 0.0,
+                 "memUsed": 0, "memTotal": rec.memory_mib * 2**20, "memCache": 0, "diskUsed": 0,
+                 "diskTotal": (rec.disk_mib or 0) * 2**20}]
+
+
+DENY_ALL = ("0.0.0.0/0", "::/0")
+NETWORK_KEYS = {"allowOut", "denyOut"}
+
+
+def _denies_everything(network: dict[str, list[str]]) -> bool:
+    return "0.0.0.0/0" in network.get("deny_out", [])
+
+
+def _rules(net: dict[str, Any], key: str) -> list[str]:
+    value = net.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ApiError(400, "invalid_request", f"network.{key} must be a list of strings")
+    return value
+
+
+def _network(body: dict[str, Any]) -> NetworkConfig | None:
+    """E2B's network settings as hutch's rules. allow_internet_access=false denies everything
+    the allow list does not name (allow wins over deny in hutch, as in E2B)."""
+    given = body.get("network")
+    if given is not None and not isinstance(given, dict):
+        raise ApiError(400, "invalid_request", "network must be an object")
+    net: dict[str, Any] = given or {}
+    if unknown := sorted(k for k in set(net) - NETWORK_KEYS if net[k] is not None):
+        raise ApiError(400, "invalid_request", f"network.{unknown[0][:64]} is not supported by hutch")
+    allow, deny = _rules(net, "allowOut"), _rules(net, "denyOut")
+    access = body.get("allow_internet_access", body.get("allowInternetAccess"))
+    if access is not None and not isinstance(access, bool):
+        raise ApiError(400, "invalid_request", "allow_internet_access must be true or false")
+    if access is False:
+        deny = [*deny, *(d for d in DENY_ALL if d not in deny)]
+    if not allow and not deny:
+        return None
+    return NetworkConfig(allow_out=allow, deny_out=deny)
+
+
+def _metadata_query(raw: str | None) -> dict[str, str] | None:
+    """The SDK quotes each key and value, url-encodes the pairs, and the query encodes that again."""
+    if not raw:
+        return None
+    return {unquote(k): unquote(v) for k, v in parse_qsl(raw, keep_blank_values=True)}
+
+
+def _parse_time(value: str) -> float:
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ApiError(400, "invalid_request", "startedAfter must be an ISO 8601 time") from None
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise ApiError(400, "invalid_json", "the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_request", "the request body must be a JSON object")
+    return body
+
+
+def control_routes(app: FastAPI, get_state: StateGetter) -> None:
+    ctl = Control(get_state)
+
+    @app.post("/sandboxes", status_code=201)
+    @app.post("/v2/sandboxes", status_code=201)
+    async def create(request: Request) -> Any:
+        c = await ctl.ctx(request)
+        return JSONResponse(await ctl.create(c, await _body(request)), status_code=201)
+
+    @app.get("/v2/sandboxes")
+    async def list_v2(request: Request) -> Any:
+        return await ctl.list_sandboxes(await ctl.ctx(request), request, ("running", "paused"))
+
+    @app.get("/sandboxes")
+    async def list_v1(request: Request) -> Any:
+        return await ctl.list_sandboxes(await ctl.ctx(request), request, ("running",))
+
+    @app.get("/sandboxes/{sandbox_id}")
+    async def get_info(sandbox_id: str, request: Request) -> Any:
+        c = await ctl.ctx(request)
+        return ctl.detail(c, ctl.get(c, sandbox_id))
+
+    @app.delete("/sandboxes/{sandbox_id}", status_code=204)
+    async def kill(sandbox_id: str, request: Request) -> Response:
+        c = await ctl.ctx(request)
+        rec = c.st.store.get_sandbox(sandbox_id, c.team_id)
+        if rec is None:
+            raise ApiError(404, "not_found", f"sandbox {sandbox_id!r} not found")
+        await c.st.sandboxes.kill(c.team_id, rec.id)
+        return Response(status_code=204)
+
+    @app.post("/sandboxes/{sandbox_id}/timeout", status_code=204)
+    async def set_timeout(sandbox_id: str, request: Request) -> Response:
+        await ctl.set_timeout(await ctl.ctx(request), sandbox_id, await _body(request))
+        return Response(status_code=204)
+
+    @app.post("/sandboxes/{sandbox_id}/pause", status_code=204)
+    async def pause(sandbox_id: str, request: Request) -> Response:
+        await ctl.pause(await ctl.ctx(request), sandbox_id)
+        return Response(status_code=204)
+
+    @app.post("/sandboxes/{sandbox_id}/connect")
+    @app.post("/v2/sandboxes/{sandbox_id}/connect")
+    @app.post("/sandboxes/{sandbox_id}/resume")
+    async def connect(sandbox_id: str, request: Request) -> Any:
+        return await ctl.connect(await ctl.ctx(request), sandbox_id, await _body(request))
+
+    @app.get("/sandboxes/{sandbox_id}/metrics")
+    async def metrics(sandbox_id: str, request: Request) -> Any:
+        return ctl.metrics(await ctl.ctx(request), sandbox_id)
+
+    @app.get("/health")
+    async def health() -> Any:
+        return {"status": "ok"}

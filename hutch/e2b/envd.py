@@ -1,0 +1,107 @@
+"""The envd facade (E2B_SANDBOX_URL = <hutch>/e2b/envd): requests name their sandbox with the
+`E2b-Sandbox-Id` header and carry its hutch data-plane token in `X-Access-Token`.
+
+Routes: `GET /health`, `GET|POST /files`, `POST /process.Process/<method>` and
+`POST /filesystem.Filesystem/<method>`. An unknown, deleted or failed sandbox gets E2B's proxy
+answer (502 `{"sandboxId", "message": "The sandbox was not found", "code": 502}`), which the SDK
+reads as "not running". The user is the Basic-auth name ("root" or "user"; none: the box's user).
+Only port 49983 (envd) is served; another `E2b-Sandbox-Port` is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+
+from hutch.e2b.common import StateGetter
+from hutch.e2b.connect import invalid, parse_json
+from hutch.server import audit
+from hutch.server.models import User
+from hutch.store import SandboxRecord
+
+ENVD_PORT = "49983"
+
+if TYPE_CHECKING:
+    from hutch.server.app import State
+
+
+class SandboxGone(Exception):
+    def __init__(self, sandbox_id: str, message: str = "The sandbox was not found") -> None:
+        super().__init__(message)
+        self.sandbox_id, self.message = sandbox_id, message
+
+    def body(self) -> dict[str, Any]:
+        return {"sandboxId": self.sandbox_id, "message": self.message, "code": 502}
+
+
+@dataclass
+class Call:
+    """One envd request: the server, the box it names, as whom, and who asked (for the audit)."""
+
+    st: State
+    rec: SandboxRecord
+    user: User | None
+    who: str
+
+    @staticmethod
+    async def unary_message(request: Request) -> dict[str, Any]:
+        """The body, bounded by hutch's JSON limit (BodyLimit; a 413 becomes resource_exhausted)."""
+        return parse_json(await request.body())
+
+
+def sandbox_of(get_state: StateGetter, request: Request) -> tuple[State, SandboxRecord]:
+    """The sandbox the request names, if it lives (its token is checked by `authorize`)."""
+    st = get_state()
+    sandbox_id = request.headers.get("e2b-sandbox-id") or ""
+    rec = st.store.get_sandbox(sandbox_id) if sandbox_id else None
+    if rec is None:
+        raise SandboxGone(sandbox_id[:64])
+    return st, rec
+
+
+def check_box(rec: SandboxRecord, request: Request) -> None:
+    """After its token is checked: a failed box is gone, and only envd's port is served."""
+    if rec.status == "failed":
+        raise SandboxGone(rec.id)
+    if (request.headers.get("e2b-sandbox-port") or ENVD_PORT) != ENVD_PORT:
+        raise SandboxGone(rec.id, f"The sandbox is running but port is not open: only {ENVD_PORT} is served")
+
+
+def authorize(st: State, rec: SandboxRecord, token: str | None) -> SandboxRecord:
+    """hutch's data-plane check (`authorize_box`): the box's own token, or 401."""
+    from hutch.server.app import authorize_box  # the app imports this package
+
+    return authorize_box(st, rec.id, token)
+
+
+def basic_user(request: Request) -> User | None:
+    """The user named in `Authorization: Basic base64("<user>:")`, or None."""
+    header = request.headers.get("authorization") or ""
+    if header[:6].lower() != "basic ":
+        return None
+    try:
+        name = base64.b64decode(header[6:].strip(), validate=True).decode().split(":", 1)[0]
+    except (binascii.Error, ValueError):  # ValueError: non-ASCII text (and bad UTF-8)
+        raise invalid("the Authorization header is not valid Basic auth") from None
+    return check_user(name)
+
+
+def check_user(name: str | None) -> User | None:
+    if not name:
+        return None
+    if name == "root":
+        return "root"
+    if name == "user":
+        return "user"
+    raise invalid(f"user '{name[:64]}' does not exist in the sandbox (root or user)")
+
+
+def call_of(get_state: StateGetter, request: Request, user: User | None) -> Call:
+    st, rec = sandbox_of(get_state, request)
+    rec = authorize(st, rec, request.headers.get("x-access-token"))
+    check_box(rec, request)
+    return Call(st, rec, user, audit.actor(request))

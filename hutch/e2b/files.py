@@ -1,0 +1,160 @@
+"""envd's file transfer: `GET /files` (download) and `POST /files` (upload, multipart or
+octet-stream, gzip allowed), through hutch's DataPlane and audit log.
+
+Auth is the `X-Access-Token` header, or an envd signature (`signature=v1_...`) made from the same
+token. The SDK's `download_url()`/`upload_url()` drop E2B_SANDBOX_URL's path prefix and the
+sandbox header, so those links do not reach this route: hutch does not serve them.
+Errors are `{"code": <status>, "message"}`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import posixpath
+import re
+import time
+import zlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.types import Message
+
+from hutch.e2b.common import StateGetter, box_path
+from hutch.e2b.envd import Call, authorize, check_box, check_user, sandbox_of
+from hutch.server import audit
+from hutch.server.errors import ApiError
+
+MAX_PARTS = 1000
+CHUNK = 64 * 1024
+FORM_OVERHEAD = 1 * 2**20  # a multipart body's boundaries, part headers and names, beyond the file bytes
+
+
+def _call(get_state: StateGetter, request: Request, op: str) -> tuple[Call, str]:
+    st, rec = sandbox_of(get_state, request)
+    q = request.query_params
+    user = check_user(q.get("username"))
+    path = q.get("path") or ""
+    if q.get("signature") and not request.headers.get("x-access-token"):
+        _check_signature(st.sandboxes.access(rec).access_token, path, op, user, q)
+    else:
+        rec = authorize(st, rec, request.headers.get("x-access-token"))
+    check_box(rec, request)
+    return Call(st, rec, user, audit.actor(request)), path
+
+
+def _check_signature(token: str, path: str, op: str, user: str | None, q: Any) -> None:
+    expires = q.get("signature_expiration")
+    raw = f"{path}:{op}:{user or ''}:{token}" + (f":{expires}" if expires else "")
+    want = "v1_" + base64.b64encode(hashlib.sha256(raw.encode()).digest()).decode().rstrip("=")
+    if not hmac.compare_digest(want.encode(), q["signature"].encode()):
+        raise ApiError(401, "invalid_signature", "the signature is not valid")
+    if expires and (not re.fullmatch(r"[0-9]{1,12}", expires) or int(expires) < time.time()):
+        raise ApiError(401, "signature_expired", "the signature has expired")
+
+
+async def download(get_state: StateGetter, request: Request) -> StreamingResponse:
+    call, path = _call(get_state, request, "read")
+    if not path:
+        raise ApiError(400, "invalid_request", "path is required")
+    from hutch.server.app import read_file_audited  # the app imports this package
+
+    return await read_file_audited(call.st, call.rec, call.who, box_path(path, call.user))
+
+
+async def upload(get_state: StateGetter, request: Request) -> JSONResponse:
+    call, query_path = _call(get_state, request, "write")
+    kind = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+    written = []
+    limit = call.st.data.max_file_bytes
+    if kind == "multipart/form-data":
+        # the form is parsed (and spooled) before any part is written: its whole body is capped
+        # as it arrives, so an over-large one is refused before it fills the server's disk
+        form = await _capped(request, limit + FORM_OVERHEAD).form(max_files=MAX_PARTS, max_fields=MAX_PARTS)
+        try:
+            parts = [v for k, v in form.multi_items() if k == "file" and isinstance(v, UploadFile)]
+            if not parts:
+                raise ApiError(400, "invalid_request", "no file part in the form")
+            paths = [query_path if query_path and len(parts) == 1 else (p.filename or "") for p in parts]
+            if "" in paths:
+                raise ApiError(400, "invalid_request", "each part needs a path (its filename)")
+            paths = [box_path(p, call.user) for p in paths]
+            if len(set(paths)) != len(paths):
+                raise ApiError(400, "invalid_request", "two parts have the same path")
+            for part, path in zip(parts, paths, strict=True):
+                written.append(await _write(call, path, _read_part(part)))
+        finally:
+            await form.close()
+    else:
+        if not query_path:
+            raise ApiError(400, "invalid_request", "path is required for an octet-stream upload")
+        body: AsyncIterator[bytes] = request.stream()
+        if (request.headers.get("content-encoding") or "").lower() == "gzip":
+            body = _gunzip(body, limit)
+        written.append(await _write(call, box_path(query_path, call.user), body))
+    return JSONResponse(written)
+
+
+async def _write(call: Call, path: str, body: AsyncIterator[bytes]) -> dict[str, str]:
+    from hutch.server.app import write_file_audited  # the app imports this package
+
+    await write_file_audited(call.st, call.rec, call.who, path, body, call.user)
+    return {"name": posixpath.basename(path), "type": "file", "path": path}
+
+
+async def _read_part(part: UploadFile) -> AsyncIterator[bytes]:
+    while chunk := await part.read(CHUNK):
+        yield chunk
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, "payload_too_large", f"uploads are limited to {limit} bytes")
+
+
+def _capped(request: Request, limit: int) -> Request:
+    """The request, its body refused (413) past `limit` bytes, declared or as it streams."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isascii() or not declared.isdigit() or int(declared) > limit):
+        raise _too_large(limit)
+    seen = 0
+
+    async def receive() -> Message:
+        nonlocal seen
+        msg = await request.receive()
+        seen += len(msg.get("body", b""))
+        if seen > limit:
+            raise _too_large(limit)
+        return msg
+
+    return Request(request.scope, receive)
+
+
+async def _gunzip(body: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+    """The body, gunzipped member after member, with bounded output per step (a small bomb
+    cannot swell in memory) and the compressed input counted against the file limit too.
+    Trailing bytes that are not a gzip member are refused."""
+    d, started, seen = zlib.decompressobj(16 + zlib.MAX_WBITS), False, 0
+    try:
+        async for chunk in body:
+            seen += len(chunk)
+            if seen > limit:
+                raise _too_large(limit)
+            pending = chunk
+            while pending:
+                started = True
+                data = d.decompress(pending, CHUNK)
+                if data:
+                    yield data
+                if d.eof:  # the member ended: what follows must be another one
+                    pending, started = d.unused_data, False
+                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                else:
+                    pending = d.unconsumed_tail
+        if started:
+            raise ApiError(400, "invalid_request", "the gzip body is truncated")
+    except zlib.error:
+        raise ApiError(400, "invalid_request", "the body is not valid gzip") from None

@@ -1,0 +1,367 @@
+"""Drives the real, unmodified e2b SDK against hutch and prints what happened as one JSON object.
+
+Run by tests/test_e2b.py with each SDK line's own python, with only E2B_API_KEY, E2B_API_URL and
+E2B_SANDBOX_URL set: `python client.py <scenario> <sync|async> [arg]`. Standard library and e2b only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import e2b
+from e2b import AsyncSandbox, CommandExitException, PtySize, Sandbox, SandboxQuery
+
+SCENARIO, MODE = sys.argv[1], sys.argv[2]
+ARG = sys.argv[3] if len(sys.argv) > 3 else ""
+out: dict[str, Any] = {"version": e2b.__version__ if hasattr(e2b, "__version__") else ""}
+
+
+def caught(fn: Any) -> str:
+    try:
+        fn()
+    except Exception as e:
+        return type(e).__name__
+    return "none"
+
+
+async def acaught(coro: Any) -> str:
+    try:
+        await coro
+    except Exception as e:
+        return type(e).__name__
+    return "none"
+
+
+# --- commands and the control plane -----------------------------------------------------------------
+
+def commands_sync() -> None:
+    sbx = Sandbox.create(timeout=120, metadata={"suite": "e2b", "mode": ARG, "a b": "c&d"}, envs={"BOX_VAR": "1"})
+    out["id"] = sbx.sandbox_id
+    seen: list[str] = []
+    r = sbx.commands.run("echo out; echo err >&2; echo $BOX_VAR $CALL_VAR", envs={"CALL_VAR": "2"},
+                         on_stdout=lambda s: seen.append("o:" + s), on_stderr=lambda s: seen.append("e:" + s))
+    out["run"] = {"stdout": r.stdout, "stderr": r.stderr, "exit_code": r.exit_code, "seen": seen}
+    out["whoami"] = sbx.commands.run("whoami; pwd", user="root", cwd="/tmp").stdout
+    out["default_user"] = sbx.commands.run("whoami; pwd").stdout
+    try:
+        sbx.commands.run("echo failing; exit 3")
+        out["exit"] = "no exception"
+    except CommandExitException as e:
+        out["exit"] = {"exit_code": e.exit_code, "stdout": e.stdout, "error": e.error}
+    h = sbx.commands.run("sleep 0.5; echo late", background=True)
+    out["background_wait"] = h.wait().stdout
+    h = sbx.commands.run("sleep 600", background=True, timeout=0)
+    out["listed"] = h.pid in [p.pid for p in sbx.commands.list()]
+    out["kill"] = sbx.commands.kill(h.pid)
+    out["killed_wait"] = caught(h.wait)
+    out["kill_again"] = sbx.commands.kill(h.pid)
+    h = sbx.commands.run("read line; echo got $line", background=True, stdin=True)
+    sbx.commands.send_stdin(h.pid, "hello\n")
+    out["stdin"] = h.wait().stdout
+    h = sbx.commands.run("sleep 30", background=True, timeout=1)
+    out["deadline"] = caught(h.wait)
+    gone = time.time() + 10  # the server killed it at its deadline: it leaves the list
+    while time.time() < gone and h.pid in [p.pid for p in sbx.commands.list()]:
+        time.sleep(0.2)
+    out["deadline_killed"] = h.pid not in [p.pid for p in sbx.commands.list()]
+    info = sbx.get_info()
+    out["info"] = {"state": str(info.state.value if hasattr(info.state, "value") else info.state),
+                   "metadata": info.metadata, "template": info.template_id}
+    found = Sandbox.list(query=SandboxQuery(metadata={"suite": "e2b", "mode": ARG, "a b": "c&d"})).next_items()
+    out["listed_ids"] = [s.sandbox_id for s in found]
+    out["list_other"] = len(Sandbox.list(query=SandboxQuery(metadata={"suite": "nope"})).next_items())
+    sbx.set_timeout(200)
+    out["running"] = sbx.is_running()
+    out["metrics"] = len(sbx.get_metrics())
+    out["killed"] = sbx.kill()
+    out["killed_twice"] = Sandbox.kill(out["id"])
+    out["connect_gone"] = caught(lambda: Sandbox.connect(out["id"]))
+
+
+async def commands_async() -> None:
+    sbx = await AsyncSandbox.create(timeout=120, metadata={"suite": "e2b", "mode": ARG}, envs={"BOX_VAR": "1"})
+    out["id"] = sbx.sandbox_id
+    seen: list[str] = []
+    r = await sbx.commands.run("echo out; echo err >&2; echo $BOX_VAR $CALL_VAR", envs={"CALL_VAR": "2"},
+                               on_stdout=lambda s: seen.append("o:" + s), on_stderr=lambda s: seen.append("e:" + s))
+    out["run"] = {"stdout": r.stdout, "stderr": r.stderr, "exit_code": r.exit_code, "seen": seen}
+    out["whoami"] = (await sbx.commands.run("whoami; pwd", user="root", cwd="/tmp")).stdout
+    out["default_user"] = (await sbx.commands.run("whoami; pwd")).stdout
+    try:
+        await sbx.commands.run("echo failing; exit 3")
+        out["exit"] = "no exception"
+    except CommandExitException as e:
+        out["exit"] = {"exit_code": e.exit_code, "stdout": e.stdout, "error": e.error}
+    h = await sbx.commands.run("sleep 0.5; echo late", background=True)
+    out["background_wait"] = (await h.wait()).stdout
+    h = await sbx.commands.run("sleep 600", background=True, timeout=0)
+    out["listed"] = h.pid in [p.pid for p in await sbx.commands.list()]
+    out["kill"] = await sbx.commands.kill(h.pid)
+    out["killed_wait"] = await acaught(h.wait())
+    out["kill_again"] = await sbx.commands.kill(h.pid)
+    h = await sbx.commands.run("read line; echo got $line", background=True, stdin=True)
+    await sbx.commands.send_stdin(h.pid, "hello\n")
+    out["stdin"] = (await h.wait()).stdout
+    h = await sbx.commands.run("sleep 30", background=True, timeout=1)
+    out["deadline"] = await acaught(h.wait())
+    gone = time.time() + 10
+    while time.time() < gone and h.pid in [p.pid for p in await sbx.commands.list()]:
+        await asyncio.sleep(0.2)
+    out["deadline_killed"] = h.pid not in [p.pid for p in await sbx.commands.list()]
+    info = await sbx.get_info()
+    out["info"] = {"state": str(info.state.value if hasattr(info.state, "value") else info.state),
+                   "metadata": info.metadata, "template": info.template_id}
+    found = await AsyncSandbox.list(query=SandboxQuery(metadata={"suite": "e2b", "mode": ARG})).next_items()
+    out["listed_ids"] = [s.sandbox_id for s in found]
+    out["list_other"] = len(await AsyncSandbox.list(query=SandboxQuery(metadata={"suite": "nope"})).next_items())
+    await sbx.set_timeout(200)
+    out["running"] = await sbx.is_running()
+    out["metrics"] = len(await sbx.get_metrics())
+    out["killed"] = await sbx.kill()
+    out["killed_twice"] = await AsyncSandbox.kill(out["id"])
+    out["connect_gone"] = await acaught(AsyncSandbox.connect(out["id"]))
+
+
+# --- files ------------------------------------------------------------------------------------------
+
+def files_sync() -> None:
+    sbx = Sandbox.create(timeout=120)
+    out["id"] = sbx.sandbox_id
+    f = sbx.files
+    out["write"] = f.write("notes/a.txt", "hello").path
+    f.write("/tmp/b.bin", bytes(range(256)) * 100, use_octet_stream=True)
+    f.write("/tmp/c.txt", "zipped", gzip=True)
+    f.write_files([{"path": "/tmp/many/1.txt", "data": "one"}, {"path": "/tmp/many/2.txt", "data": b"two"}])
+    out["read"] = f.read("notes/a.txt")
+    out["read_bytes"] = bytes(f.read("/tmp/b.bin", format="bytes")) == bytes(range(256)) * 100
+    out["read_gzip"] = f.read("/tmp/c.txt")
+    out["read_many"] = [f.read("/tmp/many/1.txt"), f.read("/tmp/many/2.txt")]
+    out["root_file"] = caught(lambda: f.read("/root/x", user="user"))
+    out["missing"] = caught(lambda: f.read("/tmp/nothing"))
+    out["bad_user"] = caught(lambda: sbx.commands.run("true", user="nobody"))  # type: ignore[arg-type]
+    out["list"] = sorted((e.name, e.type.value if e.type else None) for e in f.list("/tmp/many"))
+    info = f.get_info("notes/a.txt")
+    out["info"] = {"name": info.name, "path": info.path, "size": info.size, "type": info.type.value,
+                   "owner": info.owner, "permissions": info.permissions}
+    out["exists"] = [f.exists("notes/a.txt"), f.exists("/tmp/nothing")]
+    out["make_dir"] = [f.make_dir("/tmp/d/e"), f.make_dir("/tmp/d/e")]
+    out["rename"] = f.rename("notes/a.txt", "notes/b.txt").path
+    f.remove("/tmp/many")
+    out["removed"] = f.exists("/tmp/many")
+    w = f.watch_dir("/tmp/d")
+    f.write("/tmp/d/new.txt", "x")
+    time.sleep(1)
+    out["events"] = sorted({(e.name, e.type.value) for e in w.get_new_events()})
+    w.stop()
+    sbx.kill()
+
+
+async def files_async() -> None:
+    sbx = await AsyncSandbox.create(timeout=120)
+    out["id"] = sbx.sandbox_id
+    f = sbx.files
+    out["write"] = (await f.write("notes/a.txt", "hello")).path
+    await f.write("/tmp/b.bin", bytes(range(256)) * 100, use_octet_stream=True)
+    await f.write("/tmp/c.txt", "zipped", gzip=True)
+    await f.write_files([{"path": "/tmp/many/1.txt", "data": "one"}, {"path": "/tmp/many/2.txt", "data": b"two"}])
+    out["read"] = await f.read("notes/a.txt")
+    out["read_bytes"] = bytes(await f.read("/tmp/b.bin", format="bytes")) == bytes(range(256)) * 100
+    out["read_gzip"] = await f.read("/tmp/c.txt")
+    out["read_many"] = [await f.read("/tmp/many/1.txt"), await f.read("/tmp/many/2.txt")]
+    out["root_file"] = await acaught(f.read("/root/x", user="user"))
+    out["missing"] = await acaught(f.read("/tmp/nothing"))
+    out["bad_user"] = await acaught(sbx.commands.run("true", user="nobody"))  # type: ignore[arg-type]
+    out["list"] = sorted((e.name, e.type.value if e.type else None) for e in await f.list("/tmp/many"))
+    info = await f.get_info("notes/a.txt")
+    out["info"] = {"name": info.name, "path": info.path, "size": info.size, "type": info.type.value,
+                   "owner": info.owner, "permissions": info.permissions}
+    out["exists"] = [await f.exists("notes/a.txt"), await f.exists("/tmp/nothing")]
+    out["make_dir"] = [await f.make_dir("/tmp/d/e"), await f.make_dir("/tmp/d/e")]
+    out["rename"] = (await f.rename("notes/a.txt", "notes/b.txt")).path
+    await f.remove("/tmp/many")
+    out["removed"] = await f.exists("/tmp/many")
+    events: list[Any] = []
+    w = await f.watch_dir("/tmp/d", on_event=events.append)
+    await f.write("/tmp/d/new.txt", "x")
+    await asyncio.sleep(1)
+    await w.stop()
+    out["events"] = sorted({(e.name, e.type.value) for e in events})
+    await sbx.kill()
+
+
+# --- terminals, input streams, reattaching ---------------------------------------------------------
+
+PTY_INPUT = b"stty size; echo pty-$((6*7)); exit 0\n"
+
+
+def pty_sync() -> None:
+    sbx = Sandbox.create(timeout=120)
+    h = sbx.pty.create(PtySize(rows=24, cols=80), timeout=0)
+    sbx.pty.resize(h.pid, PtySize(rows=30, cols=100))
+    sbx.pty.send_stdin(h.pid, PTY_INPUT)
+    got: list[bytes] = []
+    r = h.wait(on_pty=lambda b: got.append(bytes(b)))
+    text = b"".join(got).decode(errors="replace")
+    out["pty"] = {"size": "30 100" in text, "echo": "pty-42" in text, "exit": r.exit_code}
+    if hasattr(sbx.commands, "stream_input"):  # 2.63
+        h = sbx.commands.run("cat", background=True, stdin=True, timeout=0)
+        sbx.commands.stream_input(h.pid, ["a", b"b\n"])
+        sbx.commands.close_stdin(h.pid)
+        out["stream_input"] = h.wait().stdout
+    h = sbx.commands.run("sleep 1; echo connected", background=True)
+    h.disconnect()
+    out["connect"] = sbx.commands.connect(h.pid).wait().stdout
+    h = sbx.commands.run("echo first; sleep 2; echo second", background=True)
+    for stdout, _stderr, _pty in h:  # the first line, then away
+        if stdout:
+            break
+    h.disconnect()
+    out["no_replay"] = sbx.commands.connect(h.pid).wait().stdout  # as envd: only what came after
+    sbx.kill()
+
+
+async def pty_async() -> None:
+    sbx = await AsyncSandbox.create(timeout=120)
+    got: list[bytes] = []
+    h = await sbx.pty.create(PtySize(rows=24, cols=80), on_data=lambda b: got.append(bytes(b)), timeout=0)
+    await sbx.pty.resize(h.pid, PtySize(rows=30, cols=100))
+    await sbx.pty.send_stdin(h.pid, PTY_INPUT)
+    r = await h.wait()
+    text = b"".join(got).decode(errors="replace")
+    out["pty"] = {"size": "30 100" in text, "echo": "pty-42" in text, "exit": r.exit_code}
+    if hasattr(sbx.commands, "stream_input"):
+        h = await sbx.commands.run("cat", background=True, stdin=True, timeout=0)
+        stream = sbx.commands.stream_input(h.pid)  # async: a handle to send through
+        await stream.send("a")
+        await stream.send(b"b\n")
+        await stream.close()
+        await sbx.commands.close_stdin(h.pid)
+        out["stream_input"] = (await h.wait()).stdout
+    h = await sbx.commands.run("sleep 1; echo connected", background=True)
+    await h.disconnect()
+    out["connect"] = (await (await sbx.commands.connect(h.pid)).wait()).stdout
+    first = asyncio.Event()
+    h = await sbx.commands.run("echo first; sleep 2; echo second", background=True,
+                               on_stdout=lambda _s: first.set())
+    await asyncio.wait_for(first.wait(), 30)
+    await h.disconnect()
+    out["no_replay"] = (await (await sbx.commands.connect(h.pid)).wait()).stdout
+    await sbx.kill()
+
+
+# --- pause and connect ----------------------------------------------------------------------------------
+
+COUNTER = "i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done"
+
+
+def pause_sync() -> None:
+    sbx = Sandbox.create(timeout=120)
+    out["id"] = sbx.sandbox_id
+    sbx.commands.run("echo kept > /tmp/kept")
+    h = sbx.commands.run(COUNTER, background=True, timeout=0)
+    time.sleep(1)
+    out["paused"] = sbx.pause() if hasattr(sbx, "pause") else sbx.beta_pause()
+    out["state"] = str(Sandbox.get_info(sbx.sandbox_id).state.value)
+    out["paused_again"] = Sandbox.pause(sbx.sandbox_id) if hasattr(Sandbox, "pause") else None
+    back = Sandbox.connect(sbx.sandbox_id, timeout=120)
+    out["state_after"] = str(back.get_info().state.value)
+    out["kept"] = back.commands.run("cat /tmp/kept").stdout
+    first = int(back.commands.run("cat /tmp/count").stdout)
+    time.sleep(1)
+    out["counting"] = int(back.commands.run("cat /tmp/count").stdout) > first
+    out["process_kept"] = h.pid in [p.pid for p in back.commands.list()]
+    # the first handle, after the resume by another, and after its own pause and connect
+    out["same_handle"] = [sbx.commands.run("echo one").stdout]
+    sbx.pause() if hasattr(sbx, "pause") else sbx.beta_pause()
+    sbx.connect(timeout=120)
+    out["same_handle"].append(sbx.commands.run("echo two").stdout)
+    back.kill()
+
+
+async def pause_async() -> None:
+    sbx = await AsyncSandbox.create(timeout=120)
+    out["id"] = sbx.sandbox_id
+    await sbx.commands.run("echo kept > /tmp/kept")
+    h = await sbx.commands.run(COUNTER, background=True, timeout=0)
+    await asyncio.sleep(1)
+    out["paused"] = await (sbx.pause() if hasattr(sbx, "pause") else sbx.beta_pause())
+    out["state"] = str((await AsyncSandbox.get_info(sbx.sandbox_id)).state.value)
+    out["paused_again"] = await AsyncSandbox.pause(sbx.sandbox_id) if hasattr(AsyncSandbox, "pause") else None
+    back = await AsyncSandbox.connect(sbx.sandbox_id, timeout=120)
+    out["state_after"] = str((await back.get_info()).state.value)
+    out["kept"] = (await back.commands.run("cat /tmp/kept")).stdout
+    first = int((await back.commands.run("cat /tmp/count")).stdout)
+    await asyncio.sleep(1)
+    out["counting"] = int((await back.commands.run("cat /tmp/count")).stdout) > first
+    out["process_kept"] = h.pid in [p.pid for p in await back.commands.list()]
+    out["same_handle"] = [(await sbx.commands.run("echo one")).stdout]
+    await (sbx.pause() if hasattr(sbx, "pause") else sbx.beta_pause())
+    await sbx.connect(timeout=120)
+    out["same_handle"].append((await sbx.commands.run("echo two")).stdout)
+    await back.kill()
+
+
+# --- one box, two clients; templates; keys -----------------------------------------------------------
+
+def create_sync() -> None:
+    """A box from template ARG (default base) that the test then drives with hutch's SDK."""
+    sbx = Sandbox.create(ARG or "base", timeout=300, metadata={"from": "e2b"})
+    out["id"] = sbx.sandbox_id
+    out["marker"] = sbx.commands.run("cat /marker 2>/dev/null || true").stdout
+    sbx.commands.run("echo from-e2b > /tmp/shared")
+
+
+def reconnect_sync() -> None:
+    sbx = Sandbox.connect(ARG)
+    out["shared"] = sbx.commands.run("cat /tmp/from-hutch").stdout
+    out["killed"] = sbx.kill()
+
+
+def lifecycle_sync() -> None:
+    """At the timeout: E2B's default kills the box, on_timeout "pause" pauses it."""
+    killed = Sandbox.create(timeout=2)
+    paused = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause"})
+    out["lifecycle"] = Sandbox.get_info(paused.sandbox_id).lifecycle
+    deadline = time.time() + 30
+    while time.time() < deadline and (Sandbox.get_info(paused.sandbox_id).state.value != "paused"
+                                      or caught(killed.get_info) == "none"):
+        time.sleep(0.5)
+    out["killed"] = caught(killed.get_info)
+    out["paused"] = Sandbox.get_info(paused.sandbox_id).state.value
+    # the same handle: its next call resumes the box, and the calls after it still get in
+    out["auto_resumed"] = [paused.commands.run(f"echo {i}").stdout for i in range(3)]
+    paused.kill()
+
+
+def bad_template_sync() -> None:
+    out["error"] = caught(lambda: Sandbox.create("no-such-template"))
+
+
+def wrong_key_sync() -> None:
+    out["error"] = caught(lambda: Sandbox.create())
+
+
+async def wrong_key_async() -> None:
+    out["error"] = await acaught(AsyncSandbox.create())
+
+
+def main() -> None:
+    flows = {name[:-5] if name.endswith("_sync") else name[:-6]: None for name in globals()
+             if name.endswith(("_sync", "_async"))}
+    assert SCENARIO in flows, f"unknown scenario {SCENARIO}"
+    fn = globals()[f"{SCENARIO}_{MODE}"]
+    if MODE == "async":
+        asyncio.run(fn())
+    else:
+        fn()
+    print(json.dumps(out), flush=True)
+    os._exit(0)  # not the interpreter's shutdown: the SDK's HTTP client (Rust) may crash in it
+
+
+if __name__ == "__main__":
+    main()

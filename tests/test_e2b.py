@@ -1,0 +1,410 @@
+"""The real, unmodified e2b SDK (2.45.1 and 2.63.0, sync and async) against hutch's E2B API.
+
+Each SDK line lives in its own virtual environment (.cache/e2b-<version>, made by scripts/test):
+the two cannot share one. tests/e2b_clients/client.py runs there in a subprocess with only
+E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL (and PATH) set, and prints JSON for the asserts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import json
+import secrets
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from hutch import RunStep, Sandbox, Template
+from tests.conftest import Env
+from tests.internet import Internet
+
+ROOT = Path(__file__).resolve().parent.parent
+CLIENT = Path(__file__).resolve().parent / "e2b_clients" / "client.py"
+LINES = ("2.45.1", "2.63.0")
+MODES = ("sync", "async")
+BOTH = [(line, mode) for line in LINES for mode in MODES]
+
+
+def python_of(line: str) -> Path:
+    python = ROOT / ".cache" / f"e2b-{line}" / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"e2b {line} is not installed in {python.parent.parent} (scripts/test makes it)")
+    return python
+
+
+def e2b_key(env: Env) -> str:
+    for line in (env.server.data_dir / "client.env").read_text().splitlines():
+        if line.startswith("E2B_API_KEY="):
+            return line.split("=", 1)[1]
+    raise AssertionError("hutch serve wrote no E2B_API_KEY")
+
+
+def run_client(env: Env, line: str, scenario: str, mode: str, arg: str = "", key: str | None = None) -> dict[str, Any]:
+    variables = {"PATH": "/usr/local/bin:/usr/bin:/bin", "E2B_API_KEY": key or e2b_key(env),
+                 "E2B_API_URL": f"{env.url}/e2b", "E2B_SANDBOX_URL": f"{env.url}/e2b/envd"}
+    done = subprocess.run([str(python_of(line)), str(CLIENT), scenario, mode, arg], env=variables,
+                          capture_output=True, text=True, timeout=300)
+    lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
+    assert done.returncode == 0 and lines, f"e2b {line} {scenario} {mode} failed:\n{done.stdout}\n{done.stderr[-4000:]}"
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+@pytest.mark.parametrize(("line", "mode"), BOTH)
+def test_commands_and_the_control_plane(env: Env, line: str, mode: str) -> None:
+    out = run_client(env, line, "commands", mode, f"{line}-{mode}")
+    run = out["run"]
+    assert (run["stdout"], run["stderr"], run["exit_code"]) == ("out\n1 2\n", "err\n", 0)
+    assert "".join(s[2:] for s in run["seen"] if s.startswith("o:")) == "out\n1 2\n"  # streamed to callbacks
+    assert [s for s in run["seen"] if s.startswith("e:")] == ["e:err\n"]
+    assert out["whoami"] == "root\n/tmp\n" and out["default_user"] == "user\n/home/user\n"
+    assert out["exit"] == {"exit_code": 3, "stdout": "failing\n", "error": "exit status 3"}  # CommandExitException
+    assert out["background_wait"] == "late\n" and out["stdin"] == "got hello\n"
+    assert out["listed"] is True and out["kill"] is True and out["kill_again"] is False
+    assert out["killed_wait"] == "CommandExitException"  # killed: exit -1, "signal: killed"
+    # Connect-Timeout-Ms: the client gives up, or the server kills the process first
+    assert out["deadline"] in ("TimeoutException", "CommandExitException")
+    assert out["deadline_killed"] is True  # and the server killed it (sleep 30 would still run)
+    assert out["info"]["state"] == "running" and out["info"]["metadata"]["suite"] == "e2b"
+    assert out["listed_ids"] == [out["id"]] and out["list_other"] == 0
+    assert out["running"] is True and out["metrics"] == 1
+    assert out["killed"] is True and out["killed_twice"] is False
+    assert out["connect_gone"] == "SandboxNotFoundException"
+    assert Sandbox.list(metadata={"mode": f"{line}-{mode}"}) == []  # killed for hutch too
+
+
+@pytest.mark.parametrize(("line", "mode"), BOTH)
+def test_files(env: Env, line: str, mode: str) -> None:
+    out = run_client(env, line, "files", mode)
+    assert out["write"] == "/home/user/notes/a.txt" and out["read"] == "hello"
+    assert out["read_bytes"] is True and out["read_gzip"] == "zipped" and out["read_many"] == ["one", "two"]
+    assert out["missing"] == "FileNotFoundException" and out["bad_user"] == "InvalidArgumentException"
+    assert out["list"] == [["1.txt", "file"], ["2.txt", "file"]]
+    assert out["info"] == {"name": "a.txt", "path": "/home/user/notes/a.txt", "size": 5, "type": "file",
+                           "owner": "user", "permissions": "-rw-r--r--"}
+    assert out["exists"] == [True, False] and out["make_dir"] == [True, False]
+    assert out["rename"] == "/home/user/notes/b.txt" and out["removed"] is False
+    assert ["new.txt", "create"] in out["events"]  # sync: CreateWatcher and polling; async: WatchDir stream
+
+
+@pytest.mark.parametrize(("line", "mode"), BOTH)
+def test_pause_then_connect_keeps_files_and_processes(env: Env, line: str, mode: str) -> None:
+    out = run_client(env, line, "pause", mode)
+    assert out["paused"] is True and out["state"] == "paused"
+    assert out["paused_again"] in (False, None)  # 409: already paused
+    assert out["state_after"] == "running" and out["kept"] == "kept\n"
+    assert out["counting"] is True and out["process_kept"] is True
+    assert out["same_handle"] == ["one\n", "two\n"]  # the token survives resumes (E2B keeps it)
+
+
+def test_one_box_two_clients_and_the_audit_log(env: Env) -> None:
+    out = run_client(env, "2.45.1", "create", "sync")
+    box = Sandbox.connect(out["id"])
+    assert box.metadata == {"from": "e2b"} and box.status == "active"
+    assert box.commands.run("cat /tmp/shared").stdout == "from-e2b\n"
+    box.commands.run("echo from-hutch > /tmp/from-hutch")
+    ops = [(e.op, e.detail) for e in box.get_audit_log().entries]
+    assert ("spawn", "/bin/bash -l -c 'echo from-e2b > /tmp/shared'") in ops  # E2B's Start, audited
+    again = run_client(env, "2.63.0", "reconnect", "sync", out["id"])
+    assert again == {**again, "shared": "from-hutch\n", "killed": True}
+    assert Sandbox.list(metadata={"from": "e2b"}) == []
+
+
+def test_templates_by_name(env: Env) -> None:
+    name = f"e2b-tpl-{int(time.time())}"
+    template = Template.create(name, steps=[RunStep("echo made-by-a-step > /marker")])
+    template.wait_until_ready(timeout_seconds=600)
+    try:
+        out = run_client(env, "2.63.0", "create", "sync", name)
+        assert out["marker"] == "made-by-a-step\n"
+        Sandbox.kill_by_id(out["id"])
+        assert run_client(env, "2.45.1", "bad_template", "sync")["error"] == "SandboxException"
+    finally:
+        Template.delete_by_name(name)
+
+
+@pytest.mark.parametrize(("line", "mode"), BOTH)
+def test_a_wrong_key_is_refused(env: Env, line: str, mode: str) -> None:
+    out = run_client(env, line, "wrong_key", mode, key="e2b_" + secrets.token_hex(20))
+    assert out["error"] == "AuthenticationException"
+
+
+@pytest.mark.parametrize(("line", "mode"), BOTH)
+def test_terminals_input_streams_and_reattaching(env: Env, line: str, mode: str) -> None:
+    out = run_client(env, line, "pty", mode)
+    assert out["pty"] == {"size": True, "echo": True, "exit": 0}  # Start with a pty, Update, SendInput
+    if line != "2.45.1":
+        assert out["stream_input"] == "ab\n"  # StreamInput (2.63), then CloseStdin
+    assert out["connect"] == "connected\n"  # Connect to a process whose Start stream was dropped
+    assert out["no_replay"] == "second\n"  # output a client was sent is not replayed on Connect
+
+
+def test_lifecycle_at_the_timeout(env: Env) -> None:
+    out = run_client(env, "2.63.0", "lifecycle", "sync")
+    assert out["killed"] == "SandboxNotFoundException" and out["paused"] == "paused"
+    assert out["auto_resumed"] == ["0\n", "1\n", "2\n"]
+
+
+# --- raw HTTP: limits, abuse and refusals ---------------------------------------------------------
+
+def e2b_box(env: Env, **body: Any) -> tuple[str, str]:
+    r = httpx.post(f"{env.url}/e2b/sandboxes", headers={"X-API-KEY": e2b_key(env)},
+                   json={"templateID": "base", "timeout": 120, **body}, timeout=120)
+    assert r.status_code == 201, r.text
+    return r.json()["sandboxID"], r.json()["envdAccessToken"]
+
+
+def envd(env: Env, sandbox_id: str, token: str | None) -> dict[str, str]:
+    return {"E2b-Sandbox-Id": sandbox_id, **({"X-Access-Token": token} if token else {})}
+
+
+def test_uploads_gzip_and_forms_are_bounded(env: Env) -> None:
+    box, token = e2b_box(env)
+    url, headers = f"{env.url}/e2b/envd/files", envd(env, box, token)
+    try:
+        started = time.monotonic()
+        junk = gzip.compress(b"x") + secrets.token_bytes(2**20)  # trailing bytes after the member
+        r = httpx.post(url, params={"path": "/tmp/z"}, content=junk, timeout=60,
+                       headers={**headers, "Content-Type": "application/octet-stream", "Content-Encoding": "gzip"})
+        assert r.status_code == 400 and time.monotonic() - started < 10
+        two = gzip.compress(b"one ") + gzip.compress(b"two")  # multi-member: both kept
+        r = httpx.post(url, params={"path": "/tmp/two"}, content=two, timeout=60,
+                       headers={**headers, "Content-Type": "application/octet-stream", "Content-Encoding": "gzip"})
+        assert r.status_code == 200, r.text
+        assert httpx.get(url, params={"path": "/tmp/two"}, headers=headers).content == b"one two"
+        host, port = env.url.split("//", 1)[1].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as sock:  # declares 1 TiB, sends nothing
+            sock.sendall((f"POST /e2b/envd/files HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: {box}\r\n"
+                          f"X-Access-Token: {token}\r\nContent-Type: multipart/form-data; boundary=x\r\n"
+                          f"Content-Length: {2**40}\r\n\r\n").encode())
+            assert sock.recv(4096).startswith(b"HTTP/1.1 413")
+    finally:
+        httpx.delete(f"{env.url}/e2b/sandboxes/{box}", headers={"X-API-KEY": e2b_key(env)})
+
+
+def test_a_multipart_body_is_capped_while_it_streams() -> None:
+    from starlette.requests import Request
+
+    from hutch.e2b.files import _capped
+    from hutch.server.errors import ApiError
+
+    sent = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        sent += 1
+        body = (b"--x\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\n" if sent == 1
+                else b"a" * 65536)
+        return {"type": "http.request", "body": body, "more_body": sent < 10_000}
+
+    scope = {"type": "http", "method": "POST", "path": "/files", "query_string": b"",
+             "headers": [(b"content-type", b"multipart/form-data; boundary=x")]}
+
+    async def parse() -> None:
+        await _capped(Request(scope, receive), 2**20).form()
+
+    with pytest.raises(ApiError) as e:
+        asyncio.run(parse())
+    assert e.value.status == 413 and sent < 40  # refused after ~1 MiB, not after 650 MiB
+
+
+def test_gunzip_members_junk_truncation_and_input_cap() -> None:
+    from hutch.e2b.files import _gunzip
+    from hutch.server.errors import ApiError
+
+    async def run(data: bytes, limit: int = 2**30) -> bytes:
+        async def body() -> Any:
+            for i in range(0, len(data), 1000):
+                yield data[i:i + 1000]
+        return b"".join([c async for c in _gunzip(body(), limit)])
+
+    assert asyncio.run(run(gzip.compress(b"a" * 5000) + gzip.compress(b"b"))) == b"a" * 5000 + b"b"
+    assert asyncio.run(run(b"")) == b""
+    for bad, status in ((gzip.compress(b"a") + b"junk", 400), (gzip.compress(b"abc")[:-3], 400)):
+        with pytest.raises(ApiError) as e:
+            asyncio.run(run(bad))
+        assert e.value.status == status
+    with pytest.raises(ApiError) as e:  # the compressed bytes count too
+        asyncio.run(run(gzip.compress(secrets.token_bytes(5000)), limit=4000))
+    assert e.value.status == 413
+
+
+def test_envd_refuses_other_boxes_tokens_and_bad_signatures(env: Env) -> None:
+    a, token_a = e2b_box(env)
+    b, _token_b = e2b_box(env)
+    try:
+        rpc = "/e2b/envd/process.Process/List"
+        ok = httpx.post(env.url + rpc, headers=envd(env, a, token_a), json={})
+        assert ok.status_code == 200, ok.text
+        for headers in (envd(env, b, token_a), envd(env, b, None), envd(env, b, "x" * 40)):
+            r = httpx.post(env.url + rpc, headers=headers, json={})
+            assert r.status_code == 401 and r.json()["code"] == "unauthenticated"
+        files = f"{env.url}/e2b/envd/files"
+        for params in ({"path": "/etc/hostname", "signature": "v1_bad"},
+                       {"path": "/etc/hostname", "signature": "v1_bad", "signature_expiration": "\u00b2"}):
+            r = httpx.get(files, params=params, headers=envd(env, a, None))
+            assert r.status_code == 401, r.text
+        r = httpx.get(files, params={"path": "/etc/hostname"}, headers=envd(env, b, token_a))
+        assert r.status_code == 401
+        r = httpx.post(env.url + rpc, headers={**envd(env, a, None), "E2b-Sandbox-Port": "8080"}, json={})
+        assert r.status_code == 401  # no token: nothing said of the box's ports
+        r = httpx.post(env.url + rpc, headers={**envd(env, a, token_a), "E2b-Sandbox-Port": "8080"}, json={})
+        assert r.status_code == 502 and "port is not open" in r.json()["message"]
+        latin = {**envd(env, a, token_a), "Authorization": "Basic \u00e9".encode("latin-1")}
+        r = httpx.post(env.url + rpc, headers=latin, json={})
+        assert r.status_code == 400
+    finally:
+        for box in (a, b):
+            httpx.delete(f"{env.url}/e2b/sandboxes/{box}", headers={"X-API-KEY": e2b_key(env)})
+
+
+def test_control_plane_bad_input_is_a_typed_error(env: Env) -> None:
+    api, key = f"{env.url}/e2b", {"X-API-KEY": e2b_key(env)}
+    for token in ("%C2%B2", "9" * 5000, "-1", "5"):
+        r = httpx.get(f"{api}/v2/sandboxes?nextToken={token}", headers=key)
+        assert r.status_code == 400, (token, r.status_code)
+    for limit in ("%C2%B2", "9" * 5000):
+        assert httpx.get(f"{api}/v2/sandboxes?limit={limit}", headers=key).status_code == 400
+    deep = b"[" * 100_000 + b"]" * 100_000
+    r = httpx.post(f"{api}/sandboxes", headers={**key, "Content-Type": "application/json"}, content=deep)
+    assert r.status_code == 400 and r.json()["code"] == 400
+    for network in ({"allowOut": 5}, {"rules": {}}, {"egressProxy": {"url": "x"}}, 5):
+        r = httpx.post(f"{api}/sandboxes", headers=key, json={"templateID": "base", "network": network})
+        assert r.status_code == 400, (network, r.text)
+    r = httpx.post(f"{env.url}/e2b/envd/process.Process/List", content=deep,
+                   headers={"E2b-Sandbox-Id": "x", "Content-Type": "application/json"})
+    assert r.status_code in (400, 502)
+
+
+def test_no_internet_but_an_allow_list(env: Env, internet: Internet) -> None:
+    box, _token = e2b_box(env, allow_internet_access=False, network={"allowOut": ["example.test"]})
+    try:
+        info = httpx.get(f"{env.url}/e2b/sandboxes/{box}", headers={"X-API-KEY": e2b_key(env)}).json()
+        assert info["allowInternetAccess"] is False and info["network"]["allowOut"] == ["example.test"]
+        hutch_box = Sandbox.connect(box)
+        curl = "curl -sS -o /dev/null -w '%{http_code}' --max-time 10 "
+        assert hutch_box.commands.run(curl + "http://example.test/").stdout == "200"
+        other = hutch_box.commands.run(curl + "http://other.test/")
+        assert other.stdout != "200"
+    finally:
+        httpx.delete(f"{env.url}/e2b/sandboxes/{box}", headers={"X-API-KEY": e2b_key(env)})
+
+
+def connect_frames(*messages: dict[str, Any]) -> bytes:
+    return b"".join(struct.pack(">BI", 0, len(m)) + m for m in (json.dumps(x).encode() for x in messages))
+
+
+def test_connect_streams_limits_and_keepalives(env: Env) -> None:
+    from hutch.e2b.connect import Envelopes
+
+    started = time.monotonic()
+    assert len(Envelopes().feed(b"\0\0\0\0\0" * 200_000)) == 200_000  # empty messages: linear
+    assert time.monotonic() - started < 2
+    box, token = e2b_box(env)
+    stream = {**envd(env, box, token), "Content-Type": "application/connect+json"}
+    try:
+        proc = Sandbox.connect(box).commands.spawn("cat > /tmp/in")
+        chunk = {"event": {"data": {"input": {"stdin": base64.b64encode(b"x" * 2**19).decode()}}}}
+        body = connect_frames({"event": {"start": {"process": {"pid": proc.pid}}}}, *[chunk] * 4)
+        r = httpx.post(f"{env.url}/e2b/envd/process.Process/StreamInput", headers=stream, content=body, timeout=60)
+        assert r.status_code == 200, r.text[:300]  # 2.7 MiB: past hutch's 1 MiB JSON limit
+        # a unary call past the limit: Connect's error, with a string code
+        r = httpx.post(f"{env.url}/e2b/envd/process.Process/List", headers=envd(env, box, token),
+                       content=b"{" + b" " * 2**21 + b"}", timeout=60)
+        assert r.status_code in (413, 429) and r.json()["code"] == "resource_exhausted"
+        for size in ({"rows": 0, "cols": 80}, {"rows": 10**9, "cols": 80}):  # checked as Start checks them
+            r = httpx.post(f"{env.url}/e2b/envd/process.Process/Update", headers=envd(env, box, token),
+                           json={"process": {"pid": proc.pid}, "pty": {"size": size}})
+            assert r.status_code == 400 and r.json()["code"] == "invalid_argument", r.text
+        two = connect_frames({"process": {"pid": proc.pid}}, {"process": {"pid": proc.pid}})
+        r = httpx.post(f"{env.url}/e2b/envd/process.Process/Connect", headers=stream, content=two, timeout=60)
+        assert r.status_code == 400 and r.json()["code"] == "invalid_argument"
+        one = connect_frames({"process": {"pid": proc.pid}})
+        frames = 0
+        with httpx.stream("POST", f"{env.url}/e2b/envd/process.Process/Connect", content=one, timeout=10,
+                          headers={**stream, "Keepalive-Ping-Interval": "0.001"}) as resp:
+            assert resp.status_code == 200
+            begun = time.monotonic()
+            for _ in resp.iter_raw():
+                frames += 1
+                if time.monotonic() - begun > 2.5:
+                    break
+        assert frames < 20  # held to one a second, not a thousand
+    finally:
+        httpx.delete(f"{env.url}/e2b/sandboxes/{box}", headers={"X-API-KEY": e2b_key(env)})
+
+
+def test_processes_are_remembered_per_box() -> None:
+    from types import SimpleNamespace
+
+    from hutch.e2b import process
+
+    store = SimpleNamespace(get_sandbox=lambda sandbox_id: None if sandbox_id == "gone" else object())
+    st = SimpleNamespace(store=store)
+    procs = process.Processes()
+
+    async def fill() -> None:
+        timer = asyncio.get_running_loop().create_task(asyncio.sleep(60))
+        procs.remember(st, "gone", 1, process.Known({}, None, False, timer=timer))
+        for pid in range(1, process.MAX_KNOWN + 1):  # one box filling its own map
+            procs.remember(st, "busy", pid, process.Known({}, "t", False))
+        procs.swept = 0.0
+        procs.remember(st, "calm", 7, process.Known({}, "mine", False))  # the sweep forgets "gone"
+        await asyncio.sleep(0)
+        assert timer.cancelled()
+
+    asyncio.run(fill())
+    assert procs.known("calm", 7) is not None and procs.known("gone", 1) is None
+    assert len(procs.boxes["busy"]) == process.MAX_KNOWN  # its oldest went, no other box's
+    procs.forget("calm", 7)
+    assert "calm" not in procs.boxes
+
+
+def test_watchers_are_capped_per_box(env: Env) -> None:
+    box, token = e2b_box(env)
+    other, other_token = e2b_box(env)
+    rpc = f"{env.url}/e2b/envd/filesystem.Filesystem/CreateWatcher"
+    try:
+        for _ in range(32):
+            r = httpx.post(rpc, headers=envd(env, box, token), json={"path": "/tmp"}, timeout=30)
+            assert r.status_code == 200, r.text
+        r = httpx.post(rpc, headers=envd(env, box, token), json={"path": "/tmp"}, timeout=30)
+        assert r.status_code == 429 and r.json()["code"] == "resource_exhausted"
+        r = httpx.post(rpc, headers=envd(env, other, other_token), json={"path": "/tmp"}, timeout=30)
+        assert r.status_code == 200  # another box is not blocked
+    finally:
+        for b in (box, other):
+            httpx.delete(f"{env.url}/e2b/sandboxes/{b}", headers={"X-API-KEY": e2b_key(env)})
+
+
+def test_box_paths() -> None:
+    from hutch.e2b.common import box_path
+
+    assert box_path("//etc/passwd", None) == "/etc/passwd" and box_path("a/../b", "root") == "/root/b"
+    assert box_path("", None) == "/home/user"
+
+
+def test_pages_follow_a_cursor(env: Env) -> None:
+    api, key = f"{env.url}/e2b", {"X-API-KEY": e2b_key(env)}
+    tag = secrets.token_hex(4)
+    made = [e2b_box(env, metadata={"page": tag})[0] for _ in range(3)]
+    try:
+        query = f"{api}/v2/sandboxes?metadata=page%3D{tag}&limit=2"
+        first = httpx.get(query, headers=key)
+        token = first.headers["x-next-token"]
+        made.append(e2b_box(env, metadata={"page": tag})[0])  # a newer box between the pages
+        second = httpx.get(f"{query}&nextToken={token}", headers=key)
+        assert "x-next-token" not in second.headers
+        seen = [b["sandboxID"] for b in first.json() + second.json()]
+        assert seen == made[2::-1]  # newest first, each once, the one made later not on page two
+    finally:
+        for box in made:
+            httpx.delete(f"{api}/sandboxes/{box}", headers=key)
