@@ -217,16 +217,11 @@ class SandboxRecord:
 
     @classmethod
     def from_row(cls, row: Any) -> SandboxRecord:
-        d = dict(row._mapping)
-        for key in JSON_COLUMNS:
-            d[key] = None if d[key] is None else json.loads(d[key])
-        return cls(**d)
+        rec: SandboxRecord = _from_json_row(cls, row, JSON_COLUMNS)
+        return rec
 
     def to_row(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
-        for key in JSON_COLUMNS:
-            d[key] = None if d[key] is None else json.dumps(d[key])
-        return d
+        return _json_row(self, JSON_COLUMNS)
 
 
 JSON_COLUMNS = ("metadata", "env_vars", "network")
@@ -343,11 +338,13 @@ class BuildRecord:
     finished_at: float | None = None
 
 
+def _encoded(values: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """`values` with its JSON columns (those of `keys` it has) as text; None stays NULL."""
+    return {k: json.dumps(v) if k in keys and v is not None else v for k, v in values.items()}
+
+
 def _json_row(rec: Any, keys: tuple[str, ...]) -> dict[str, Any]:
-    d = dict(rec.__dict__)
-    for key in keys:
-        d[key] = None if d[key] is None else json.dumps(d[key])
-    return d
+    return _encoded(dict(rec.__dict__), keys)
 
 
 def _from_json_row(cls: Any, row: Any, keys: tuple[str, ...]) -> Any:
@@ -440,9 +437,7 @@ class Store:
                        **values: Any) -> bool:
         """Change a sandbox; with `only_if_status`, only while it is in one of those states.
         Returns whether it changed."""
-        for key in JSON_COLUMNS:
-            if key in values and values[key] is not None:
-                values[key] = json.dumps(values[key])
+        values = _encoded(values, JSON_COLUMNS)
         values["updated_at"] = time.time()
         q = sandboxes.update().where(sandboxes.c.id == sandbox_id)
         if only_if_status is not None:
@@ -723,8 +718,7 @@ class Store:
         return int(n), int(b)
 
     def update_template(self, template_id: str, **values: Any) -> None:
-        if "env" in values:
-            values["env"] = json.dumps(values["env"])
+        values = _encoded(values, TEMPLATE_JSON)
         with self._tx() as c:
             c.execute(templates.update().where(templates.c.id == template_id).values(**values))
 
@@ -792,9 +786,7 @@ class Store:
 
     def update_build(self, build_id: str, *, only_if_status: tuple[str, ...] | None = None, **values: Any) -> bool:
         """Change a build; with `only_if_status`, only while it is in one of those states."""
-        for key in BUILD_JSON:
-            if key in values and values[key] is not None:
-                values[key] = json.dumps(values[key])
+        values = _encoded(values, BUILD_JSON)
         q = template_builds.update().where(template_builds.c.id == build_id)
         if only_if_status is not None:
             q = q.where(template_builds.c.status.in_(only_if_status))

@@ -29,7 +29,7 @@ from hutch.guest import protocol
 from hutch.node import base_image
 from hutch.node.node import Node
 from hutch.node.runsc import Runsc, RunscConfig, find_runsc
-from hutch.node.spec import AgentRuntime, Limits
+from hutch.node.spec import AgentRuntime
 from hutch.preview.access import PreviewKeys
 from hutch.secrets.vault import Vault
 from hutch.server import audit, errors
@@ -83,7 +83,7 @@ from hutch.server.pool import WarmPool
 from hutch.server.previews import Previews
 from hutch.server.sandboxes import Sandboxes
 from hutch.server.secrets import Secrets, providers
-from hutch.server.templates import BUILD_BOX_PREFIX, DEFAULT_DISK_MIB, Templates
+from hutch.server.templates import BUILD_BOX_PREFIX, Templates
 from hutch.server.tokens import TokenSigner, load_or_create_key
 from hutch.store import SandboxRecord, Store
 
@@ -126,8 +126,7 @@ class State:
         self.sandboxes = Sandboxes(config, self.store, self.node, self.signer, self.secrets)
         self.templates.booting_roots = lambda: set(self.sandboxes.booting_roots)
         self.previews = Previews(self.sandboxes, PreviewKeys(server_key), self.sandboxes.preview_site)
-        self.pool = WarmPool(self.node, config.warm_pool, base_root,
-                             Limits.of_shape(config.vcpu, config.memory_mib, config.pids, DEFAULT_DISK_MIB))
+        self.pool = WarmPool(self.node, config.warm_pool, base_root, self.sandboxes.base_limits())
         self.sandboxes.pool = self.pool
         self.metrics = self.sandboxes.metrics
         self.data = DataPlane(self.sandboxes, config.max_file_bytes)

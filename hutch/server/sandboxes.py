@@ -111,8 +111,15 @@ class Sandboxes:
             rootfs = base.rootfs if base else None
         if rootfs is None or not Path(rootfs).is_dir():
             raise ApiError(409, "template_not_found", f"the template root of sandbox {rec.id} is gone")
-        # a box from before disks were capped was checkpointed with its writes in memory: no disk
+        # (a restore takes the disk's kind from the checkpoint: see Node.restore)
         return Path(rootfs), Limits.of_shape(rec.vcpu, rec.memory_mib, self.config.pids, rec.disk_mib or 0)
+
+    def base_limits(self) -> Limits:
+        """What a box of the base template gets: the warm pool boots its boxes with these."""
+        base = self.store.get_template(BASE_TEMPLATE_ID)
+        assert base is not None, "the base template is registered before the pool is made"
+        spec = base.spec
+        return Limits.of_shape(spec["vcpu"], spec["memory_mib"], self.config.pids, spec.get("disk_mib") or 0)
 
     def defaults(self, rec: SandboxRecord, template: TemplateRecord | None = None) -> boxcmd.Defaults:
         """What every command in the box starts with (unless the call says otherwise): the
