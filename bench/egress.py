@@ -22,7 +22,7 @@ from bench.common import bench_env, main_for, stats
 from hutch import Sandbox, Secret
 from hutch.node import base_image
 from hutch.server.config import DEFAULT_CACHE_DIR
-from tests.internet import EGRESS_HOSTS, certificate, stand_in_internet
+from tests.integration.internet import EGRESS_HOSTS, certificate, stand_in_internet
 
 BIG = 64 * 2**20
 LOOP = r"""

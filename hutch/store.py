@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
@@ -187,6 +188,17 @@ def hash_secret(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+class SandboxStatus(StrEnum):
+    """Where a sandbox is in its life; `failed` boxes keep their record (and `failure` says why)."""
+
+    ACTIVE = "active"
+    PAUSING = "pausing"
+    PAUSED = "paused"
+    RESUMING = "resuming"
+    FAILED = "failed"
+    DELETED = "deleted"  # killed: the record stays (its audit log is read by id), calls find no box
+
+
 @dataclass
 class SandboxRecord:
     id: str
@@ -356,7 +368,8 @@ def _from_json_row(cls: Any, row: Any, keys: tuple[str, ...]) -> Any:
 
 TEMPLATE_JSON = ("spec", "env")
 BUILD_JSON = ("spec", "error", "env")
-LIVE_STATUSES = ("active", "pausing", "paused", "resuming")  # a sandbox that may run again
+# a sandbox that may run again
+LIVE_STATUSES = (SandboxStatus.ACTIVE, SandboxStatus.PAUSING, SandboxStatus.PAUSED, SandboxStatus.RESUMING)
 
 
 class Store:
@@ -414,7 +427,7 @@ class Store:
                 c.execute(secret_bindings.insert().values(**{k: v for k, v in b.__dict__.items() if k != "revoked"}))
 
     def get_sandbox(self, sandbox_id: str, team_id: str | None = None) -> SandboxRecord | None:
-        q = sa.select(sandboxes).where(sandboxes.c.id == sandbox_id, sandboxes.c.status != "deleted")
+        q = sa.select(sandboxes).where(sandboxes.c.id == sandbox_id, sandboxes.c.status != SandboxStatus.DELETED)
         if team_id is not None:
             q = q.where(sandboxes.c.team_id == team_id)
         with self._tx() as c:
@@ -423,7 +436,7 @@ class Store:
 
     def list_sandboxes(self, team_id: str | None, status: str | None = None,
                        metadata: dict[str, str] | None = None) -> list[SandboxRecord]:
-        q = sa.select(sandboxes).where(sandboxes.c.status != "deleted").order_by(sandboxes.c.created_at)
+        q = sa.select(sandboxes).where(sandboxes.c.status != SandboxStatus.DELETED).order_by(sandboxes.c.created_at)
         if team_id is not None:
             q = q.where(sandboxes.c.team_id == team_id)
         if status is not None:
@@ -460,7 +473,7 @@ class Store:
     def sandbox_by_box_key(self, box_key: str) -> SandboxRecord | None:
         """The live sandbox whose box has this host directory."""
         q = sa.select(sandboxes).where(sandboxes.c.box_key == box_key, sandboxes.c.status.in_(
-            ("active", "pausing", "resuming")))
+            (SandboxStatus.ACTIVE, SandboxStatus.PAUSING, SandboxStatus.RESUMING)))
         with self._tx() as c:
             row = c.execute(q).first()
         return SandboxRecord.from_row(row) if row else None
@@ -637,7 +650,7 @@ class Store:
         p, sb = preview_ports.c, sandboxes.c
         with self._tx() as c:
             row = c.execute(sa.select(preview_ports).select_from(preview_ports.join(sandboxes, sb.id == p.sandbox_id))
-                            .where(p.sandbox_id == sandbox_id, p.port == port, sb.status != "deleted")).first()
+                            .where(p.sandbox_id == sandbox_id, p.port == port, sb.status != SandboxStatus.DELETED)).first()
         return PreviewPortRecord(**row._mapping) if row else None
 
     def preview_port(self, sandbox_id: str, port: int) -> PreviewPortRecord | None:
@@ -670,8 +683,8 @@ class Store:
         """Ids of active sandboxes past their pause deadline, and of paused ones past deletion."""
         c_ = sandboxes.c
         with self._tx() as c:
-            to_pause = c.execute(sa.select(c_.id).where(c_.status == "active", c_.pause_at <= now)).scalars().all()
-            to_delete = c.execute(sa.select(c_.id).where(c_.status == "paused", c_.delete_at <= now)).scalars().all()
+            to_pause = c.execute(sa.select(c_.id).where(c_.status == SandboxStatus.ACTIVE, c_.pause_at <= now)).scalars().all()
+            to_delete = c.execute(sa.select(c_.id).where(c_.status == SandboxStatus.PAUSED, c_.delete_at <= now)).scalars().all()
         return list(to_pause), list(to_delete)
 
     # --- templates ------------------------------------------------------------------------------

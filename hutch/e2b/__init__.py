@@ -24,7 +24,8 @@ from hutch.e2b.common import StateGetter
 from hutch.e2b.connect import HTTP_STATUS, ConnectError
 from hutch.e2b.control import control_routes
 from hutch.e2b.envd import SandboxGone, basic_user, call_of, sandbox_of
-from hutch.server.errors import ApiError
+from hutch.errors import ApiError, Code, for_http_status
+from hutch.store import SandboxStatus
 
 log = logging.getLogger("hutch.e2b")
 
@@ -51,24 +52,24 @@ def _rest_handlers(app: FastAPI, get_state: StateGetter) -> None:
         with contextlib.suppress(Exception):  # before start-up has made the state
             get_state().metrics.errors.labels(code[:64], str(status)).inc()
 
-    def answer(request: Request, status: int, code: str, message: str) -> JSONResponse:
+    def answer(request: Request, code: Code, message: str) -> JSONResponse:
+        status = code.status
         counted(code, status)
         if _is_rpc(request):
-            return ConnectError.of(ApiError(status, code, message)).response()
+            return ConnectError.of_code(code, message).response()
         no_retry = {"Should-Retry": "false"} if request.method == "POST" and status >= 500 else None
         return _rest_error(status, message, no_retry)
 
     async def api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
-        return answer(request, exc.status, exc.code, exc.message)
+        return answer(request, exc.code, exc.message)
 
     async def validation(request: Request, exc: Exception) -> JSONResponse:
-        return answer(request, 400, "invalid_request", "the request is not valid")
+        return answer(request, Code.INVALID_REQUEST, "the request is not valid")
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        return answer(request, exc.status_code, "payload_too_large" if exc.status_code == 413 else "http_error",
-                      str(exc.detail))
+        return answer(request, for_http_status(exc.status_code), str(exc.detail))
 
     async def connect_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ConnectError)
@@ -83,14 +84,14 @@ def _rest_handlers(app: FastAPI, get_state: StateGetter) -> None:
     async def store_error(request: Request, exc: Exception) -> JSONResponse:
         """As hutch's: the store could not answer or write (a full disk is said so)."""
         full = "full" in str(exc).lower() or "no space" in str(exc).lower()
-        status, code = (507, "insufficient_storage") if full else (503, "store_unavailable")
-        return answer(request, status, code, "the server's disk is full" if full else "the store is unavailable; try again")
+        code = Code.INSUFFICIENT_STORAGE if full else Code.STORE_UNAVAILABLE
+        return answer(request, code, "the server's disk is full" if full else "the store is unavailable; try again")
 
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, RecursionError):  # a body nested too deep for the JSON parser
-            return answer(request, 400, "invalid_request", "the request is nested too deeply")
+            return answer(request, Code.INVALID_REQUEST, "the request is nested too deeply")
         log.exception("an E2B call failed", exc_info=exc)
-        return answer(request, 500, "server_error", "internal error")
+        return answer(request, Code.SERVER_ERROR, "internal error")
 
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(RequestValidationError, validation)
@@ -120,7 +121,7 @@ def envd_app(get_state: StateGetter) -> FastAPI:
     @app.get("/health")
     async def health(request: Request) -> Response:
         _st, rec = sandbox_of(get_state, request)
-        if rec.status != "active":  # a paused box's envd does not answer; no resume for a probe
+        if rec.status != SandboxStatus.ACTIVE:  # a paused box's envd does not answer; no resume for a probe
             raise SandboxGone(rec.id)
         return Response(status_code=204)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse, StreamingResponse
 
-from hutch.server.errors import ApiError
+from hutch.errors import ApiError, Code
 
 STREAM_TYPE = "application/connect+json"  # exactly: the client compares it without parameters
 END_STREAM = 0x02
@@ -30,13 +30,13 @@ HTTP_STATUS = {"canceled": 499, "unknown": 500, "invalid_argument": 400, "deadli
                "internal": 500, "unavailable": 503, "data_loss": 500, "unauthenticated": 401}
 
 # hutch's error codes, then HTTP statuses, as Connect codes (the first match wins)
-_BY_HUTCH_CODE = {"file_not_found": "not_found", "process_not_found": "not_found", "not_found": "not_found",
-                  "already_exists": "already_exists", "permission_denied": "permission_denied",
-                  "sandbox_paused": "unavailable", "sandbox_failed": "unavailable",
-                  "sandbox_unreachable": "unavailable", "sandbox_not_running": "unavailable",
-                  "stdin_closed": "failed_precondition", "not_a_terminal": "failed_precondition",
-                  "too_many_processes": "resource_exhausted", "output_too_large": "resource_exhausted",
-                  "payload_too_large": "resource_exhausted"}
+_BY_HUTCH_CODE = {Code.FILE_NOT_FOUND: "not_found", Code.PROCESS_NOT_FOUND: "not_found", Code.NOT_FOUND: "not_found",
+                  Code.ALREADY_EXISTS: "already_exists", Code.PERMISSION_DENIED: "permission_denied",
+                  Code.SANDBOX_PAUSED: "unavailable", Code.SANDBOX_FAILED: "unavailable",
+                  Code.SANDBOX_UNREACHABLE: "unavailable", Code.SANDBOX_NOT_RUNNING: "unavailable",
+                  Code.STDIN_CLOSED: "failed_precondition", Code.NOT_A_TERMINAL: "failed_precondition",
+                  Code.TOO_MANY_PROCESSES: "resource_exhausted", Code.OUTPUT_TOO_LARGE: "resource_exhausted",
+                  Code.PAYLOAD_TOO_LARGE: "resource_exhausted"}
 _BY_STATUS = {400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied", 404: "not_found",
               409: "failed_precondition", 413: "resource_exhausted", 429: "resource_exhausted",
               501: "unimplemented", 503: "unavailable", 504: "deadline_exceeded", 507: "resource_exhausted"}
@@ -49,9 +49,14 @@ class ConnectError(Exception):
 
     @classmethod
     def of(cls, e: ApiError) -> ConnectError:
-        code = _BY_HUTCH_CODE.get(e.code) or _BY_STATUS.get(e.status) or ("internal" if e.status >= 500
-                                                                          else "invalid_argument")
-        return cls(code, e.message)
+        return cls.of_code(e.code, e.message)
+
+    @classmethod
+    def of_code(cls, hutch_code: Code, message: str) -> ConnectError:
+        status = hutch_code.status
+        code = _BY_HUTCH_CODE.get(hutch_code) or _BY_STATUS.get(status) or ("internal" if status >= 500
+                                                                            else "invalid_argument")
+        return cls(code, message)
 
     def body(self) -> dict[str, str]:
         return {"code": self.code, "message": self.message}

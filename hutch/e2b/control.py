@@ -22,15 +22,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
 from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, validation_message
-from hutch.server.errors import ApiError
+from hutch.errors import ApiError, Code
 from hutch.server.models import CreateSandbox, NetworkConfig, UpdateSandbox
 from hutch.server.templates import BASE_TEMPLATE_ID
-from hutch.store import SandboxRecord
+from hutch.store import SandboxRecord, SandboxStatus
 
 DEFAULT_TIMEOUT = 300
 MAX_PAGE = 100
-RUNNING = ("active", "resuming")
-PAUSED = ("pausing", "paused")
+RUNNING = (SandboxStatus.ACTIVE, SandboxStatus.RESUMING)
+PAUSED = (SandboxStatus.PAUSING, SandboxStatus.PAUSED)
 
 
 def _state(rec: SandboxRecord) -> str | None:
@@ -47,7 +47,7 @@ def _int(body: dict[str, Any], key: str, default: int | None = None) -> int | No
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ApiError(400, "invalid_request", f"{key} must be an integer")
+        raise ApiError(Code.INVALID_REQUEST, f"{key} must be an integer")
     return value
 
 
@@ -56,7 +56,7 @@ def _count(raw: str | None, name: str, default: int) -> int:
     if not raw:
         return default
     if not re.fullmatch(r"[0-9]{1,9}", raw):
-        raise ApiError(400, "invalid_request", f"{name} is not valid")
+        raise ApiError(Code.INVALID_REQUEST, f"{name} is not valid")
     return int(raw)
 
 
@@ -64,7 +64,7 @@ def _cursor(token: str) -> tuple[float, str]:
     """A page's nextToken: the last box's (created_at, id)."""
     m = re.fullmatch(r"([0-9]{1,12}(?:\.[0-9]{1,20})?(?:e[0-9]{1,3})?)_([0-9a-f-]{36})", token)
     if m is None:
-        raise ApiError(400, "invalid_request", "nextToken is not valid")
+        raise ApiError(Code.INVALID_REQUEST, "nextToken is not valid")
     return float(m[1]), m[2]
 
 
@@ -80,10 +80,10 @@ class Control:
         st = self.get_state()
         key = request.headers.get("x-api-key")
         if not key:
-            raise ApiError(401, "unauthorized", "an API key is required (X-API-KEY)")
+            raise ApiError(Code.UNAUTHORIZED, "an API key is required (X-API-KEY)")
         team_id = await run_in_threadpool(st.store.team_for_api_key, key)  # as hutch's sync dependencies
         if team_id is None:
-            raise ApiError(401, "invalid_api_key", "Invalid API key")
+            raise ApiError(Code.INVALID_API_KEY, "Invalid API key")
         return Ctx(st, team_id)
 
     # --- views ----------------------------------------------------------------------------------
@@ -114,7 +114,7 @@ class Control:
         rec = c.st.store.get_sandbox(sandbox_id, c.team_id)
         if rec is None or _state(rec) is None:
             why = f"sandbox {sandbox_id!r} has failed: {rec.failure}" if rec else f"sandbox {sandbox_id!r} not found"
-            raise ApiError(404, "not_found", why)
+            raise ApiError(Code.NOT_FOUND, why)
         return rec
 
     # --- calls ----------------------------------------------------------------------------------
@@ -122,12 +122,12 @@ class Control:
     async def create(self, c: Ctx, body: dict[str, Any]) -> dict[str, Any]:
         template = body.get("templateID") or "base"
         if not isinstance(template, str):
-            raise ApiError(400, "invalid_request", "templateID must be a string")
+            raise ApiError(Code.INVALID_REQUEST, "templateID must be a string")
         if body.get("mcp") or body.get("volumeMounts") or body.get("iam"):
-            raise ApiError(400, "invalid_request", "mcp, volumeMounts and iam are not supported by hutch")
+            raise ApiError(Code.INVALID_REQUEST, "mcp, volumeMounts and iam are not supported by hutch")
         ref = BASE_TEMPLATE_ID if template == "base" else template
         if c.st.store.get_template(ref, c.team_id) is None:
-            raise ApiError(404, "template_not_found", f"template '{template}' not found")
+            raise ApiError(Code.TEMPLATE_NOT_FOUND, f"template '{template}' not found")
         timeout = _clamp_timeout(_int(body, "timeout", DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT)
         auto_pause = body.get("autoPause") is True
         try:
@@ -136,7 +136,7 @@ class Control:
                                 metadata=body.get("metadata") or None, env_vars=body.get("envVars") or None,
                                 network=_network(body))
         except ValidationError as e:
-            raise ApiError(400, "invalid_request", validation_message(e)) from None
+            raise ApiError(Code.INVALID_REQUEST, validation_message(e)) from None
         rec = await c.st.sandboxes.create(c.team_id, req, stable_token=True)
         return self.sandbox(c, rec)
 
@@ -166,13 +166,13 @@ class Control:
         rec = self.get(c, sandbox_id)
         timeout = _int(body, "timeout")
         if timeout is None:
-            raise ApiError(400, "invalid_request", "timeout is required")
+            raise ApiError(Code.INVALID_REQUEST, "timeout is required")
         await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(timeout_seconds=_clamp_timeout(timeout)))
 
     async def pause(self, c: Ctx, sandbox_id: str) -> None:
         rec = self.get(c, sandbox_id)
         if rec.status in PAUSED:
-            raise ApiError(409, "already_paused", f"sandbox {sandbox_id!r} is already paused")
+            raise ApiError(Code.ALREADY_PAUSED, f"sandbox {sandbox_id!r} is already paused")
         kill_at_timeout = rec.auto_delete_seconds == 0
         if kill_at_timeout:  # "kill" at its timeout, but a pause asked for is kept
             await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(auto_delete_seconds=None))
@@ -220,7 +220,7 @@ def _rules(net: dict[str, Any], key: str) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ApiError(400, "invalid_request", f"network.{key} must be a list of strings")
+        raise ApiError(Code.INVALID_REQUEST, f"network.{key} must be a list of strings")
     return value
 
 
@@ -229,14 +229,14 @@ def _network(body: dict[str, Any]) -> NetworkConfig | None:
     the allow list does not name (allow wins over deny in hutch, as in E2B)."""
     given = body.get("network")
     if given is not None and not isinstance(given, dict):
-        raise ApiError(400, "invalid_request", "network must be an object")
+        raise ApiError(Code.INVALID_REQUEST, "network must be an object")
     net: dict[str, Any] = given or {}
     if unknown := sorted(k for k in set(net) - NETWORK_KEYS if net[k] is not None):
-        raise ApiError(400, "invalid_request", f"network.{unknown[0][:64]} is not supported by hutch")
+        raise ApiError(Code.INVALID_REQUEST, f"network.{unknown[0][:64]} is not supported by hutch")
     allow, deny = _rules(net, "allowOut"), _rules(net, "denyOut")
     access = body.get("allow_internet_access", body.get("allowInternetAccess"))
     if access is not None and not isinstance(access, bool):
-        raise ApiError(400, "invalid_request", "allow_internet_access must be true or false")
+        raise ApiError(Code.INVALID_REQUEST, "allow_internet_access must be true or false")
     if access is False:
         deny = [*deny, *(d for d in DENY_ALL if d not in deny)]
     if not allow and not deny:
@@ -255,7 +255,7 @@ def _parse_time(value: str) -> float:
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
-        raise ApiError(400, "invalid_request", "startedAfter must be an ISO 8601 time") from None
+        raise ApiError(Code.INVALID_REQUEST, "startedAfter must be an ISO 8601 time") from None
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -265,9 +265,9 @@ async def _body(request: Request) -> dict[str, Any]:
     try:
         body = json.loads(raw)
     except (ValueError, RecursionError):
-        raise ApiError(400, "invalid_json", "the request body is not valid JSON") from None
+        raise ApiError(Code.INVALID_JSON, "the request body is not valid JSON") from None
     if not isinstance(body, dict):
-        raise ApiError(400, "invalid_request", "the request body must be a JSON object")
+        raise ApiError(Code.INVALID_REQUEST, "the request body must be a JSON object")
     return body
 
 
@@ -298,7 +298,7 @@ def control_routes(app: FastAPI, get_state: StateGetter) -> None:
         c = await ctl.ctx(request)
         rec = c.st.store.get_sandbox(sandbox_id, c.team_id)
         if rec is None:
-            raise ApiError(404, "not_found", f"sandbox {sandbox_id!r} not found")
+            raise ApiError(Code.NOT_FOUND, f"sandbox {sandbox_id!r} not found")
         await c.st.sandboxes.kill(c.team_id, rec.id)
         return Response(status_code=204)
 

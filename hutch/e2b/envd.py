@@ -21,7 +21,7 @@ from hutch.e2b.common import StateGetter
 from hutch.e2b.connect import invalid, parse_json
 from hutch.server import audit
 from hutch.server.models import User
-from hutch.store import SandboxRecord
+from hutch.store import SandboxRecord, SandboxStatus
 
 ENVD_PORT = "49983"
 
@@ -65,7 +65,7 @@ def sandbox_of(get_state: StateGetter, request: Request) -> tuple[State, Sandbox
 
 def check_box(rec: SandboxRecord, request: Request) -> None:
     """After its token is checked: a failed box is gone, and only envd's port is served."""
-    if rec.status == "failed":
+    if rec.status == SandboxStatus.FAILED:
         raise SandboxGone(rec.id)
     if (request.headers.get("e2b-sandbox-port") or ENVD_PORT) != ENVD_PORT:
         raise SandboxGone(rec.id, f"The sandbox is running but port is not open: only {ENVD_PORT} is served")

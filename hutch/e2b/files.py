@@ -26,8 +26,8 @@ from starlette.types import Message
 
 from hutch.e2b.common import StateGetter, box_path
 from hutch.e2b.envd import Call, authorize, check_box, check_user, sandbox_of
+from hutch.errors import ApiError, Code
 from hutch.server import audit
-from hutch.server.errors import ApiError
 
 MAX_PARTS = 1000
 CHUNK = 64 * 1024
@@ -52,15 +52,15 @@ def _check_signature(token: str, path: str, op: str, user: str | None, q: Any) -
     raw = f"{path}:{op}:{user or ''}:{token}" + (f":{expires}" if expires else "")
     want = "v1_" + base64.b64encode(hashlib.sha256(raw.encode()).digest()).decode().rstrip("=")
     if not hmac.compare_digest(want.encode(), q["signature"].encode()):
-        raise ApiError(401, "invalid_signature", "the signature is not valid")
+        raise ApiError(Code.INVALID_SIGNATURE, "the signature is not valid")
     if expires and (not re.fullmatch(r"[0-9]{1,12}", expires) or int(expires) < time.time()):
-        raise ApiError(401, "signature_expired", "the signature has expired")
+        raise ApiError(Code.SIGNATURE_EXPIRED, "the signature has expired")
 
 
 async def download(get_state: StateGetter, request: Request) -> StreamingResponse:
     call, path = _call(get_state, request, "read")
     if not path:
-        raise ApiError(400, "invalid_request", "path is required")
+        raise ApiError(Code.INVALID_REQUEST, "path is required")
     from hutch.server.app import read_file_audited  # the app imports this package
 
     return await read_file_audited(call.st, call.rec, call.who, box_path(path, call.user))
@@ -78,20 +78,20 @@ async def upload(get_state: StateGetter, request: Request) -> JSONResponse:
         try:
             parts = [v for k, v in form.multi_items() if k == "file" and isinstance(v, UploadFile)]
             if not parts:
-                raise ApiError(400, "invalid_request", "no file part in the form")
+                raise ApiError(Code.INVALID_REQUEST, "no file part in the form")
             paths = [query_path if query_path and len(parts) == 1 else (p.filename or "") for p in parts]
             if "" in paths:
-                raise ApiError(400, "invalid_request", "each part needs a path (its filename)")
+                raise ApiError(Code.INVALID_REQUEST, "each part needs a path (its filename)")
             paths = [box_path(p, call.user) for p in paths]
             if len(set(paths)) != len(paths):
-                raise ApiError(400, "invalid_request", "two parts have the same path")
+                raise ApiError(Code.INVALID_REQUEST, "two parts have the same path")
             for part, path in zip(parts, paths, strict=True):
                 written.append(await _write(call, path, _read_part(part)))
         finally:
             await form.close()
     else:
         if not query_path:
-            raise ApiError(400, "invalid_request", "path is required for an octet-stream upload")
+            raise ApiError(Code.INVALID_REQUEST, "path is required for an octet-stream upload")
         body: AsyncIterator[bytes] = request.stream()
         if (request.headers.get("content-encoding") or "").lower() == "gzip":
             body = _gunzip(body, limit)
@@ -112,7 +112,7 @@ async def _read_part(part: UploadFile) -> AsyncIterator[bytes]:
 
 
 def _too_large(limit: int) -> ApiError:
-    return ApiError(413, "payload_too_large", f"uploads are limited to {limit} bytes")
+    return ApiError(Code.PAYLOAD_TOO_LARGE, f"uploads are limited to {limit} bytes")
 
 
 def _capped(request: Request, limit: int) -> Request:
@@ -155,6 +155,6 @@ async def _gunzip(body: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes
                 else:
                     pending = d.unconsumed_tail
         if started:
-            raise ApiError(400, "invalid_request", "the gzip body is truncated")
+            raise ApiError(Code.INVALID_REQUEST, "the gzip body is truncated")
     except zlib.error:
-        raise ApiError(400, "invalid_request", "the body is not valid gzip") from None
+        raise ApiError(Code.INVALID_REQUEST, "the body is not valid gzip") from None

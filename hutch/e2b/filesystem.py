@@ -33,8 +33,8 @@ from hutch.e2b.connect import (
     timestamp,
 )
 from hutch.e2b.envd import Call
+from hutch.errors import ApiError
 from hutch.server import audit
-from hutch.server.errors import ApiError
 
 log = logging.getLogger("hutch.e2b")
 

@@ -44,10 +44,11 @@ from hutch.e2b.connect import (
     text,
 )
 from hutch.e2b.envd import Call
+from hutch.errors import ApiError
 from hutch.guest import protocol
 from hutch.server import audit
-from hutch.server.errors import ApiError
 from hutch.server.models import PtySize, SpawnCommand
+from hutch.store import SandboxStatus
 
 SIGNALS = {"SIGNAL_UNSPECIFIED": 0, "SIGNAL_SIGTERM": 15, "SIGNAL_SIGKILL": 9}
 MAX_KNOWN = 1000  # processes remembered per box, for List's config and tags
@@ -161,7 +162,7 @@ class Processes:
                 current = call.st.store.get_sandbox(call.rec.id)
                 if current is None or self.known(call.rec.id, pid) is None:
                     return  # the box, or the process, is gone
-                if current.status == "active":
+                if current.status == SandboxStatus.ACTIVE:
                     break
                 await asyncio.sleep(PAUSED_RETRY)  # never resume a paused box to kill: wait for it
             with contextlib.suppress(ApiError, ConnectError):

@@ -25,9 +25,11 @@ from hutch.egress.ca import CertificateAuthority, upstream_context
 from hutch.egress.host import HostAddresses
 from hutch.egress.proxy import EgressProxy, Interception, LogEntry, Policy, Resolver, load_hosts_file
 from hutch.egress.rules import NetworkRules
+from hutch.errors import ApiError, Code, not_found
 from hutch.guest import protocol
 from hutch.node import base_image
 from hutch.node.node import Node
+from hutch.node.pool import WarmPool
 from hutch.node.runsc import Runsc, RunscConfig, find_runsc
 from hutch.node.spec import AgentRuntime
 from hutch.preview.access import PreviewKeys
@@ -36,7 +38,6 @@ from hutch.server import audit, errors
 from hutch.server.attach import Attachment
 from hutch.server.config import ServerConfig
 from hutch.server.dataplane import DataPlane
-from hutch.server.errors import ApiError
 from hutch.server.models import (
     AttachSecret,
     AuditPage,
@@ -79,7 +80,6 @@ from hutch.server.models import (
     UpdateSandbox,
     User,
 )
-from hutch.server.pool import WarmPool
 from hutch.server.previews import Previews
 from hutch.server.sandboxes import Sandboxes
 from hutch.server.secrets import Secrets, providers
@@ -167,10 +167,10 @@ def team(st: StateDep, authorization: Annotated[str | None, Header()] = None,
          x_api_key: Annotated[str | None, Header()] = None) -> str:
     key = x_api_key or (authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else None)
     if not key:
-        raise ApiError(401, "unauthorized", "an API key is required (Authorization: Bearer <key>)")
+        raise ApiError(Code.UNAUTHORIZED, "an API key is required (Authorization: Bearer <key>)")
     team_id = st.store.team_for_api_key(key)
     if team_id is None:
-        raise ApiError(401, "invalid_api_key", "the API key is not valid")
+        raise ApiError(Code.INVALID_API_KEY, "the API key is not valid")
     return team_id
 
 
@@ -186,11 +186,11 @@ def sandbox_by_token(sandbox_id: str, st: StateDep,
 def authorize_box(st: State, sandbox_id: str, x_access_token: str | None) -> SandboxRecord:
     rec = st.store.get_sandbox(sandbox_id)
     if rec is None:
-        raise errors.not_found("sandbox", sandbox_id)
+        raise not_found("sandbox", sandbox_id)
     if not x_access_token:
-        raise ApiError(401, "unauthorized", "the data plane needs the sandbox's access token (X-Access-Token)")
+        raise ApiError(Code.UNAUTHORIZED, "the data plane needs the sandbox's access token (X-Access-Token)")
     if not st.signer.verify(x_access_token, rec.id, rec.token_generation):
-        raise ApiError(401, "invalid_access_token", "the access token is not valid for this sandbox")
+        raise ApiError(Code.INVALID_ACCESS_TOKEN, "the access token is not valid for this sandbox")
     return rec
 
 
@@ -483,7 +483,7 @@ def data_routes(app: FastAPI) -> None:
         st: State = websocket.app.state.hutch
         try:
             if not pid.isdigit() or not 1 <= int(pid) <= 2**31:
-                raise ApiError(404, protocol.ERR_NO_PROCESS, f"no process {pid[:20]!r}")
+                raise ApiError(Code.PROCESS_NOT_FOUND, f"no process {pid[:20]!r}")
             rec = authorize_box(st, sandbox_id, websocket.headers.get("x-access-token"))
             stream = await st.data.follow_process(rec, int(pid))
         except ApiError as e:
@@ -613,7 +613,7 @@ class BodyLimit:
 async def _refuse(send: Send, limit: int, connect: bool = False) -> None:
     """413 in hutch's error shape, or (E2B's envd, a Connect client) Connect's resource_exhausted."""
     message = f"request bodies are limited to {limit} bytes"
-    error = {"code": "resource_exhausted", "message": message} if connect else errors.error_body("payload_too_large",
+    error = {"code": "resource_exhausted", "message": message} if connect else errors.error_body(Code.PAYLOAD_TOO_LARGE,
                                                                                                      message)
     body = json.dumps(error).encode()
     await send({"type": "http.response.start", "status": 429 if connect else 413,

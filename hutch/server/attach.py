@@ -29,10 +29,10 @@ from typing import Any
 from pydantic import ValidationError as PydanticValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from hutch.errors import ApiError, Code
 from hutch.guest import protocol
 from hutch.server.audit import AuditLog, actor
 from hutch.server.dataplane import DataPlane
-from hutch.server.errors import ApiError
 from hutch.server.models import PtySize, SignalProcess, StdinFrame
 from hutch.store import SandboxRecord
 
@@ -86,7 +86,7 @@ class Attachment:
                 return 1000
         err = await self.data.sandboxes.box_unreachable(self.rec)  # paused, failed or gone
         await self._send({"t": "error", "status": err.status, "code": err.code, "message": err.message})
-        return CLOSE_PAUSED if err.code == "sandbox_paused" else CLOSE_ERROR
+        return CLOSE_PAUSED if err.code == Code.SANDBOX_PAUSED else CLOSE_ERROR
 
     async def _input(self) -> None:
         while True:
@@ -151,5 +151,5 @@ class Attachment:
         except PydanticValidationError as e:
             problem = e.errors()[0]
             where = ".".join(str(p) for p in problem.get("loc", ()))
-            raise ApiError(400, "invalid_message", f"{kind} frame: {where}: {problem.get('msg', 'invalid')}") from None
-        raise ApiError(400, "invalid_message", f"unknown control frame {str(kind)[:40]!r}")
+            raise ApiError(Code.INVALID_MESSAGE, f"{kind} frame: {where}: {problem.get('msg', 'invalid')}") from None
+        raise ApiError(Code.INVALID_MESSAGE, f"unknown control frame {str(kind)[:40]!r}")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection
 
-from hutch.server.errors import ApiError
+from hutch.errors import ApiError
 from hutch.server.models import AuditEntry, AuditPage, timestamp
 from hutch.store import SandboxRecord, Store
 

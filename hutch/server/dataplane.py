@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 from pydantic import ValidationError as PydanticValidationError
 
+from hutch.errors import ApiError, Code, code_of
 from hutch.guest import protocol
-from hutch.node.node import ChannelError
-from hutch.server.boxcmd import (
+from hutch.node.boxcmd import (
     EXEC_TIMEOUT,
     MAX_REPLY_BYTES,
     AgentProtocolError,
@@ -28,7 +28,7 @@ from hutch.server.boxcmd import (
     parse_event,
     read_capped,
 )
-from hutch.server.errors import ApiError
+from hutch.node.node import ChannelError
 from hutch.server.models import CommandResult, FsEntry, FsEvent, ProcessInfo, RunCommand, SpawnCommand, timestamp
 from hutch.server.sandboxes import Sandboxes
 from hutch.store import SandboxRecord
@@ -37,11 +37,12 @@ FILE_TIMEOUT = httpx.Timeout(connect=5.0, read=120.0, write=120.0, pool=10.0)
 MAX_COLLECTED_OUTPUT = 64 * 2**20  # a command's output gathered into one JSON answer
 
 
-AGENT_CODES = {protocol.ERR_BAD_PATH, protocol.ERR_NOT_FOUND, protocol.ERR_IS_DIR, protocol.ERR_NOT_DIR,
-               protocol.ERR_NOT_REGULAR, protocol.ERR_BAD_REQUEST, protocol.ERR_BAD_CWD, protocol.ERR_IO,
-               protocol.ERR_UNSAFE_PATH, protocol.ERR_NO_PROCESS, protocol.ERR_NOT_TTY, protocol.ERR_STDIN_CLOSED,
-               protocol.ERR_TOO_MANY_PROCS, protocol.ERR_STDIN_FULL, protocol.ERR_PERMISSION, protocol.ERR_EXISTS,
-               protocol.ERR_TOO_MANY_ENTRIES}
+# the agent's codes that are passed on (under the catalogue's status); any other is an agent_error
+AGENT_CODES = {code_of(c) for c in (
+    protocol.ERR_BAD_PATH, protocol.ERR_NOT_FOUND, protocol.ERR_IS_DIR, protocol.ERR_NOT_DIR, protocol.ERR_NOT_REGULAR,
+    protocol.ERR_BAD_REQUEST, protocol.ERR_BAD_CWD, protocol.ERR_IO, protocol.ERR_UNSAFE_PATH, protocol.ERR_NO_PROCESS,
+    protocol.ERR_NOT_TTY, protocol.ERR_STDIN_CLOSED, protocol.ERR_TOO_MANY_PROCS, protocol.ERR_STDIN_FULL,
+    protocol.ERR_PERMISSION, protocol.ERR_EXISTS, protocol.ERR_TOO_MANY_ENTRIES)}
 MAX_LIST_REPLY = 16 * 2**20  # the agent stops a listing at 10,000 entries or 8 MiB of them
 MAX_DEPTH = 16
 _ENTRY_TYPES = ("file", "dir", "symlink", "other")
@@ -51,7 +52,7 @@ _EVENT_TYPES = ("create", "write", "remove", "rename", "chmod")
 def check_path(path: str) -> str:
     problem = protocol.path_problem(path)
     if problem:
-        raise ApiError(400, "invalid_path", f"{problem}: {path!r}")
+        raise ApiError(Code.INVALID_PATH, f"{problem}: {path!r}")
     return path
 
 
@@ -61,18 +62,17 @@ async def _agent_error(resp: httpx.Response) -> ApiError:
         code, message = err["code"], err["message"]
         if not (isinstance(code, str) and isinstance(message, str)) or not 400 <= resp.status_code < 600:
             raise TypeError
-        if code not in AGENT_CODES:  # the agent's word, so only the codes we know
-            code = "agent_error"
-        return ApiError(resp.status_code if resp.status_code < 500 else 502, code, message[:2000])
+        known = code_of(code) if code in AGENT_CODES else None  # the agent's word: only codes we know
+        return ApiError(known or Code.AGENT_ERROR, message[:2000])
     except (ValueError, KeyError, TypeError, AgentProtocolError, httpx.TransportError):
-        return ApiError(502, "agent_error", f"the sandbox's agent answered {resp.status_code}")
+        return ApiError(Code.AGENT_ERROR, f"the sandbox's agent answered {resp.status_code}")
 
 
 def _process_info(d: Any) -> ProcessInfo:
     try:
         return ProcessInfo.model_validate(d)
     except PydanticValidationError:
-        raise ApiError(502, "agent_error", "a malformed process description from the sandbox's agent") from None
+        raise ApiError(Code.AGENT_ERROR, "a malformed process description from the sandbox's agent") from None
 
 
 def _text(value: Any, limit: int = 8192) -> str:
@@ -96,7 +96,7 @@ def _entry(d: Any) -> FsEntry:
                        group=_text(d["group"], 256), modified_time=timestamp(mtime),
                        symlink_target=None if target is None else _text(target))
     except (KeyError, TypeError, ValueError, OverflowError, OSError):
-        raise ApiError(502, "agent_error", "a malformed file entry from the sandbox's agent") from None
+        raise ApiError(Code.AGENT_ERROR, "a malformed file entry from the sandbox's agent") from None
 
 
 def _fs_event(line: str) -> FsEvent | None:
@@ -115,7 +115,7 @@ def _fs_event(line: str) -> FsEvent | None:
 def _fs_user(user: str | None) -> dict[str, str]:
     """The agent acts as the box user unless told "root"."""
     if user not in (None, "user", "root"):
-        raise ApiError(400, "invalid_request", f"user is 'user' or 'root', not {user!r}")
+        raise ApiError(Code.INVALID_REQUEST, f"user is 'user' or 'root', not {user!r}")
     return {"user": "root"} if user == "root" else {}
 
 
@@ -183,7 +183,7 @@ class DataPlane:
             except httpx.TransportError:
                 raise await self.sandboxes.box_unreachable(rec) from None
         else:
-            raise ApiError(409, "sandbox_paused", f"sandbox {rec.id} was paused while the call ran; call again")
+            raise ApiError(Code.SANDBOX_PAUSED, f"sandbox {rec.id} was paused while the call ran; call again")
         if resp.status_code != 200:
             err = await _agent_error(resp)
             await resp.aclose()
@@ -211,7 +211,7 @@ class DataPlane:
             if not isinstance(answer, dict):
                 raise AgentProtocolError("the agent's answer is not an object")
         except (ValueError, AgentProtocolError, httpx.TransportError) as e:
-            raise ApiError(502, "agent_error", f"a malformed answer from the sandbox's agent: {e}") from None
+            raise ApiError(Code.AGENT_ERROR, f"a malformed answer from the sandbox's agent: {e}") from None
         finally:
             await resp.aclose()
         return answer
@@ -230,13 +230,13 @@ class DataPlane:
             raise await self.sandboxes.box_unreachable(rec) from None
         except AgentProtocolError as e:
             await resp.aclose()
-            raise ApiError(502, "agent_error", str(e)) from None
+            raise ApiError(Code.AGENT_ERROR, str(e)) from None
         if first["t"] == protocol.EVENT_ERROR:
             await resp.aclose()
             if first["code"] == protocol.ERR_BAD_CWD:
-                raise ApiError(400, protocol.ERR_BAD_CWD, first["message"][:2000])
+                raise ApiError(Code.INVALID_CWD, first["message"][:2000])
             # 503: e.g. the box is out of pids. The code is the agent's word: never a new metrics label
-            raise ApiError(503, "command_start_failed", first["message"][:2000])
+            raise ApiError(Code.COMMAND_START_FAILED, first["message"][:2000])
         return CommandStream(first["pid"], self._events(resp, lines, started))
 
     async def _events(self, resp: httpx.Response, lines: AsyncIterator[str], started: float,
@@ -263,7 +263,7 @@ class DataPlane:
                 size += len(ev["d"])
                 if size > MAX_COLLECTED_OUTPUT:
                     await stream.events.aclose()
-                    raise ApiError(413, "output_too_large", f"the command printed more than {MAX_COLLECTED_OUTPUT} "
+                    raise ApiError(Code.OUTPUT_TOO_LARGE, f"the command printed more than {MAX_COLLECTED_OUTPUT} "
                                    "characters: ask for a stream (Accept: text/event-stream); it runs on in the box")
             elif ev["t"] == protocol.EVENT_EXIT:
                 return CommandResult(stdout="".join(out), stderr="".join(err), exit_code=ev["code"],
@@ -280,7 +280,7 @@ class DataPlane:
         answer = await self._ask(rec, "GET", protocol.PROCS)
         procs = answer.get("procs")
         if not isinstance(procs, list):
-            raise ApiError(502, "agent_error", "a malformed process list from the sandbox's agent")
+            raise ApiError(Code.AGENT_ERROR, "a malformed process list from the sandbox's agent")
         return [_process_info(d) for d in procs[:1000]]
 
     async def process_call(self, rec: SandboxRecord, pid: int, action: str, **kwargs: Any) -> dict[str, Any]:
@@ -309,13 +309,13 @@ class DataPlane:
             async for chunk in body:
                 seen += len(chunk)
                 if seen > limit:
-                    raise ApiError(413, "payload_too_large", f"files are limited to {limit} bytes")
+                    raise ApiError(Code.PAYLOAD_TOO_LARGE, f"files are limited to {limit} bytes")
                 yield chunk
 
         params = {"path": path, **({"user": user} if user else {})}
         result = await self._ask(rec, "PUT", protocol.FILES, FILE_TIMEOUT, params=params, content=capped())
         if type(result.get("size")) is not int:
-            raise ApiError(502, "agent_error", "a malformed answer to a file write")
+            raise ApiError(Code.AGENT_ERROR, "a malformed answer to a file write")
         return {"path": path, "size": result["size"]}
 
     async def read_file(self, rec: SandboxRecord, path: str) -> tuple[httpx.Response, AsyncIterator[bytes]]:
@@ -348,12 +348,12 @@ class DataPlane:
     async def list_dir(self, rec: SandboxRecord, path: str, depth: int = 1, user: str | None = None) -> list[FsEntry]:
         """What is under the directory `path`, `depth` levels down (links listed, not followed)."""
         if type(depth) is not int or not 1 <= depth <= MAX_DEPTH:
-            raise ApiError(400, "invalid_request", f"depth is 1-{MAX_DEPTH}, not {depth!r}")
+            raise ApiError(Code.INVALID_REQUEST, f"depth is 1-{MAX_DEPTH}, not {depth!r}")
         params = {"path": check_path(path), "depth": str(depth), **_fs_user(user)}
         answer = await self._ask(rec, "GET", protocol.FS_LIST, FILE_TIMEOUT, MAX_LIST_REPLY, params=params)
         entries = answer.get("entries")
         if not isinstance(entries, list) or len(entries) > 10_000:
-            raise ApiError(502, "agent_error", "a malformed listing from the sandbox's agent")
+            raise ApiError(Code.AGENT_ERROR, "a malformed listing from the sandbox's agent")
         return [_entry(d) for d in entries]
 
     async def make_dir(self, rec: SandboxRecord, path: str, user: str | None = None) -> tuple[FsEntry, bool]:
@@ -362,7 +362,7 @@ class DataPlane:
         body = {"path": check_path(path), **_fs_user(user)}
         answer = await self._ask(rec, "POST", protocol.FS_MKDIR, json=body)
         if not isinstance(answer.get("created"), bool):
-            raise ApiError(502, "agent_error", "a malformed answer to a mkdir")
+            raise ApiError(Code.AGENT_ERROR, "a malformed answer to a mkdir")
         return _entry(answer.get("entry")), answer["created"]
 
     async def move(self, rec: SandboxRecord, source: str, destination: str, user: str | None = None) -> FsEntry:

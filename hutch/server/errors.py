@@ -1,6 +1,7 @@
-"""The API's one error type and its JSON shape: {"error": {"code": ..., "message": ...}}.
+"""How the API answers an error: the JSON shape {"error": {"code": ..., "message": ...}}, the
+handlers that turn every failure into it, and the OpenAPI document's account of them.
 
-Every error the server returns goes through here, with a stable `code` a client can switch on.
+The codes and their statuses are the catalogue in `hutch.errors`; nothing here invents one.
 """
 
 from __future__ import annotations
@@ -14,65 +15,55 @@ from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
 from starlette.routing import Match
 
-
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.extra = status, code, message, extra
+from hutch.errors import ApiError, Code, for_http_status
 
 
-def not_found(what: str, ident: str) -> ApiError:
-    return ApiError(404, "not_found", f"{what} {ident!r} does not exist")
-
-
-def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+def error_body(code: Code, message: str, **extra: Any) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, **extra}}
 
 
-def _counted(request: HTTPConnection, code: str, status: int) -> None:
+def _counted(request: HTTPConnection, code: Code) -> None:
     metrics = getattr(getattr(request.app.state, "hutch", None), "metrics", None)
-    if metrics is not None:  # codes are ours: few and fixed, so the label set stays small
-        metrics.errors.labels(code[:64], str(status)).inc()
+    if metrics is not None:  # codes are the catalogue's: few and fixed, so the label set stays small
+        metrics.errors.labels(code, str(code.status)).inc()
+
+
+def answer(request: HTTPConnection, code: Code, message: str, headers: dict[str, str] | None = None,
+           **extra: Any) -> JSONResponse:
+    """The error answer for a code, counted: every handler here ends in it."""
+    _counted(request, code)
+    return JSONResponse(error_body(code, message, **extra), status_code=code.status, headers=headers)
 
 
 async def api_error_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    _counted(request, exc.code, exc.status)
-    return JSONResponse(error_body(exc.code, exc.message, **exc.extra), status_code=exc.status)
+    return answer(request, exc.code, exc.message, **exc.extra)
 
 
 def denial(conn: HTTPConnection, exc: ApiError) -> JSONResponse:
     """The answer to a refused WebSocket handshake: the same shape and count as any error."""
-    _counted(conn, exc.code, exc.status)
-    return JSONResponse(error_body(exc.code, exc.message, **exc.extra), status_code=exc.status)
+    return answer(conn, exc.code, exc.message, **exc.extra)
 
 
 async def validation_error_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
     if any(e.get("type") == "json_invalid" for e in errors):
-        _counted(request, "invalid_json", 400)
-        return JSONResponse(error_body("invalid_json", "the request body is not valid JSON"), status_code=400)
-    _counted(request, "invalid_request", 400)
+        return answer(request, Code.INVALID_JSON, "the request body is not valid JSON")
     details = [{"field": ".".join(str(p) for p in e.get("loc", ())[1:]), "problem": e.get("msg", "")}
                for e in errors]
     first = details[0] if details else {"field": "", "problem": "invalid request"}
     message = f"{first['field'] or 'request'}: {first['problem']}"
-    return JSONResponse(error_body("invalid_request", message, details=details), status_code=400)
-
-
-STATUS_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-                405: "method_not_allowed", 409: "conflict", 413: "payload_too_large", 429: "rate_limited"}
+    return answer(request, Code.INVALID_REQUEST, message, details=details)
 
 
 async def http_error_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    code = STATUS_CODES.get(exc.status_code, "server_error" if exc.status_code >= 500 else "invalid_request")
-    _counted(request, code, exc.status_code)
+    code = for_http_status(exc.status_code)
     headers = dict(exc.headers or {})
     if exc.status_code == 405:  # Starlette names only the first route of the path; say all of them
         headers["Allow"] = ", ".join(sorted(_methods_of(request)))
-    return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers)
+    return answer(request, code, str(exc.detail), headers=headers)
 
 
 def _methods_of(request: Request) -> set[str]:
@@ -114,12 +105,10 @@ async def store_error_handler(request: Request, exc: Exception) -> JSONResponse:
     """The store could not write: a full disk is the likely one, and it is said so; nothing was
     changed (every change is one transaction)."""
     full = "full" in str(exc).lower() or "no space" in str(exc).lower()
-    status, code = (507, "insufficient_storage") if full else (503, "store_unavailable")
-    _counted(request, code, status)
+    code = Code.INSUFFICIENT_STORAGE if full else Code.STORE_UNAVAILABLE
     message = "the server's disk is full; nothing was changed" if full else "the store is unavailable; try again"
-    return JSONResponse(error_body(code, message), status_code=status)
+    return answer(request, code, message)
 
 
 async def unexpected_error_handler(request: Request, _exc: Exception) -> JSONResponse:
-    _counted(request, "server_error", 500)
-    return JSONResponse(error_body("server_error", "internal error; the server log has details"), status_code=500)
+    return answer(request, Code.SERVER_ERROR, "internal error; the server log has details")

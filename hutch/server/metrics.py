@@ -10,9 +10,11 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from hutch.store import SandboxStatus
+
 # Latency buckets from a few ms (a command) to a minute (a large restore).
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-STATUSES = ("active", "pausing", "paused", "resuming", "failed")
+STATUSES = tuple(SandboxStatus)
 
 
 class Metrics:

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Base64Bytes, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from hutch.egress.rules import MAX_RULES, parse_allow, parse_cidr, parse_domain
+from hutch.errors import BuildFailure
 from hutch.guest.protocol import PROXY_PORT, path_problem
 
 MAX_METADATA_KEYS = 64
@@ -474,8 +475,7 @@ class Rebuild(Strict):
 
 
 class BuildErrorInfo(BaseModel):
-    code: Literal["step_failed", "image_not_found", "image_pull_failed", "invalid_image", "invalid_spec",
-                  "ready_timeout", "start_failed", "cancelled", "build_failed"]
+    code: BuildFailure
     message: str
     step: int | None = None  # index into the steps
     exit_code: int | None = None

@@ -8,12 +8,12 @@ import secrets
 import time
 from urllib.parse import quote
 
+from hutch.errors import ApiError, Code
 from hutch.http_relay import Answer, Upstream
 from hutch.node.node import ChannelError, TunnelError
 from hutch.preview import access
 from hutch.preview.access import PreviewKeys
 from hutch.preview.proxy import PreviewProxy, PreviewSite, Published
-from hutch.server.errors import ApiError
 from hutch.server.models import PreviewPort, PreviewToken, SignedPreviewUrl, timestamp
 from hutch.server.sandboxes import Sandboxes
 from hutch.store import PreviewPortRecord, SandboxRecord
@@ -31,7 +31,7 @@ class Previews:
     def _port(self, box: SandboxRecord, port: int) -> PreviewPortRecord:
         rec = self.store.preview_port(box.id, port)
         if rec is None:
-            raise ApiError(404, "port_not_published", f"port {port} of sandbox {box.id} is not published")
+            raise ApiError(Code.PORT_NOT_PUBLISHED, f"port {port} of sandbox {box.id} is not published")
         return rec
 
     def publish(self, box: SandboxRecord, port: int, access_mode: str | None) -> PreviewPort:

@@ -20,12 +20,13 @@ import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from hutch.errors import ApiError, BuildFailure, Code, not_found
+from hutch.node import boxcmd
 from hutch.node.node import Box, BoxStartError, Node, NoSpaceError
+from hutch.node.pool import WarmPool
 from hutch.node.spec import Limits
 from hutch.preview.proxy import PreviewSite
-from hutch.server import boxcmd
 from hutch.server.config import ServerConfig
-from hutch.server.errors import ApiError, not_found
 from hutch.server.metrics import Metrics
 from hutch.server.models import (
     CreateSandbox,
@@ -38,11 +39,10 @@ from hutch.server.models import (
     UpdateSandbox,
     timestamp,
 )
-from hutch.server.pool import WarmPool
 from hutch.server.secrets import Secrets
 from hutch.server.templates import BASE_TEMPLATE_ID
 from hutch.server.tokens import TokenSigner
-from hutch.store import SandboxRecord, Store, TemplateRecord
+from hutch.store import SandboxRecord, SandboxStatus, Store, TemplateRecord
 
 log = logging.getLogger("hutch.server")
 
@@ -110,7 +110,7 @@ class Sandboxes:
             base = self.store.get_template(BASE_TEMPLATE_ID)
             rootfs = base.rootfs if base else None
         if rootfs is None or not Path(rootfs).is_dir():
-            raise ApiError(409, "template_not_found", f"the template root of sandbox {rec.id} is gone")
+            raise ApiError(Code.TEMPLATE_ROOT_GONE, f"the template root of sandbox {rec.id} is gone")
         # (a restore takes the disk's kind from the checkpoint: see Node.restore)
         return Path(rootfs), Limits.of_shape(rec.vcpu, rec.memory_mib, self.config.pids, rec.disk_mib or 0)
 
@@ -139,13 +139,13 @@ class Sandboxes:
 
     def _check_capacity(self, team_id: str) -> None:
         def running(counts: dict[str, int]) -> int:
-            return counts.get("active", 0) + counts.get("resuming", 0)
+            return counts.get(SandboxStatus.ACTIVE, 0) + counts.get(SandboxStatus.RESUMING, 0)
 
         if running(self.store.count_by_status()) + self._starting >= self.config.max_sandboxes:
-            raise ApiError(429, "too_many_sandboxes",
+            raise ApiError(Code.TOO_MANY_SANDBOXES,
                            f"this node runs at most {self.config.max_sandboxes} sandboxes; kill or pause one")
         if running(self.store.count_by_status(team_id)) >= self.config.team_max_sandboxes:
-            raise ApiError(429, "too_many_sandboxes",
+            raise ApiError(Code.TOO_MANY_SANDBOXES,
                            f"a team runs at most {self.config.team_max_sandboxes} sandboxes; kill or pause one")
 
     @staticmethod
@@ -157,9 +157,9 @@ class Sandboxes:
     def _template(self, team_id: str, ref: str | None) -> TemplateRecord:
         template = self.store.get_template(ref or BASE_TEMPLATE_ID, team_id)
         if template is None:
-            raise ApiError(404, "template_not_found", f"template {ref!r} does not exist")
+            raise ApiError(Code.TEMPLATE_NOT_FOUND, f"template {ref!r} does not exist")
         if template.rootfs is None:
-            raise ApiError(409, "template_not_ready", f"template {template.name!r} has no finished build yet "
+            raise ApiError(Code.TEMPLATE_NOT_READY, f"template {template.name!r} has no finished build yet "
                                                       "(wait for its build, or see why it failed)")
         return template
 
@@ -169,7 +169,7 @@ class Sandboxes:
         spec = template.spec
         self._check_capacity(team_id)
         rec = SandboxRecord(
-            id=str(uuid.uuid4()), team_id=team_id, name=req.name, template=template.name, status="active",
+            id=str(uuid.uuid4()), team_id=team_id, name=req.name, template=template.name, status=SandboxStatus.ACTIVE,
             memory_mib=spec["memory_mib"], vcpu=spec["vcpu"], metadata=req.metadata or {},
             env_vars=req.env_vars or {}, timeout_seconds=req.timeout_seconds,
             auto_delete_seconds=req.auto_delete_seconds, pause_at=self._deadline(req.timeout_seconds),
@@ -189,7 +189,7 @@ class Sandboxes:
                 box = box or await self.node.start(rec.id, rootfs, limits)
             except BoxStartError as e:
                 log.error("a box failed to start: %s", e)
-                raise ApiError(503, "boot_failed", f"the sandbox could not start: {e}") from e
+                raise ApiError(Code.BOOT_FAILED, f"the sandbox could not start: {e}") from e
             finally:
                 self._starting -= 1
             rec.runtime_id, rec.box_key = box.runtime_id, box.dir.name
@@ -217,8 +217,8 @@ class Sandboxes:
         except BaseException as e:
             await asyncio.shield(self.kill(None, rec.id))
             if isinstance(e, boxcmd.StartError):
-                status = 504 if e.code == "ready_timeout" else 503
-                raise ApiError(status, "ready_timeout" if e.code == "ready_timeout" else "template_start_failed",
+                code = Code.READY_TIMEOUT if e.code == BuildFailure.READY_TIMEOUT else Code.TEMPLATE_START_FAILED
+                raise ApiError(code,
                                f"the sandbox did not become ready: {e}") from e
             raise
 
@@ -230,9 +230,9 @@ class Sandboxes:
                 changes["metadata"] = {}
             if changes.get("network") is not None:  # the egress proxy reads it at each new connection
                 changes["network"] = changes["network"].model_dump()
-            if "timeout_seconds" in changes and rec.status == "active":
+            if "timeout_seconds" in changes and rec.status == SandboxStatus.ACTIVE:
                 changes["pause_at"] = self._deadline(changes["timeout_seconds"])  # counts from now
-            if "auto_delete_seconds" in changes and rec.status == "paused":
+            if "auto_delete_seconds" in changes and rec.status == SandboxStatus.PAUSED:
                 changes["delete_at"] = self._deadline(changes["auto_delete_seconds"])
             if changes:
                 self.store.update_sandbox(rec.id, **changes)
@@ -258,18 +258,19 @@ class Sandboxes:
         scheduler), only if the box is still active and past its deadline once the lock is held."""
         async with self._locks[sandbox_id]:
             rec = self.get(team_id, sandbox_id)
-            if only_if_due and not (rec.status == "active" and rec.pause_at is not None and rec.pause_at <= time.time()):
+            due = rec.pause_at is not None and rec.pause_at <= time.time()
+            if only_if_due and not (rec.status == SandboxStatus.ACTIVE and due):
                 return
-            if rec.status == "paused":
+            if rec.status == SandboxStatus.PAUSED:
                 return
             if only_if_due and rec.auto_delete_seconds == 0:  # it would be deleted once paused: no checkpoint
                 await self._remove(rec)
                 self._locks.pop(sandbox_id, None)
                 return
-            if rec.status != "active" or not rec.runtime_id:
-                raise ApiError(409, "sandbox_failed" if rec.status == "failed" else "invalid_state",
+            if rec.status != SandboxStatus.ACTIVE or not rec.runtime_id:
+                raise ApiError(Code.SANDBOX_FAILED if rec.status == SandboxStatus.FAILED else Code.INVALID_STATE,
                                f"sandbox {rec.id} is {rec.status} and cannot be paused")
-            self.store.update_sandbox(rec.id, status="pausing")
+            self.store.update_sandbox(rec.id, status=SandboxStatus.PAUSING)
             image = self.image_dir(rec.id)
             started = time.perf_counter()
             try:
@@ -277,24 +278,24 @@ class Sandboxes:
                 self.metrics.pause_seconds.observe(time.perf_counter() - started)
                 (image / CHECKPOINT_DONE).touch()
             except NoSpaceError as e:  # found before anything was done to the box
-                self.store.update_sandbox(rec.id, status="active", pause_at=self._deadline(PAUSE_RETRY_SECONDS)
+                self.store.update_sandbox(rec.id, status=SandboxStatus.ACTIVE, pause_at=self._deadline(PAUSE_RETRY_SECONDS)
                                           if rec.pause_at is not None else None)
-                raise ApiError(507, "insufficient_storage", f"the server's disk has no room for this sandbox's "
+                raise ApiError(Code.INSUFFICIENT_STORAGE, f"the server's disk has no room for this sandbox's "
                                f"checkpoint ({e}); it runs on") from e
             except Exception as e:
                 alive = await self.node.is_alive(rec.runtime_id) and self.node.get(rec.runtime_id) is not None
                 log.error("pausing %s failed: %s", rec.id, e)
                 if alive:  # try again later, not every second: a pause cuts the box's streams
-                    self.store.update_sandbox(rec.id, status="active", pause_at=self._deadline(PAUSE_RETRY_SECONDS)
+                    self.store.update_sandbox(rec.id, status=SandboxStatus.ACTIVE, pause_at=self._deadline(PAUSE_RETRY_SECONDS)
                                               if rec.pause_at is not None else None)
                 else:
                     self.mark_failed(rec.id, f"the pause failed: {e}")
                 if self._disk_full(e):
-                    raise ApiError(507, "insufficient_storage", "the server's disk is too full to hold the "
+                    raise ApiError(Code.INSUFFICIENT_STORAGE, "the server's disk is too full to hold the "
                                    "sandbox's checkpoint; it runs on" if alive else "the server's disk is full") from e
-                raise ApiError(503, "pause_failed", f"the sandbox could not be paused: {e}") from e
-            self.store.update_sandbox(rec.id, only_if_status=("pausing",), status="paused", runtime_id=None,
-                                      pause_at=None, delete_at=self._deadline(rec.auto_delete_seconds))
+                raise ApiError(Code.PAUSE_FAILED, f"the sandbox could not be paused: {e}") from e
+            self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.PAUSED,
+                                      runtime_id=None, pause_at=None, delete_at=self._deadline(rec.auto_delete_seconds))
         if rec.auto_delete_seconds == 0:
             await self.kill(team_id, sandbox_id, only_if_due=True)
 
@@ -303,24 +304,24 @@ class Sandboxes:
         a box made through E2B's API (`stable_token`): E2B's SDK keeps the token it was first given."""
         async with self._locks[sandbox_id]:
             rec = self.get(team_id, sandbox_id)
-            if rec.status == "active":
+            if rec.status == SandboxStatus.ACTIVE:
                 return rec
-            if rec.status != "paused":
-                raise ApiError(409, "sandbox_failed" if rec.status == "failed" else "invalid_state",
+            if rec.status != SandboxStatus.PAUSED:
+                raise ApiError(Code.SANDBOX_FAILED if rec.status == SandboxStatus.FAILED else Code.INVALID_STATE,
                                f"sandbox {rec.id} is {rec.status}: {rec.failure or 'it cannot be resumed'}")
             self._check_capacity(rec.team_id)
             rootfs, limits = self._limits(rec)
             image = self.image_dir(rec.id)
-            self.store.update_sandbox(rec.id, status="resuming")
+            self.store.update_sandbox(rec.id, status=SandboxStatus.RESUMING)
             started = time.perf_counter()
             try:
                 box = await self.node.restore(rec.box_key, rootfs, limits, image)
                 self.metrics.resume_seconds.observe(time.perf_counter() - started)
             except Exception as e:
                 log.error("resuming %s failed: %s", rec.id, e)
-                self.store.update_sandbox(rec.id, status="paused")  # the image is still there: try again
-                raise ApiError(503, "resume_failed", f"the sandbox could not be resumed: {e}") from e
-            self.store.update_sandbox(rec.id, status="active", runtime_id=box.runtime_id, delete_at=None,
+                self.store.update_sandbox(rec.id, status=SandboxStatus.PAUSED)  # the image is still there: try again
+                raise ApiError(Code.RESUME_FAILED, f"the sandbox could not be resumed: {e}") from e
+            self.store.update_sandbox(rec.id, status=SandboxStatus.ACTIVE, runtime_id=box.runtime_id, delete_at=None,
                                       token_generation=rec.token_generation + (0 if rec.stable_token else 1),
                                       pause_at=self._deadline(rec.timeout_seconds))
             shutil.rmtree(image, ignore_errors=True)  # restored: the image is no longer needed
@@ -329,7 +330,7 @@ class Sandboxes:
     async def connect(self, team_id: str, sandbox_id: str) -> SandboxRecord:
         """The record a client reconnects to: resumed if paused; a failed one as it is."""
         rec = self.get(team_id, sandbox_id)
-        if rec.status in ("pausing", "paused", "resuming"):
+        if rec.status in (SandboxStatus.PAUSING, SandboxStatus.PAUSED, SandboxStatus.RESUMING):
             rec = await self.resume(team_id, sandbox_id)
         return rec
 
@@ -340,7 +341,8 @@ class Sandboxes:
         still paused past its deadline once the lock is held: a call may have resumed it since."""
         async with self._locks[sandbox_id]:
             rec = self.get(team_id, sandbox_id)
-            if only_if_due and not (rec.status == "paused" and rec.delete_at is not None and rec.delete_at <= time.time()):
+            due = rec.delete_at is not None and rec.delete_at <= time.time()
+            if only_if_due and not (rec.status == SandboxStatus.PAUSED and due):
                 return
             await self._remove(rec)
         self._locks.pop(sandbox_id, None)
@@ -350,7 +352,7 @@ class Sandboxes:
         if rec.runtime_id:
             await self.node.stop(rec.runtime_id, rec.box_key)
         shutil.rmtree(self.image_dir(rec.id), ignore_errors=True)
-        self.store.update_sandbox(rec.id, status="deleted", runtime_id=None, pause_at=None, delete_at=None)
+        self.store.update_sandbox(rec.id, status=SandboxStatus.DELETED, runtime_id=None, pause_at=None, delete_at=None)
         self.store.delete_network_log(rec.id)
         self.store.delete_bindings(rec.id)
         self.store.unpublish_port(rec.id)
@@ -361,11 +363,11 @@ class Sandboxes:
         """The live box behind a record, resumed first if it is paused (or pausing, or resuming:
         the lock makes this wait for that to finish)."""
         current = self.get(None, rec.id)  # the caller's record may be older than a pause
-        if current.status != "active":
+        if current.status != SandboxStatus.ACTIVE:
             current = await self.resume(None, rec.id)  # a failed box raises here
         box = self.node.get(current.runtime_id) if current.runtime_id else None
         if box is None:
-            raise ApiError(409, "sandbox_not_running", f"sandbox {rec.id} is {current.status}")
+            raise ApiError(Code.SANDBOX_NOT_RUNNING, f"sandbox {rec.id} is {current.status}")
         return box
 
     async def box_unreachable(self, rec: SandboxRecord) -> ApiError:
@@ -376,32 +378,33 @@ class Sandboxes:
         """
         current = self.store.get_sandbox(rec.id)
         if current is None:
-            return ApiError(404, "not_found", f"sandbox {rec.id} was deleted while the call ran")
-        if current.status == "failed":
-            return ApiError(409, "sandbox_failed", f"sandbox {rec.id} has failed: {current.failure or 'unknown'}")
-        if current.status != "active":
-            return ApiError(409, "sandbox_paused", f"sandbox {rec.id} was paused while the call ran; call again")
+            return ApiError(Code.NOT_FOUND, f"sandbox {rec.id} was deleted while the call ran")
+        if current.status == SandboxStatus.FAILED:
+            return ApiError(Code.SANDBOX_FAILED, f"sandbox {rec.id} has failed: {current.failure or 'unknown'}")
+        if current.status != SandboxStatus.ACTIVE:
+            return ApiError(Code.SANDBOX_PAUSED, f"sandbox {rec.id} was paused while the call ran; call again")
         runtime_id = current.runtime_id
         for _ in range(6):
             if not runtime_id or not await self.node.is_alive(runtime_id):
                 current = self.store.get_sandbox(rec.id)
                 why = (current.failure if current else None) or "the sandbox's runtime ended"
                 self.mark_failed(rec.id, why)
-                return ApiError(409, "sandbox_failed", f"sandbox {rec.id} has failed: {why}")
+                return ApiError(Code.SANDBOX_FAILED, f"sandbox {rec.id} has failed: {why}")
             await asyncio.sleep(0.25)
-        return ApiError(503, "sandbox_unreachable", f"sandbox {rec.id} did not answer; try again")
+        return ApiError(Code.SANDBOX_UNREACHABLE, f"sandbox {rec.id} did not answer; try again")
 
     def mark_failed(self, sandbox_id: str, why: str) -> None:
         """Record a box as failed (never one deleted meanwhile) and free what the host held."""
         rec = self.store.get_sandbox(sandbox_id)
-        changed = self.store.update_sandbox(sandbox_id, only_if_status=("active", "pausing", "resuming"),
-                                            status="failed", failure=why, pause_at=None)
+        running = (SandboxStatus.ACTIVE, SandboxStatus.PAUSING, SandboxStatus.RESUMING)
+        changed = self.store.update_sandbox(sandbox_id, only_if_status=running,
+                                            status=SandboxStatus.FAILED, failure=why, pause_at=None)
         if changed and rec is not None and rec.runtime_id:
             self.node.stop_later(rec.runtime_id, rec.box_key)
 
     def _box_ended(self, runtime_id: str) -> None:
         rec = self.store.sandbox_by_runtime(runtime_id)
-        if rec is not None and rec.status == "active":
+        if rec is not None and rec.status == SandboxStatus.ACTIVE:
             log.warning("sandbox %s failed: its box ended (memory limit, crash or outside kill)", rec.id)
             self.mark_failed(rec.id, "the sandbox's runtime ended (out of memory, crashed, or killed)")
 
@@ -433,16 +436,16 @@ class Sandboxes:
         mark the rest failed, and clear strays."""
         records = self.store.list_sandboxes(None)
         for rec in records:
-            if rec.status == "pausing":
+            if rec.status == SandboxStatus.PAUSING:
                 await self._settle_pausing(rec)
-            elif rec.status == "resuming":
-                self.store.update_sandbox(rec.id, status="paused")  # the image was kept until resumed
-        live = [r for r in self.store.list_sandboxes(None, status="active") if r.runtime_id]
+            elif rec.status == SandboxStatus.RESUMING:
+                self.store.update_sandbox(rec.id, status=SandboxStatus.PAUSED)  # the image was kept until resumed
+        live = [r for r in self.store.list_sandboxes(None, status=SandboxStatus.ACTIVE) if r.runtime_id]
         alive = await self.node.adopt({r.runtime_id: r.box_key for r in live if r.runtime_id})
         for rec in live:
             if rec.runtime_id not in alive:
                 self.mark_failed(rec.id, "the sandbox was not running when the server started")
-        keep = {r.id for r in self.store.list_sandboxes(None, status="paused")}
+        keep = {r.id for r in self.store.list_sandboxes(None, status=SandboxStatus.PAUSED)}
         images = self.config.data_dir / "checkpoints"
         for d in images.iterdir() if images.exists() else ():
             if d.name not in keep:
@@ -453,12 +456,12 @@ class Sandboxes:
         if (image / CHECKPOINT_DONE).exists():
             if rec.runtime_id:
                 await self.node.stop(rec.runtime_id, rec.box_key)
-            self.store.update_sandbox(rec.id, status="paused", runtime_id=None, pause_at=None,
+            self.store.update_sandbox(rec.id, status=SandboxStatus.PAUSED, runtime_id=None, pause_at=None,
                                       delete_at=self._deadline(rec.auto_delete_seconds))
         elif rec.runtime_id and await self.node.is_alive(rec.runtime_id):
             await self.node.runsc.kill(rec.runtime_id, "USR1")  # it may have quiesced: listen again
             shutil.rmtree(image, ignore_errors=True)
-            self.store.update_sandbox(rec.id, status="active")
+            self.store.update_sandbox(rec.id, status=SandboxStatus.ACTIVE)
         else:
             self.mark_failed(rec.id, "the server stopped while the sandbox was pausing")
 

@@ -14,9 +14,9 @@ import time
 import uuid
 
 from hutch.egress.inject import Injection, Swap
+from hutch.errors import ApiError, Code, not_found
 from hutch.secrets.providers import DEFAULT_FORMAT, DEFAULT_HEADER, PROVIDERS
 from hutch.secrets.vault import Vault, VaultError
-from hutch.server.errors import ApiError, not_found
 from hutch.server.models import (
     MAX_BOUND_SECRETS,
     CreateSecret,
@@ -64,10 +64,10 @@ class Secrets:
     def create(self, team_id: str, req: CreateSecret) -> SecretRecord:
         provider = PROVIDERS.get(req.provider) if req.provider is not None else None
         if req.provider is not None and provider is None:
-            raise ApiError(400, "unknown_provider", f"no provider {req.provider!r}; GET /v1/providers lists them")
+            raise ApiError(Code.UNKNOWN_PROVIDER, f"no provider {req.provider!r}; GET /v1/providers lists them")
         hosts = req.allowed_hosts or (list(provider.hosts) if provider else None)
         if not hosts:
-            raise ApiError(400, "invalid_request", "a secret without a provider needs allowed_hosts")
+            raise ApiError(Code.INVALID_REQUEST, "a secret without a provider needs allowed_hosts")
         auth = req.auth or (SecretAuth(header=provider.header, format=provider.format) if provider
                             else SecretAuth(header=DEFAULT_HEADER, format=DEFAULT_FORMAT))
         now = time.time()
@@ -76,7 +76,7 @@ class Secrets:
                            version=1, created_at=now, updated_at=now)
         rec.sealed = self.vault.seal(req.value, _bound_to(rec))
         if not self.store.insert_secret(rec):
-            raise ApiError(409, "secret_exists", f"a secret named {req.name!r} exists; rotate it or delete it first")
+            raise ApiError(Code.SECRET_EXISTS, f"a secret named {req.name!r} exists; rotate it or delete it first")
         return rec
 
     def rotate(self, team_id: str, name: str, value: str) -> SecretRecord:
@@ -114,15 +114,15 @@ class Secrets:
 
     def attach(self, team_id: str, box: SandboxRecord, env: str, name: str) -> None:
         if env in box.env_vars:
-            raise ApiError(400, "invalid_request", f"{env} is an env var of this sandbox; a secret cannot be one too")
+            raise ApiError(Code.INVALID_REQUEST, f"{env} is an env var of this sandbox; a secret cannot be one too")
         bound = {b.env for b in self.store.bindings(box.id)}
         if env not in bound and len(bound) >= MAX_BOUND_SECRETS:
-            raise ApiError(400, "invalid_request", f"a sandbox has at most {MAX_BOUND_SECRETS} secrets")
+            raise ApiError(Code.INVALID_REQUEST, f"a sandbox has at most {MAX_BOUND_SECRETS} secrets")
         self.store.bind_secret(self.new_bindings(team_id, box.id, {env: name})[0])
 
     def detach(self, box: SandboxRecord, env: str) -> None:
         if not self.store.unbind_secret(box.id, env):
-            raise ApiError(404, "not_found", f"sandbox {box.id} has no secret on {env}")
+            raise ApiError(Code.NOT_FOUND, f"sandbox {box.id} has no secret on {env}")
 
     def bindings(self, sandbox_id: str) -> list[SecretBinding]:
         return self.bindings_of([sandbox_id]).get(sandbox_id, [])

@@ -27,15 +27,15 @@ from typing import Literal
 
 from hutch.egress.proxy import Policy
 from hutch.egress.rules import NetworkRules
+from hutch.errors import ApiError, BuildFailure, Code
 from hutch.node import base_image, mounts
 from hutch.node.node import Node
-from hutch.server.buildlog import BuildLog, follow
-from hutch.server.builds import Builder, BuildFailed, Built, Parent
 from hutch.server.config import ServerConfig
-from hutch.server.errors import ApiError
 from hutch.server.models import BuildErrorInfo, BuildInfo, CreateTemplate, TemplateInfo, timestamp
 from hutch.store import BuildRecord, Store, TemplateRecord
 from hutch.templates import oci
+from hutch.templates.buildlog import BuildLog, follow
+from hutch.templates.builds import Builder, BuildFailed, Built, Parent
 from hutch.templates.layers import LayerCache
 
 log = logging.getLogger("hutch.server")
@@ -79,7 +79,7 @@ class Templates:
     def get(self, team_id: str, ref: str) -> TemplateRecord:
         rec = self.store.get_template(ref, team_id)
         if rec is None:
-            raise ApiError(404, "template_not_found", f"template {ref!r} does not exist")
+            raise ApiError(Code.TEMPLATE_NOT_FOUND, f"template {ref!r} does not exist")
         return rec
 
     def info(self, rec: TemplateRecord, latest: BuildRecord | None) -> TemplateInfo:
@@ -116,7 +116,7 @@ class Templates:
         rec = self.get(team_id, ref)
         build = self.store.get_build(build_id, rec.id)
         if build is None:
-            raise ApiError(404, "build_not_found", f"template {rec.name!r} has no build {build_id!r}")
+            raise ApiError(Code.BUILD_NOT_FOUND, f"template {rec.name!r} has no build {build_id!r}")
         return rec, build
 
     def list_builds(self, team_id: str, ref: str) -> list[BuildInfo]:
@@ -128,10 +128,10 @@ class Templates:
     def _check_quota(self, team_id: str, new_template: bool) -> None:
         templates, builds = self.store.count_templates(team_id)
         if new_template and templates >= self.config.team_max_templates:
-            raise ApiError(429, "too_many_templates", f"a team has at most {self.config.team_max_templates} "
+            raise ApiError(Code.TOO_MANY_TEMPLATES, f"a team has at most {self.config.team_max_templates} "
                                                       "templates; delete one")
         if builds >= self.config.team_max_builds:
-            raise ApiError(429, "too_many_builds", f"a team has at most {self.config.team_max_builds} builds "
+            raise ApiError(Code.TOO_MANY_BUILDS, f"a team has at most {self.config.team_max_builds} builds "
                                                    "queued or running; wait for one or cancel it")
 
     def create(self, team_id: str, req: CreateTemplate) -> TemplateRecord:
@@ -142,7 +142,7 @@ class Templates:
         try:
             self.store.put_template(rec)
         except KeyError:
-            raise ApiError(409, "template_exists", f"a template named {req.name!r} exists") from None
+            raise ApiError(Code.TEMPLATE_EXISTS, f"a template named {req.name!r} exists") from None
         self._queue(rec, no_cache=False)
         return rec
 
@@ -151,21 +151,21 @@ class Templates:
         try:
             image = oci.parse_source(source, allowed_dirs=self.config.allowed_image_dirs)
         except ValueError as e:
-            raise ApiError(400, "invalid_spec", f"from: {e}") from None
+            raise ApiError(Code.INVALID_SPEC, f"from: {e}") from None
         if image is None:
             parent = self.store.get_template(source, team_id)
             if parent is None:
-                raise ApiError(404, "template_not_found", f"from: template {source!r} does not exist")
+                raise ApiError(Code.TEMPLATE_NOT_FOUND, f"from: template {source!r} does not exist")
             if parent.rootfs is None:
-                raise ApiError(409, "template_not_ready", f"from: template {source!r} has no finished build yet")
+                raise ApiError(Code.TEMPLATE_NOT_READY, f"from: template {source!r} has no finished build yet")
         elif image.remote and not self.config.registry_pulls:
-            raise ApiError(400, "invalid_spec", "from: this server does not pull from registries "
+            raise ApiError(Code.INVALID_SPEC, "from: this server does not pull from registries "
                                                 "(hutch serve --registry-pulls)")
 
     def rebuild(self, team_id: str, ref: str, no_cache: bool) -> tuple[TemplateRecord, BuildRecord]:
         rec = self.get(team_id, ref)
         if rec.team_id is None:
-            raise ApiError(409, "system_template", f"{rec.name} is built by the server itself")
+            raise ApiError(Code.SYSTEM_TEMPLATE, f"{rec.name} is built by the server itself")
         self._check_quota(team_id, new_template=False)
         return rec, self._queue(rec, no_cache)
 
@@ -184,7 +184,7 @@ class Templates:
         _rec, build = self.get_build(team_id, ref, build_id)
         task = self._tasks.get(build.id)
         if build.status not in ("queued", "running") or task is None:
-            raise ApiError(409, "build_finished", f"build {build.id} has already ended ({build.status})")
+            raise ApiError(Code.BUILD_FINISHED, f"build {build.id} has already ended ({build.status})")
         task.cancel()
         await asyncio.wait({task})
         return self.get_build(team_id, ref, build_id)[1]
@@ -192,11 +192,11 @@ class Templates:
     async def delete(self, team_id: str, ref: str) -> None:
         rec = self.get(team_id, ref)
         if rec.team_id is None:
-            raise ApiError(409, "system_template", f"{rec.name} belongs to the server")
+            raise ApiError(Code.SYSTEM_TEMPLATE, f"{rec.name} belongs to the server")
         if rec.id in self._building_from.values():
-            raise ApiError(409, "template_in_use", f"a build of another template builds on {rec.name!r}")
+            raise ApiError(Code.TEMPLATE_IN_USE, f"a build of another template builds on {rec.name!r}")
         if rec.id in self.store.templates_in_use():
-            raise ApiError(409, "template_in_use", f"sandboxes boot from {rec.name!r}: kill them first")
+            raise ApiError(Code.TEMPLATE_IN_USE, f"sandboxes boot from {rec.name!r}: kill them first")
         for build in self.store.list_builds(rec.id, statuses=("queued", "running")):
             task = self._tasks.get(build.id)
             if task is not None:
@@ -204,7 +204,7 @@ class Templates:
                 await asyncio.wait({task})
         builds = self.store.list_builds(rec.id, limit=1_000_000)
         if not self.store.delete_template(rec.id):  # a sandbox was created meanwhile
-            raise ApiError(409, "template_in_use", f"sandboxes boot from {rec.name!r}: kill them first")
+            raise ApiError(Code.TEMPLATE_IN_USE, f"sandboxes boot from {rec.name!r}: kill them first")
         for build in builds:
             self._log_path(build.id).unlink(missing_ok=True)
         await self.collect_roots()
@@ -226,7 +226,7 @@ class Templates:
         except OSError as e:
             log.error("build %s: its log cannot be written: %s", build.id, e)
             self.store.update_build(build.id, status="failed", finished_at=time.time(),
-                                    error={"code": "build_failed", "message": "the build's log cannot be written"})
+                                    error={"code": BuildFailure.BUILD_FAILED, "message": "the build's log cannot be written"})
             self._tasks.pop(build.id, None)
             return
         self._live[build.id] = blog
@@ -251,18 +251,18 @@ class Templates:
             error = e.info()
             blog.system(f"failed: {e.code}: {e.message}", e.step)
         except TimeoutError:
-            error = {"code": "build_failed", "message": f"the build took longer than {BUILD_TIMEOUT:.0f} s"}
+            error = {"code": BuildFailure.BUILD_FAILED, "message": f"the build took longer than {BUILD_TIMEOUT:.0f} s"}
             blog.system(f"failed: {error['message']}")
         except asyncio.CancelledError:
             if self._closing:
                 status = "queued"
                 blog.system("the server is stopping: the build starts again when it is back")
             else:
-                status, error = "cancelled", {"code": "cancelled", "message": "the build was cancelled"}
+                status, error = "cancelled", {"code": BuildFailure.CANCELLED, "message": "the build was cancelled"}
                 blog.system("cancelled")
         except Exception as e:  # a bug or the host (disk full, a mount refused): the build fails, not the server
             log.exception("build %s failed", build.id)
-            error = {"code": "build_failed", "message": f"the build failed on the server: {e}"[:2000]}
+            error = {"code": BuildFailure.BUILD_FAILED, "message": f"the build failed on the server: {e}"[:2000]}
             blog.system(f"failed: {error['message']}")
         finally:
             self._building_from.pop(build.id, None)
@@ -290,17 +290,17 @@ class Templates:
         source = build.spec.get("from") or BASE_TEMPLATE
         rec = self.store.get_template(build.template_id)
         if rec is None or rec.team_id is None:
-            raise BuildFailed("build_failed", "the template was deleted")
+            raise BuildFailed(BuildFailure.BUILD_FAILED, "the template was deleted")
         try:
             image = oci.parse_source(source, allowed_dirs=self.config.allowed_image_dirs)
         except ValueError as e:
-            raise BuildFailed("invalid_spec", f"from: {e}") from None
+            raise BuildFailed(BuildFailure.INVALID_SPEC, f"from: {e}") from None
         if image is not None:
             parent = await self._image(image, blog, rec.team_id)
         else:
             found = self.store.get_template(source, rec.team_id)
             if found is None or found.rootfs is None:
-                raise BuildFailed("image_not_found", f"template {source!r} does not exist or has no finished build")
+                raise BuildFailed(BuildFailure.IMAGE_NOT_FOUND, f"template {source!r} does not exist or has no finished build")
             self._building_from[build.id] = found.id
             key = f"template:{found.build_id or base_image.recipe_key()}"
             parent = Parent(Path(found.rootfs), key, dict(found.env), found.workdir, found.user)
@@ -334,7 +334,7 @@ class Templates:
                     config = await asyncio.to_thread(oci.import_image, image, dest / "rootfs", scratch, say, cancel)
                     if config.digest != digest:  # it changed between the two reads: never cache it as the first
                         await asyncio.to_thread(shutil.rmtree, dest, True)
-                        raise BuildFailed("image_pull_failed", f"{image} changed while it was read; try again")
+                        raise BuildFailed(BuildFailure.IMAGE_PULL_FAILED, f"{image} changed while it was read; try again")
                     config_file.write_text(json.dumps(dataclasses.asdict(config)))  # written last: the mark
         except asyncio.CancelledError:
             cancel.set()  # the import's tools are killed
@@ -351,7 +351,7 @@ class Templates:
         are queued again; what running builds left on the host is removed."""
         await asyncio.to_thread(self._clear_work)
         for build in self.store.list_builds(statuses=("running",), limit=10_000):
-            error = {"code": "build_failed", "message": "the server stopped during the build"}
+            error = {"code": BuildFailure.BUILD_FAILED, "message": "the server stopped during the build"}
             self.store.update_build(build.id, status="failed", error=error, finished_at=time.time())
             try:
                 BuildLog(self._log_path(build.id)).finish("failed", error)

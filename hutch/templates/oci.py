@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from hutch.errors import BuildFailure
 from hutch.guest import protocol
 
 # ImageError codes
-NOT_FOUND = "image_not_found"  # no such file, layout, tag or repository; not an image archive
-PULL_FAILED = "image_pull_failed"  # the registry could not be reached or would not serve it
-INVALID = "invalid_image"  # another platform, or layers that would not unpack
-CANCELLED = "cancelled"
+NOT_FOUND = BuildFailure.IMAGE_NOT_FOUND
+PULL_FAILED = BuildFailure.IMAGE_PULL_FAILED
+INVALID = BuildFailure.INVALID_IMAGE
+CANCELLED = BuildFailure.CANCELLED
 
 TOOL_TIMEOUT = 600.0  # seconds, for each run of skopeo or umoci
 ROOT_RECIPE = "1"  # bump when what import_image does to a root changes: it is part of cache_key

@@ -14,7 +14,7 @@ import pytest
 from hutch import AuthenticationError, NotFoundError, Sandbox, SandboxError
 from hutch.server.config import ServerConfig
 from hutch.store import Store
-from tests.conftest import Env, in_background, wait_for
+from tests.integration.conftest import Env, in_background, wait_for
 
 COUNTER = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &"
 HOLDER = ("nohup python3 -c 'import time\nsecret = sum(range(1000))\nwhile True:\n"
@@ -198,7 +198,7 @@ def test_an_old_token_is_refused_after_resume(env: Env) -> None:
 
 
 def test_paused_and_active_boxes_survive_a_server_kill(tmp_path: Path) -> None:
-    from tests.conftest import make_server
+    from tests.integration.conftest import make_server
 
     server = make_server()
     server.start()
@@ -245,7 +245,7 @@ def test_pausing_while_a_command_streams_keeps_the_command(env: Env) -> None:
 
 def test_quotas_count_running_boxes_and_hold_on_resume() -> None:
     from hutch import RateLimitError
-    from tests.conftest import make_server
+    from tests.integration.conftest import make_server
 
     server = make_server("--warm-pool", "0", "--team-max-sandboxes", "1")
     server.start()

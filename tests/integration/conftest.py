@@ -26,7 +26,7 @@ from hutch.node.runsc import find_runsc
 from hutch.sdk.process import AsyncProcess, AsyncProcessStdin
 from hutch.sdk.sandbox import AsyncCommands, AsyncFiles
 from hutch.server.config import ServerConfig
-from tests.internet import EGRESS_HOSTS, Internet, certificate, stand_in_internet
+from tests.integration.internet import EGRESS_HOSTS, Internet, certificate, stand_in_internet
 
 HUTCH = [sys.executable, "-m", "hutch.cli"]
 

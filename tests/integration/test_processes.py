@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hutch import AsyncSandbox, ConflictError, NotFoundError, PtySize, Sandbox, ValidationError
-from tests.conftest import wait_for
+from tests.integration.conftest import wait_for
 
 
 def test_a_python_repl_driven_through_stdin(box: Any) -> None:

@@ -17,7 +17,7 @@ import pytest
 from hutch import Sandbox, SandboxError, ServerError
 from hutch.server.config import ServerConfig
 from hutch.store import POOL_SIZE, Store
-from tests.conftest import Env, Server, make_server, retire, runsc_cli, wait_for
+from tests.integration.conftest import Env, Server, make_server, retire, runsc_cli, wait_for
 
 
 def _held(server: Server) -> dict[str, set[str]]:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from hutch import NetworkConfig, NotFoundError, Sandbox
-from tests.conftest import Env, Internet
+from tests.integration.conftest import Env, Internet
 
 FETCH = r"""
 import json, ssl, sys, urllib.error, urllib.request

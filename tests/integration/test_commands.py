@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from hutch import AsyncSandbox, Sandbox, SandboxTimeoutError, ValidationError
-from tests.conftest import Env, in_background
+from tests.integration.conftest import Env, in_background
 
 
 def test_stdout_stderr_and_a_nonzero_exit_is_a_result(box: Any) -> None:

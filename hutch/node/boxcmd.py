@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from hutch.errors import BuildFailure
 from hutch.guest import protocol
 from hutch.node.node import Box
 
@@ -130,10 +131,10 @@ async def _ask(box: Box, method: str, route: str, **kwargs: Any) -> dict[str, An
             answer = json.loads(await read_capped(resp))
             status = resp.status_code
     except (ValueError, AgentProtocolError, httpx.HTTPError) as e:
-        raise StartError("start_failed", f"the box's agent did not answer well: {e}") from None
+        raise StartError(BuildFailure.START_FAILED, f"the box's agent did not answer well: {e}") from None
     if status != 200 or not isinstance(answer, dict):
         message = answer.get("message") if isinstance(answer, dict) else None
-        raise StartError("start_failed", f"the agent answered {status}: {str(message or '')[:500]}")
+        raise StartError(BuildFailure.START_FAILED, f"the agent answered {status}: {str(message or '')[:500]}")
     return answer
 
 
@@ -148,7 +149,7 @@ async def start_and_wait_ready(box: Box, start_cmd: str | None, ready_cmd: str |
         try:
             pid = int((await _ask(box, "POST", protocol.PROCS, json={"cmd": start_cmd, **body}))["pid"])
         except (httpx.HTTPError, KeyError, TypeError, ValueError) as e:
-            raise StartError("start_failed", f"the start command could not start: {e}") from e
+            raise StartError(BuildFailure.START_FAILED, f"the start command could not start: {e}") from e
         if log:
             log(f"start command running (pid {pid})")
     if not ready_cmd:
@@ -163,15 +164,15 @@ async def start_and_wait_ready(box: Box, start_cmd: str | None, ready_cmd: str |
         try:
             code = await run(box, ready_cmd, defaults, max(1.0, min(READY_PROBE_TIMEOUT, remaining)))
         except CommandError as e:
-            raise StartError("start_failed", f"the readiness probe could not start: {e}") from e
+            raise StartError(BuildFailure.START_FAILED, f"the readiness probe could not start: {e}") from e
         except (httpx.HTTPError, AgentProtocolError) as e:
-            raise StartError("start_failed", f"the box stopped answering its readiness probe: {e}") from e
+            raise StartError(BuildFailure.START_FAILED, f"the box stopped answering its readiness probe: {e}") from e
         if code == 0:
             if log:
                 log(f"ready (probe passed on try {tries})")
             return
         if time.monotonic() + READY_POLL_SECONDS > deadline:
-            raise StartError("ready_timeout", f"the readiness probe did not pass within {timeout:g} s "
+            raise StartError(BuildFailure.READY_TIMEOUT, f"the readiness probe did not pass within {timeout:g} s "
                                               f"({tries} tries; last exit code {code})")
         await asyncio.sleep(READY_POLL_SECONDS)
 
@@ -180,4 +181,4 @@ async def _check_running(box: Box, pid: int) -> None:
     """The start command must still run: one that ended will never make the box ready."""
     code = (await _ask(box, "GET", f"{protocol.PROCS}/{pid}")).get("exit_code")
     if code is not None:
-        raise StartError("start_failed", f"the start command exited with code {code} before the box was ready")
+        raise StartError(BuildFailure.START_FAILED, f"the start command exited with code {code} before the box was ready")

@@ -12,7 +12,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
 from hutch import Sandbox
-from tests.conftest import Env
+from tests.integration.conftest import Env
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.conftest import Env
-from tests.conftest import wait_for as wait_until
+from tests.integration.conftest import Env
+from tests.integration.conftest import wait_for as wait_until
 
 
 def hutch(env: Env, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from hutch import NotFoundError, ValidationError
-from tests.conftest import Env
+from tests.integration.conftest import Env
 
 
 def test_text_and_binary_round_trip_byte_for_byte(box: Any) -> None:

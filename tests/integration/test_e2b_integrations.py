@@ -18,9 +18,9 @@ import pytest
 
 from hutch import Sandbox
 from hutch.integrations.scripted_model import ScriptedModel, answer, call
-from tests.conftest import Env
+from tests.integration.conftest import Env
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 AGENT = Path(__file__).resolve().parent / "e2b_clients" / "openai_agent.py"
 WORKSPACE = "/home/user/workspace"
 CALC = "import pathlib\nprint(pathlib.Path('greeting.txt').read_text().strip(), 6 * 7)\n"

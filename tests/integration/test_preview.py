@@ -20,7 +20,7 @@ import pytest
 import websockets
 
 from hutch import Sandbox, ValidationError
-from tests.conftest import HUTCH, Env, wait_for
+from tests.integration.conftest import HUTCH, Env, wait_for
 
 APP = r'''
 import base64, hashlib, json, os, sys, time

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hutch import AuthenticationError, NotFoundError, Sandbox, SandboxError, ValidationError
-from tests.conftest import Env, in_background
+from tests.integration.conftest import Env, in_background
 
 
 def test_create_returns_a_ready_box(sdk: Any, env: Env) -> None:

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from hutch import Sandbox
-from tests.conftest import Env
+from tests.integration.conftest import Env
 
-CLAUDE = Path(__file__).parent.parent / ".cache/claude-code/node_modules/.bin/claude"
+CLAUDE = Path(__file__).parents[2] / ".cache/claude-code/node_modules/.bin/claude"
 INNER = r'''
 import os, subprocess, sys
 subprocess.run(["ip", "link", "set", "lo", "up"], check=True)

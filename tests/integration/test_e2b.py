@@ -23,10 +23,10 @@ import httpx
 import pytest
 
 from hutch import RunStep, Sandbox, Template
-from tests.conftest import Env
-from tests.internet import Internet
+from tests.integration.conftest import Env
+from tests.integration.internet import Internet
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CLIENT = Path(__file__).resolve().parent / "e2b_clients" / "client.py"
 LINES = ("2.45.1", "2.63.0")
 MODES = ("sync", "async")

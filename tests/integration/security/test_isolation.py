@@ -15,7 +15,7 @@ from hutch import Sandbox, SandboxError
 from hutch.node import base_image
 from hutch.server.config import DEFAULT_CACHE_DIR, ServerConfig
 from hutch.store import Store
-from tests.conftest import Env
+from tests.integration.conftest import Env
 
 
 def test_host_files_are_not_visible(env: Env) -> None:

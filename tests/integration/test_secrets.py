@@ -18,7 +18,7 @@ import pytest
 
 from hutch import AsyncSecret, NetworkConfig, NotFoundError, Provider, Sandbox, Secret, ValidationError
 from hutch.sdk.errors import ConflictError
-from tests.conftest import HUTCH, Env, Internet, wait_for
+from tests.integration.conftest import HUTCH, Env, Internet, wait_for
 
 pytestmark = pytest.mark.usefixtures("internet")
 

@@ -16,7 +16,7 @@ import pytest
 from hutch import Sandbox, SandboxError
 from hutch.server.config import ServerConfig
 from hutch.store import Store
-from tests.conftest import Env
+from tests.integration.conftest import Env
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from hutch import Sandbox
-from tests.conftest import Env
+from tests.integration.conftest import Env
 
 
 @pytest.fixture

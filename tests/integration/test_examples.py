@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from hutch import Sandbox
-from tests.conftest import Env
+from tests.integration.conftest import Env
 
-EXAMPLES = Path(__file__).parent.parent / "examples"
+EXAMPLES = Path(__file__).parents[2] / "examples"
 EXPECTED = {
     "agent_bash_tool.py": ["Debian with Python 3.11"],
     "write_run_read.py": ["[bash] exit code: 0", "file: [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47]"],

@@ -10,7 +10,7 @@ import pytest
 from hutch import ConflictError, Sandbox
 from hutch.server.config import ServerConfig
 from hutch.store import Store
-from tests.conftest import Server, runsc_cli, wait_for
+from tests.integration.conftest import Server, runsc_cli, wait_for
 
 
 def _client(server: Server) -> dict[str, str]:

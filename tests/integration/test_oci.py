@@ -12,7 +12,7 @@ import pytest
 
 from hutch.guest import protocol
 from hutch.templates import oci
-from tests.oci_image import IMAGE_ENV, IMAGE_WORKDIR, REMOVED, Format, make_busybox_image, missing_tools
+from tests.integration.oci_image import IMAGE_ENV, IMAGE_WORKDIR, REMOVED, Format, make_busybox_image, missing_tools
 
 needs_tools = pytest.mark.skipif(bool(missing_tools()) or os.geteuid() != 0,
                                  reason=f"needs root and {', '.join(missing_tools()) or 'nothing'}")

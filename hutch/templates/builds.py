@@ -22,11 +22,11 @@ from typing import Any
 
 import httpx
 
-from hutch.node import mounts
+from hutch.errors import BuildFailure
+from hutch.node import boxcmd, mounts
 from hutch.node.node import BoxStartError, Node
 from hutch.node.spec import Limits
-from hutch.server import boxcmd
-from hutch.server.buildlog import BuildLog
+from hutch.templates.buildlog import BuildLog
 from hutch.templates.layers import LayerCache, chain_key, flatten, stack_key
 
 STEP_TIMEOUT = 3600.0  # one run step
@@ -163,7 +163,7 @@ class Builder:
                 await asyncio.to_thread(mounts.unmount, merged)
             if code != 0:
                 why = "timed out" if code is None else f"exited with code {code}"
-                raise BuildFailed("step_failed", f"step {index + 1} ({describe({'run': command})[:200]}) {why}",
+                raise BuildFailed(BuildFailure.STEP_FAILED, f"step {index + 1} ({describe({'run': command})[:200]}) {why}",
                                   step=index, exit_code=code)
             layer = await asyncio.to_thread(self.layers.commit, pending, no_cache)
             committed = True
@@ -177,7 +177,7 @@ class Builder:
         try:
             box = await self.node.start(key, root, limits, writable_root=True)
         except BoxStartError as e:
-            raise BuildFailed("build_failed", f"the build box did not start: {e}", step=index) from e
+            raise BuildFailed(BuildFailure.BUILD_FAILED, f"the build box did not start: {e}", step=index) from e
         try:
             # the agent ends the command at STEP_TIMEOUT; root in the box could stop it doing so
             return await asyncio.wait_for(boxcmd.run(box, command, defaults, STEP_TIMEOUT,
@@ -186,9 +186,9 @@ class Builder:
         except TimeoutError:
             return None
         except boxcmd.CommandError as e:
-            raise BuildFailed("step_failed", f"step {index + 1} could not start: {e}", step=index) from e
+            raise BuildFailed(BuildFailure.STEP_FAILED, f"step {index + 1} could not start: {e}", step=index) from e
         except (httpx.HTTPError, boxcmd.AgentProtocolError) as e:
-            raise BuildFailed("step_failed", f"the build box stopped during step {index + 1} (out of memory?): {e}",
+            raise BuildFailed(BuildFailure.STEP_FAILED, f"the build box stopped during step {index + 1} (out of memory?): {e}",
                               step=index) from e
         finally:
             log.flush()
@@ -202,7 +202,7 @@ class Builder:
         try:
             box = await self.node.start(key, built.rootfs, limits)
         except BoxStartError as e:
-            raise BuildFailed("build_failed", f"a box of the new template did not start: {e}") from e
+            raise BuildFailed(BuildFailure.BUILD_FAILED, f"a box of the new template did not start: {e}") from e
         try:
             defaults = boxcmd.Defaults(env=built.env, cwd=built.workdir, user=built.user)
             await boxcmd.start_and_wait_ready(box, spec.get("start_cmd"), spec.get("ready_cmd"), defaults,

@@ -21,7 +21,7 @@ from hutch import AsyncSandbox, NotFoundError, Sandbox, ValidationError
 from hutch.integrations.conversation import conversation_sandbox, kill_conversations
 from hutch.integrations.scripted_model import ScriptedModel, answer, call, text_of
 from hutch.integrations.tools import Allow, Deny
-from tests.conftest import HUTCH, Env, free_port, wait_for
+from tests.integration.conftest import HUTCH, Env, free_port, wait_for
 
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")  # nothing leaves this machine
 

@@ -13,7 +13,7 @@ from hutch import EnvStep, Sandbox, Template, WorkdirStep
 from hutch.node.runsc import find_runsc
 from hutch.server.config import ServerConfig
 from hutch.store import Store
-from tests.conftest import Env, wait_for
+from tests.integration.conftest import Env, wait_for
 
 
 def _pool(env: Env) -> int:

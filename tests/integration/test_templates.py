@@ -32,9 +32,9 @@ from hutch import (
     WorkdirStep,
 )
 from hutch.server.config import DEFAULT_CACHE_DIR, ServerConfig
-from tests.conftest import HUTCH, Env, Server
-from tests.internet import Internet
-from tests.oci_image import IMAGE_ENV, IMAGE_WORKDIR, REMOVED, make_busybox_image, missing_tools
+from tests.integration.conftest import HUTCH, Env, Server
+from tests.integration.internet import Internet
+from tests.integration.oci_image import IMAGE_ENV, IMAGE_WORKDIR, REMOVED, make_busybox_image, missing_tools
 
 _seq = iter(range(10**6))
 
