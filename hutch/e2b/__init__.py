@@ -104,7 +104,7 @@ def _rest_handlers(app: FastAPI, get_state: StateGetter) -> None:
 
 @dataclass
 class EnvdServices:
-    """What envd keeps between calls (held by the server's State, closed by its lifespan)."""
+    """What envd keeps between calls: made by the app with the facade, closed by its lifespan."""
 
     procs: process.Processes = field(default_factory=process.Processes)
     watchers: filesystem.Watchers = field(default_factory=filesystem.Watchers)
@@ -114,7 +114,7 @@ class EnvdServices:
         await self.watchers.close()
 
 
-def envd_app(get_state: StateGetter) -> FastAPI:
+def envd_app(get_state: StateGetter, services: EnvdServices) -> FastAPI:
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     _rest_handlers(app, get_state)
 
@@ -138,9 +138,9 @@ def envd_app(get_state: StateGetter) -> FastAPI:
         try:
             call = call_of(get_state, request, basic_user(request))
             if service == "process.Process":
-                return await process.dispatch(call.st.envd.procs, method, call, request)
+                return await process.dispatch(services.procs, method, call, request)
             if service == "filesystem.Filesystem":
-                return await filesystem.dispatch(call.st.envd.watchers, method, call, request)
+                return await filesystem.dispatch(services.watchers, method, call, request)
             raise ConnectError("unimplemented", f"{service}/{method} is not implemented")
         except ApiError as e:
             raise ConnectError.of(e) from None
@@ -148,9 +148,9 @@ def envd_app(get_state: StateGetter) -> FastAPI:
     return app
 
 
-def mount(app: FastAPI, get_state: StateGetter) -> None:
+def mount(app: FastAPI, get_state: StateGetter, services: EnvdServices) -> None:
     """envd first: the control plane's prefix holds it."""
-    app.mount(ENVD_PREFIX, envd_app(get_state))
+    app.mount(ENVD_PREFIX, envd_app(get_state, services))
     control = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     _rest_handlers(control, get_state)
     control_routes(control, get_state)

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from hutch.guest.protocol import BOX_HOME
 
 if TYPE_CHECKING:
-    from hutch.server.app import State
+    from hutch.server.state import State
 
 # The envd version the facade claims: it passes the SDK's gates for stdin control, close_stdin and
 # octet-stream uploads (0.5.7), and not those of upload metadata, watch entries or network mounts.

@@ -20,13 +20,14 @@ from starlette.requests import Request
 from hutch.e2b.common import StateGetter
 from hutch.e2b.connect import invalid, parse_json
 from hutch.server import audit
+from hutch.server.auth import authorize_box
 from hutch.server.models import User
 from hutch.store import SandboxRecord, SandboxStatus
 
 ENVD_PORT = "49983"
 
 if TYPE_CHECKING:
-    from hutch.server.app import State
+    from hutch.server.state import State
 
 
 class SandboxGone(Exception):
@@ -73,7 +74,6 @@ def check_box(rec: SandboxRecord, request: Request) -> None:
 
 def authorize(st: State, rec: SandboxRecord, token: str | None) -> SandboxRecord:
     """hutch's data-plane check (`authorize_box`): the box's own token, or 401."""
-    from hutch.server.app import authorize_box  # the app imports this package
 
     return authorize_box(st, rec.id, token)
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl
 
 import sqlalchemy.exc
-from fastapi import Depends, FastAPI, Header, Path, Query, Request, Response, WebSocket
+from fastapi import FastAPI, Header, Path, Query, Request, Response, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -21,23 +21,12 @@ from starlette.responses import StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hutch import e2b
-from hutch.egress.ca import CertificateAuthority, upstream_context
-from hutch.egress.host import HostAddresses
-from hutch.egress.proxy import EgressProxy, Interception, LogEntry, Policy, Resolver, load_hosts_file
-from hutch.egress.rules import NetworkRules
-from hutch.errors import ApiError, Code, not_found
+from hutch.errors import ApiError, Code
 from hutch.guest import protocol
-from hutch.node import base_image
-from hutch.node.node import Node
-from hutch.node.pool import WarmPool
-from hutch.node.runsc import Runsc, RunscConfig, find_runsc
-from hutch.node.spec import AgentRuntime
-from hutch.preview.access import PreviewKeys
-from hutch.secrets.vault import Vault
 from hutch.server import audit, errors
 from hutch.server.attach import Attachment
+from hutch.server.auth import ActorDep, BoxDep, TeamDep, authorize_box
 from hutch.server.config import ServerConfig
-from hutch.server.dataplane import DataPlane
 from hutch.server.models import (
     AttachSecret,
     AuditPage,
@@ -80,122 +69,14 @@ from hutch.server.models import (
     UpdateSandbox,
     User,
 )
-from hutch.server.previews import Previews
-from hutch.server.sandboxes import Sandboxes
-from hutch.server.secrets import Secrets, providers
-from hutch.server.templates import BUILD_BOX_PREFIX, Templates
-from hutch.server.tokens import TokenSigner, load_or_create_key
-from hutch.store import SandboxRecord, Store
+from hutch.server.secrets import providers
+from hutch.server.state import State, StateDep
+from hutch.store import SandboxRecord
 
 log = logging.getLogger("hutch.server")
 
 MAX_JSON_BODY = 1 * 2**20
 Status = Literal["active", "pausing", "paused", "resuming", "failed"]
-
-
-class State:
-    """What the routes share, made once at start-up."""
-
-    def __init__(self, config: ServerConfig) -> None:
-        self.config = config
-        config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.store = Store(config.db_url)
-        base_root = base_image.base_root_path(config.cache_dir)
-        if not base_image.is_built(config.cache_dir):
-            raise RuntimeError(f"the base template is not built in {config.cache_dir}: run `hutch build-base`")
-        binary = find_runsc()
-        if binary is None:
-            raise RuntimeError("runsc (gVisor) is not installed: see the README's set-up command")
-        runsc = Runsc(RunscConfig(config.run_dir / "runsc", binary=binary, platform=config.runsc_platform,
-                                  checkpoint_compression=config.checkpoint_compression))
-        self.secrets = Secrets(self.store, Vault(config.data_dir / "secrets.key"))
-        ca = CertificateAuthority(config.data_dir / "ca")
-        box_trust = config.data_dir / "ca" / "box"  # mounted read-only in every box at /.hutch/ca
-        ca.write_box_trust(box_trust, base_root / "etc/ssl/certs/ca-certificates.crt", list(config.trust_ca))
-        self.node = Node(config.run_dir, runsc, AgentRuntime.find(base_root), trust_dir=box_trust,
-                         disks_dir=config.data_dir / "disks")
-        hosts = load_hosts_file(config.egress_hosts) if config.egress_hosts else None
-        interception = Interception(ca, upstream_context(list(config.trust_ca)), self.secrets.reveal, self.secrets.record)
-        self.egress = EgressProxy(Resolver(hosts, system=config.egress_system_dns), self._egress_policy,
-                                  self._egress_record, HostAddresses().get, interception)
-        self.node.egress = self.egress
-        server_key = load_or_create_key(config.data_dir / "server.key")
-        self.signer = TokenSigner(server_key)
-        self.templates = Templates(config, self.store, self.node)
-        self.templates.register_base(base_root)
-        self.sandboxes = Sandboxes(config, self.store, self.node, self.signer, self.secrets)
-        self.templates.booting_roots = lambda: set(self.sandboxes.booting_roots)
-        self.previews = Previews(self.sandboxes, PreviewKeys(server_key), self.sandboxes.preview_site)
-        self.pool = WarmPool(self.node, config.warm_pool, base_root, self.sandboxes.base_limits())
-        self.sandboxes.pool = self.pool
-        self.metrics = self.sandboxes.metrics
-        self.data = DataPlane(self.sandboxes, config.max_file_bytes)
-        self.audit = audit.AuditLog(self.store)
-        self.envd = e2b.EnvdServices()  # E2B's envd: processes' timers and tags, file watchers
-
-
-    def _egress_policy(self, box_key: str) -> Policy | None:
-        rec = self.store.sandbox_by_box_key(box_key)
-        if rec is None:
-            return self.templates.egress_policy(box_key)
-        network = rec.network or {}
-        return Policy(rec.id, NetworkRules.parse(network.get("allow_out", ()), network.get("deny_out", ())),
-                      self.secrets.injections(rec.id))
-
-    def _egress_record(self, entry: LogEntry) -> None:
-        if entry.sandbox_id.startswith(BUILD_BOX_PREFIX):  # a build box's: told in its build's log
-            self.templates.egress_record(entry.sandbox_id, f"egress {entry.verdict}: {entry.host}:{entry.port}"
-                                         + (f" ({entry.error})" if entry.error else ""))
-            return
-        self.store.add_network_log(**entry.__dict__)
-        self.metrics.egress_connections.labels(entry.verdict).inc()
-        if entry.secrets:
-            self.metrics.secret_connections.inc()
-
-
-def state(request: Request) -> State:
-    st: State = request.app.state.hutch
-    return st
-
-
-StateDep = Annotated[State, Depends(state)]
-
-
-# --- auth -----------------------------------------------------------------------------------------
-
-def team(st: StateDep, authorization: Annotated[str | None, Header()] = None,
-         x_api_key: Annotated[str | None, Header()] = None) -> str:
-    key = x_api_key or (authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else None)
-    if not key:
-        raise ApiError(Code.UNAUTHORIZED, "an API key is required (Authorization: Bearer <key>)")
-    team_id = st.store.team_for_api_key(key)
-    if team_id is None:
-        raise ApiError(Code.INVALID_API_KEY, "the API key is not valid")
-    return team_id
-
-
-TeamDep = Annotated[str, Depends(team)]
-
-
-def sandbox_by_token(sandbox_id: str, st: StateDep,
-                     x_access_token: Annotated[str | None, Header()] = None) -> SandboxRecord:
-    """The data plane takes only the sandbox's own access token, never an API key."""
-    return authorize_box(st, sandbox_id, x_access_token)
-
-
-def authorize_box(st: State, sandbox_id: str, x_access_token: str | None) -> SandboxRecord:
-    rec = st.store.get_sandbox(sandbox_id)
-    if rec is None:
-        raise not_found("sandbox", sandbox_id)
-    if not x_access_token:
-        raise ApiError(Code.UNAUTHORIZED, "the data plane needs the sandbox's access token (X-Access-Token)")
-    if not st.signer.verify(x_access_token, rec.id, rec.token_generation):
-        raise ApiError(Code.INVALID_ACCESS_TOKEN, "the access token is not valid for this sandbox")
-    return rec
-
-
-BoxDep = Annotated[SandboxRecord, Depends(sandbox_by_token)]
-ActorDep = Annotated[str, Depends(audit.actor)]
 
 
 # --- templates ------------------------------------------------------------------------------------
@@ -629,6 +510,8 @@ def _dump_tasks() -> None:
 
 
 def create_app(config: ServerConfig) -> FastAPI:
+    envd = e2b.EnvdServices()  # E2B's envd: processes' timers and tags, file watchers
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         st = State(config)
@@ -645,7 +528,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             yield
         finally:
             lifetimes.cancel()
-            await st.envd.close()  # E2B's watchers and process timers
+            await envd.close()  # E2B's watchers and process timers
             await st.templates.close()  # a build cut short is queued again for the next start
             await st.pool.close()  # nobody's boxes: not worth keeping
             await st.egress.close_all()
@@ -663,7 +546,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     control_routes(app)
     template_routes(app)
     data_routes(app)
-    e2b.mount(app, lambda: app.state.hutch)  # E2B's API, at /e2b (control plane) and /e2b/envd
+    e2b.mount(app, lambda: app.state.hutch, envd)  # E2B's API, at /e2b (control plane) and /e2b/envd
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -1,0 +1,50 @@
+"""Who is asking: a team by its API key (control plane), a sandbox by its access token (data plane).
+
+Both answers are FastAPI dependencies; E2B's facade calls `authorize_box` for envd's token.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Header
+
+from hutch.errors import ApiError, Code, not_found
+from hutch.server import audit
+from hutch.server.state import State, StateDep
+from hutch.store import SandboxRecord
+
+
+def team(st: StateDep, authorization: Annotated[str | None, Header()] = None,
+         x_api_key: Annotated[str | None, Header()] = None) -> str:
+    key = x_api_key or (authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else None)
+    if not key:
+        raise ApiError(Code.UNAUTHORIZED, "an API key is required (Authorization: Bearer <key>)")
+    team_id = st.store.team_for_api_key(key)
+    if team_id is None:
+        raise ApiError(Code.INVALID_API_KEY, "the API key is not valid")
+    return team_id
+
+
+TeamDep = Annotated[str, Depends(team)]
+
+
+def sandbox_by_token(sandbox_id: str, st: StateDep,
+                     x_access_token: Annotated[str | None, Header()] = None) -> SandboxRecord:
+    """The data plane takes only the sandbox's own access token, never an API key."""
+    return authorize_box(st, sandbox_id, x_access_token)
+
+
+def authorize_box(st: State, sandbox_id: str, x_access_token: str | None) -> SandboxRecord:
+    rec = st.store.get_sandbox(sandbox_id)
+    if rec is None:
+        raise not_found("sandbox", sandbox_id)
+    if not x_access_token:
+        raise ApiError(Code.UNAUTHORIZED, "the data plane needs the sandbox's access token (X-Access-Token)")
+    if not st.signer.verify(x_access_token, rec.id, rec.token_generation):
+        raise ApiError(Code.INVALID_ACCESS_TOKEN, "the access token is not valid for this sandbox")
+    return rec
+
+
+BoxDep = Annotated[SandboxRecord, Depends(sandbox_by_token)]
+ActorDep = Annotated[str, Depends(audit.actor)]

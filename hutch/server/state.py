@@ -1,0 +1,98 @@
+"""The server's composition root: every service built once at start-up and wired together.
+
+Routes reach it through the `StateDep` dependency; nothing else constructs these services.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from hutch.egress.ca import CertificateAuthority, upstream_context
+from hutch.egress.host import HostAddresses
+from hutch.egress.proxy import EgressProxy, Interception, LogEntry, Policy, Resolver, load_hosts_file
+from hutch.egress.rules import NetworkRules
+from hutch.node import base_image
+from hutch.node.node import Node
+from hutch.node.pool import WarmPool
+from hutch.node.runsc import Runsc, RunscConfig, find_runsc
+from hutch.node.spec import AgentRuntime
+from hutch.preview.access import PreviewKeys
+from hutch.secrets.vault import Vault
+from hutch.server import audit
+from hutch.server.config import ServerConfig
+from hutch.server.dataplane import DataPlane
+from hutch.server.previews import Previews
+from hutch.server.sandboxes import Sandboxes
+from hutch.server.secrets import Secrets
+from hutch.server.templates import BUILD_BOX_PREFIX, Templates
+from hutch.server.tokens import TokenSigner, load_or_create_key
+from hutch.store import Store
+
+
+class State:
+    """What the routes share, made once at start-up."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.store = Store(config.db_url)
+        base_root = base_image.base_root_path(config.cache_dir)
+        if not base_image.is_built(config.cache_dir):
+            raise RuntimeError(f"the base template is not built in {config.cache_dir}: run `hutch build-base`")
+        binary = find_runsc()
+        if binary is None:
+            raise RuntimeError("runsc (gVisor) is not installed: see the README's set-up command")
+        runsc = Runsc(RunscConfig(config.run_dir / "runsc", binary=binary, platform=config.runsc_platform,
+                                  checkpoint_compression=config.checkpoint_compression))
+        self.secrets = Secrets(self.store, Vault(config.data_dir / "secrets.key"))
+        ca = CertificateAuthority(config.data_dir / "ca")
+        box_trust = config.data_dir / "ca" / "box"  # mounted read-only in every box at /.hutch/ca
+        ca.write_box_trust(box_trust, base_root / "etc/ssl/certs/ca-certificates.crt", list(config.trust_ca))
+        self.node = Node(config.run_dir, runsc, AgentRuntime.find(base_root), trust_dir=box_trust,
+                         disks_dir=config.data_dir / "disks")
+        hosts = load_hosts_file(config.egress_hosts) if config.egress_hosts else None
+        interception = Interception(ca, upstream_context(list(config.trust_ca)), self.secrets.reveal, self.secrets.record)
+        self.egress = EgressProxy(Resolver(hosts, system=config.egress_system_dns), self._egress_policy,
+                                  self._egress_record, HostAddresses().get, interception)
+        self.node.egress = self.egress
+        server_key = load_or_create_key(config.data_dir / "server.key")
+        self.signer = TokenSigner(server_key)
+        self.templates = Templates(config, self.store, self.node)
+        self.templates.register_base(base_root)
+        self.sandboxes = Sandboxes(config, self.store, self.node, self.signer, self.secrets)
+        self.templates.booting_roots = lambda: set(self.sandboxes.booting_roots)
+        self.previews = Previews(self.sandboxes, PreviewKeys(server_key), self.sandboxes.preview_site)
+        self.pool = WarmPool(self.node, config.warm_pool, base_root, self.sandboxes.base_limits())
+        self.sandboxes.pool = self.pool
+        self.metrics = self.sandboxes.metrics
+        self.data = DataPlane(self.sandboxes, config.max_file_bytes)
+        self.audit = audit.AuditLog(self.store)
+
+
+    def _egress_policy(self, box_key: str) -> Policy | None:
+        rec = self.store.sandbox_by_box_key(box_key)
+        if rec is None:
+            return self.templates.egress_policy(box_key)
+        network = rec.network or {}
+        return Policy(rec.id, NetworkRules.parse(network.get("allow_out", ()), network.get("deny_out", ())),
+                      self.secrets.injections(rec.id))
+
+    def _egress_record(self, entry: LogEntry) -> None:
+        if entry.sandbox_id.startswith(BUILD_BOX_PREFIX):  # a build box's: told in its build's log
+            self.templates.egress_record(entry.sandbox_id, f"egress {entry.verdict}: {entry.host}:{entry.port}"
+                                         + (f" ({entry.error})" if entry.error else ""))
+            return
+        self.store.add_network_log(**entry.__dict__)
+        self.metrics.egress_connections.labels(entry.verdict).inc()
+        if entry.secrets:
+            self.metrics.secret_connections.inc()
+
+
+def state(request: Request) -> State:
+    st: State = request.app.state.hutch
+    return st
+
+
+StateDep = Annotated[State, Depends(state)]
