@@ -27,7 +27,7 @@ from starlette.types import Message
 from hutch.e2b.common import StateGetter, box_path
 from hutch.e2b.envd import Call, authorize, check_box, check_user, sandbox_of
 from hutch.errors import ApiError, Code
-from hutch.server import audit
+from hutch.server import audit, boxops
 
 MAX_PARTS = 1000
 CHUNK = 64 * 1024
@@ -61,9 +61,9 @@ async def download(get_state: StateGetter, request: Request) -> StreamingRespons
     call, path = _call(get_state, request, "read")
     if not path:
         raise ApiError(Code.INVALID_REQUEST, "path is required")
-    from hutch.server.app import read_file_audited  # the app imports this package
-
-    return await read_file_audited(call.st, call.rec, call.who, box_path(path, call.user))
+    size, body = await boxops.read_file(call.st, call.rec, call.who, box_path(path, call.user))
+    headers = {"Content-Length": str(size)} if size is not None else None
+    return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
 
 
 async def upload(get_state: StateGetter, request: Request) -> JSONResponse:
@@ -100,9 +100,7 @@ async def upload(get_state: StateGetter, request: Request) -> JSONResponse:
 
 
 async def _write(call: Call, path: str, body: AsyncIterator[bytes]) -> dict[str, str]:
-    from hutch.server.app import write_file_audited  # the app imports this package
-
-    await write_file_audited(call.st, call.rec, call.who, path, body, call.user)
+    await boxops.write_file(call.st, call.rec, call.who, path, body, call.user)
     return {"name": posixpath.basename(path), "type": "file", "path": path}
 
 

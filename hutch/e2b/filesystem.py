@@ -34,7 +34,7 @@ from hutch.e2b.connect import (
 )
 from hutch.e2b.envd import Call
 from hutch.errors import ApiError
-from hutch.server import audit
+from hutch.server import boxops
 
 log = logging.getLogger("hutch.e2b")
 
@@ -114,22 +114,19 @@ class Watchers:
 
     async def make_dir(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
         path = self._path(call, msg)
-        async with call.st.audit.record(call.rec, call.who, "dir_make", path + audit.acting(call.user)):
-            made, created = await call.st.data.make_dir(call.rec, path, user=call.user)
+        made, created = await boxops.make_dir(call.st, call.rec, call.who, path, call.user)
         if not created:
             raise ConnectError("already_exists", f"directory {path} already exists")
         return {"entry": entry(made)}
 
     async def move(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
         source, destination = self._path(call, msg, "source"), self._path(call, msg, "destination")
-        async with call.st.audit.record(call.rec, call.who, "file_move", f"{source} -> {destination}{audit.acting(call.user)}"):
-            moved = await call.st.data.move(call.rec, source, destination, user=call.user)
+        moved = await boxops.move(call.st, call.rec, call.who, source, destination, call.user)
         return {"entry": entry(moved)}
 
     async def remove(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
         path = self._path(call, msg)
-        async with call.st.audit.record(call.rec, call.who, "file_remove", path + audit.acting(call.user)):
-            await call.st.data.remove(call.rec, path, user=call.user)
+        await boxops.remove(call.st, call.rec, call.who, path, call.user)
         return {}
 
     async def create_watcher(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:

@@ -44,9 +44,9 @@ from hutch.e2b.connect import (
     text,
 )
 from hutch.e2b.envd import Call
-from hutch.errors import ApiError
+from hutch.errors import ApiError, Code
 from hutch.guest import protocol
-from hutch.server import audit
+from hutch.server import boxops
 from hutch.server.models import PtySize, SpawnCommand
 from hutch.store import SandboxStatus
 
@@ -134,14 +134,17 @@ class Processes:
         try:
             return await call.st.data.process_call(call.rec, pid, action, **kwargs)
         except ApiError as e:
-            if e.code == protocol.ERR_NO_PROCESS:
+            if e.code == Code.PROCESS_NOT_FOUND:
                 raise ConnectError("not_found", f"process with pid {pid} not found") from None
             raise
 
     async def signal(self, call: Call, pid: int, sig: int) -> bool:
-        async with call.st.audit.record(call.rec, call.who, "signal", f"signal {sig} to process {pid}"):
-            answer = await self._call(call, pid, protocol.PROC_SIGNAL, json={"signal": sig})
-        done = answer.get("signalled") is True
+        try:
+            done = await boxops.signal(call.st, call.rec, call.who, pid, sig)
+        except ApiError as e:
+            if e.code == Code.PROCESS_NOT_FOUND:
+                raise ConnectError("not_found", f"process with pid {pid} not found") from None
+            raise
         if done and (k := self.known(call.rec.id, pid)):
             k.signalled = sig
         return done
@@ -226,12 +229,10 @@ class Processes:
             spawn = SpawnCommand(command=command, cwd=cwd, env=envs or None, user=call.user, pty=pty)
         except ValidationError as e:
             raise invalid(validation_message(e)) from None
-        detail = audit.describe(command, cwd, call.user, envs)
         try:
-            async with call.st.audit.record(call.rec, call.who, "spawn", detail):
-                info = await call.st.data.spawn(call.rec, spawn)
+            info = await boxops.spawn(call.st, call.rec, call.who, spawn)
         except ApiError as e:
-            if e.code == protocol.ERR_BAD_CWD:
+            if e.code == Code.INVALID_CWD:
                 raise invalid(f"cwd '{cwd}' does not exist") from None
             raise
         pid = info.pid
@@ -253,7 +254,7 @@ class Processes:
         try:  # as envd: no replay of what a client was already sent
             follow = await call.st.data.follow_process(call.rec, pid, after=k.seq if k else None)
         except ApiError as e:
-            if e.code == protocol.ERR_NO_PROCESS:
+            if e.code == Code.PROCESS_NOT_FOUND:
                 raise ConnectError("not_found", f"process with pid {pid} not found") from None
             raise
         return stream_response(self._relay(call, pid, follow.events, follow.aclose, keepalive(request)))

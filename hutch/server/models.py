@@ -11,6 +11,7 @@ from pydantic import AfterValidator, Base64Bytes, BaseModel, ConfigDict, Field, 
 from hutch.egress.rules import MAX_RULES, parse_allow, parse_cidr, parse_domain
 from hutch.errors import BuildFailure
 from hutch.guest.protocol import PROXY_PORT, path_problem
+from hutch.store import SandboxStatus
 
 MAX_METADATA_KEYS = 64
 MAX_ENV_VARS = 256
@@ -226,7 +227,7 @@ class UpdateSandbox(Strict):
 class SandboxInfo(BaseModel):
     id: str
     name: str
-    status: Literal["active", "pausing", "paused", "resuming", "failed", "deleted"]
+    status: SandboxStatus
     template: str
     metadata: dict[str, str]
     timeout_seconds: int | None
