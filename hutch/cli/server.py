@@ -1,0 +1,146 @@
+"""The commands run on the server's own machine: serve, build-base and team-create."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from hutch.cli.shared import CLIENT_ENV, Subparsers
+from hutch.server.config import DEFAULT_CACHE_DIR, DEFAULT_PORT, ServerConfig
+
+# They read the data dir themselves, not a client's environment
+SERVER_COMMANDS = ("serve", "build-base", "team-create")
+
+
+def add_serve(sub: Subparsers) -> None:
+    s = sub.add_parser("serve", help="run the server")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=DEFAULT_PORT)
+    s.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
+    s.add_argument("--warm-pool", type=int, default=2, metavar="N",
+                   help="base-template boxes kept booted so creates are instant (default %(default)s; 0: none)")
+    s.add_argument("--max-sandboxes", type=int, default=256, metavar="N",
+                   help="running sandboxes this node takes before it answers 429 (default %(default)s)")
+    s.add_argument("--team-max-sandboxes", type=int, default=64, metavar="N",
+                   help="running sandboxes one team may have (default %(default)s)")
+    s.add_argument("--egress-hosts", type=Path, metavar="FILE",
+                   help="an /etc/hosts-style map the egress proxy resolves names with before DNS")
+    s.add_argument("--egress-no-system-dns", action="store_true",
+                   help="resolve boxes' destinations only with --egress-hosts (others fail)")
+    s.add_argument("--trust-ca", action="append", type=Path, metavar="PEM",
+                   help="a CA certificate boxes and the secret-swapping proxy trust beyond the host's store "
+                        "(a TLS-inspecting proxy's, say; repeatable)")
+    s.add_argument("--preview-port", type=int, default=7424, metavar="P",
+                   help="where preview URLs are served (default %(default)s)")
+    s.add_argument("--preview-domain", default="localhost",
+                   help="preview URLs are http://PORT-ID.DOMAIN:P (default %(default)s: this machine's browsers)")
+    s.add_argument("--preview-https", action="store_true",
+                   help="a TLS proxy on 443 fronts the preview port: URLs say https, cookies are Secure")
+    s.add_argument("--max-builds", type=int, default=2, help="template builds run at once (default %(default)s)")
+    s.add_argument("--image-dir", type=Path, action="append", metavar="DIR",
+                   help="a directory templates may import local OCI images from (repeatable; "
+                        "default: <data dir>/images)")
+    s.add_argument("--registry-pulls", action="store_true",
+                   help="let templates pull images from registries (docker://...) over the host's network")
+    s.set_defaults(fn=cmd_serve)
+
+
+def add_build_base(sub: Subparsers) -> None:
+    s = sub.add_parser("build-base", help="build the base template (Debian) if it is not built")
+    s.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
+    s.set_defaults(fn=cmd_build_base)
+
+
+def add_team_create(sub: Subparsers) -> None:
+    s = sub.add_parser("team-create", help="make a team and print its API key (on the server machine)")
+    s.add_argument("name")
+    s.add_argument("--e2b", action="store_true",
+                   help="an E2B-shaped key (e2b_<hex>), for the e2b SDK at E2B_API_URL=<server>/e2b")
+    s.set_defaults(fn=cmd_team_create)
+
+
+# The server's own modules (but its light config) are imported in the handlers, so that client
+# commands start fast.
+
+def cmd_build_base(args: argparse.Namespace) -> int:
+    from hutch.node import base_image
+
+    root = base_image.build(args.cache_dir, progress=lambda line: print(line, flush=True))
+    print(f"base template: {root}")
+    return 0
+
+
+def _admin_key(store: Any, data_dir: Path, variable: str = "HUTCH_API_KEY") -> str:
+    """The default team's key (or its E2B-shaped key, for E2B_API_KEY): made on first start, kept
+    (0600) in the data dir to print again."""
+    env_file = data_dir / CLIENT_ENV
+    if env_file.exists():
+        for line in env_file.read_text().splitlines():
+            if line.startswith(f"{variable}="):
+                key = line.split("=", 1)[1]
+                if store.team_for_api_key(key):
+                    return key
+    team_id = store.team_by_name("default") or store.create_team("default")
+    new_key: str = store.create_api_key(team_id, e2b=variable == "E2B_API_KEY")
+    return new_key
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from hutch.node import base_image
+    from hutch.server.app import create_app
+    from hutch.store import Store
+
+    config = ServerConfig(data_dir=args.data_dir, cache_dir=args.cache_dir, host=args.host, port=args.port,
+                          warm_pool=args.warm_pool, max_sandboxes=args.max_sandboxes,
+                          team_max_sandboxes=args.team_max_sandboxes, egress_hosts=args.egress_hosts,
+                          egress_system_dns=not args.egress_no_system_dns, trust_ca=tuple(args.trust_ca or ()),
+                          preview_port=args.preview_port, preview_domain=args.preview_domain,
+                          preview_https=args.preview_https, max_builds=args.max_builds,
+                          image_dirs=tuple(args.image_dir or ()), registry_pulls=args.registry_pulls)
+    config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not base_image.is_built(config.cache_dir):
+        base_image.build(config.cache_dir, progress=lambda line: print(line, flush=True))
+    store = Store(config.db_url)
+    key = _admin_key(store, config.data_dir)
+    e2b_key = _admin_key(store, config.data_dir, "E2B_API_KEY")
+    env_file = config.data_dir / CLIENT_ENV
+    fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:  # and the same team for the e2b SDK (hutch.e2b)
+        f.write(f"HUTCH_BASE_URL={config.base_url}\nHUTCH_API_KEY={key}\n"
+                f"E2B_API_URL={config.base_url}/e2b\nE2B_SANDBOX_URL={config.base_url}/e2b/envd\n"
+                f"E2B_API_KEY={e2b_key}\n")
+    # The key goes to a person at a terminal, never into a log file (stdout redirected)
+    shown = key if sys.stdout.isatty() else f"$(grep HUTCH_API_KEY= {env_file} | cut -d= -f2)"
+    print(f"hutch is serving on {config.base_url}\n"
+          f"  export HUTCH_BASE_URL={config.base_url}\n  export HUTCH_API_KEY={shown}\n"
+          f"  (also in {env_file})", flush=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per channel request is noise
+    from hutch.server.attach import MAX_FRAME
+
+    # A WebSocket frame is held whole before the app sees it: keep frames and the queue small.
+    # The standard asyncio loop, not uvloop: uvloop's start_tls (the egress proxy terminating a
+    # box's TLS to swap a secret in) lost the tail of large answers when the server closed first.
+    uvicorn.run(create_app(config), host=config.host, port=config.port, log_level="warning", loop="asyncio",
+                access_log=False, timeout_graceful_shutdown=5, ws_max_size=MAX_FRAME + 4096, ws_max_queue=4)
+    return 0
+
+
+def cmd_team_create(args: argparse.Namespace) -> int:
+    from hutch.store import Store
+
+    store = Store(ServerConfig(data_dir=args.data_dir).db_url)
+    if store.team_by_name(args.name):
+        print(f"a team named {args.name!r} exists already", file=sys.stderr)
+        return 1
+    key = store.create_api_key(store.create_team(args.name), e2b=args.e2b)
+    print(json.dumps({"team": args.name, "api_key": key}) if args.json else key)
+    return 0
