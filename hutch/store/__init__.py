@@ -1,0 +1,56 @@
+"""Durable state: teams, API keys, sandboxes, templates, secrets, previews and logs, in SQLite (or any SQLAlchemy URL).
+
+Every change is one transaction. Secrets that authenticate (API keys) are kept only as hashes.
+`Store` is composed of one query class per aggregate, all on one `Database`; `schema` holds the
+tables and the upgrade of older databases, `records` the rows as dataclasses.
+"""
+
+from __future__ import annotations
+
+from hutch.store.database import POOL_SIZE
+from hutch.store.logs import NETWORK_LOG_KEEP, LogQueries
+from hutch.store.previews import PreviewQueries
+from hutch.store.records import (
+    LIVE_STATUSES,
+    AuditLogRecord,
+    AuditRecord,
+    BindingRecord,
+    BuildRecord,
+    BuildStatus,
+    NetworkLogRecord,
+    PreviewPortRecord,
+    SandboxRecord,
+    SandboxStatus,
+    SecretRecord,
+    TemplateRecord,
+)
+from hutch.store.sandboxes import SandboxQueries
+from hutch.store.secrets import SecretQueries
+from hutch.store.teams import API_KEY_PREFIX, E2B_KEY_PREFIX, TeamQueries, hash_secret
+from hutch.store.templates import TemplateQueries
+
+
+class Store(TeamQueries, SandboxQueries, TemplateQueries, SecretQueries, PreviewQueries, LogQueries):
+    """Every query of the durable state; `Store(url)` opens the database and brings its schema up to date."""
+
+
+__all__ = [
+    "API_KEY_PREFIX",
+    "E2B_KEY_PREFIX",
+    "LIVE_STATUSES",
+    "NETWORK_LOG_KEEP",
+    "POOL_SIZE",
+    "AuditLogRecord",
+    "AuditRecord",
+    "BindingRecord",
+    "BuildRecord",
+    "BuildStatus",
+    "NetworkLogRecord",
+    "PreviewPortRecord",
+    "SandboxRecord",
+    "SandboxStatus",
+    "SecretRecord",
+    "Store",
+    "TemplateRecord",
+    "hash_secret",
+]

@@ -1,0 +1,57 @@
+"""The store's preview ports: which ports of a sandbox are published, to whom, and their credentials' generation."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from hutch.store.database import Database
+from hutch.store.records import PreviewPortRecord, SandboxStatus
+from hutch.store.schema import preview_ports, sandboxes
+
+
+class PreviewQueries(Database):
+    def publish_port(self, rec: PreviewPortRecord) -> PreviewPortRecord:
+        """Publish, or change the access of a published port (its credentials stay valid)."""
+        with self._tx() as c:
+            found = c.execute(sa.select(preview_ports).where(preview_ports.c.sandbox_id == rec.sandbox_id,
+                                                             preview_ports.c.port == rec.port)).first()
+            if found is None:
+                c.execute(preview_ports.insert().values(**vars(rec)))
+                return rec
+            c.execute(preview_ports.update().where(preview_ports.c.sandbox_id == rec.sandbox_id,
+                                                   preview_ports.c.port == rec.port).values(access=rec.access))
+            return PreviewPortRecord(**{**found._mapping, "access": rec.access})
+
+    def published_port(self, sandbox_id: str, port: int) -> PreviewPortRecord | None:
+        """A published port of a sandbox that still exists, in one query (every preview request)."""
+        p, sb = preview_ports.c, sandboxes.c
+        with self._tx() as c:
+            row = c.execute(sa.select(preview_ports).select_from(preview_ports.join(sandboxes, sb.id == p.sandbox_id))
+                            .where(p.sandbox_id == sandbox_id, p.port == port, sb.status != SandboxStatus.DELETED)).first()
+        return PreviewPortRecord(**row._mapping) if row else None
+
+    def preview_port(self, sandbox_id: str, port: int) -> PreviewPortRecord | None:
+        with self._tx() as c:
+            row = c.execute(sa.select(preview_ports).where(preview_ports.c.sandbox_id == sandbox_id,
+                                                           preview_ports.c.port == port)).first()
+        return PreviewPortRecord(**row._mapping) if row else None
+
+    def preview_ports(self, sandbox_id: str) -> list[PreviewPortRecord]:
+        with self._tx() as c:
+            rows = c.execute(sa.select(preview_ports).where(preview_ports.c.sandbox_id == sandbox_id)
+                             .order_by(preview_ports.c.port))
+            return [PreviewPortRecord(**r._mapping) for r in rows]
+
+    def rotate_preview_port(self, sandbox_id: str, port: int) -> bool:
+        with self._tx() as c:
+            return bool(c.execute(preview_ports.update().where(
+                preview_ports.c.sandbox_id == sandbox_id, preview_ports.c.port == port).values(
+                generation=preview_ports.c.generation + 1)).rowcount)
+
+    def unpublish_port(self, sandbox_id: str, port: int | None = None) -> bool:
+        """One port, or (None) every port of the sandbox."""
+        q = preview_ports.delete().where(preview_ports.c.sandbox_id == sandbox_id)
+        if port is not None:
+            q = q.where(preview_ports.c.port == port)
+        with self._tx() as c:
+            return bool(c.execute(q).rowcount)

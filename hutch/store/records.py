@@ -1,0 +1,215 @@
+"""The store's records (one dataclass per row kind), the statuses they carry, and their JSON columns."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar
+
+
+class SandboxStatus(StrEnum):
+    """Where a sandbox is in its life; `failed` boxes keep their record (and `failure` says why)."""
+
+    ACTIVE = "active"
+    PAUSING = "pausing"
+    PAUSED = "paused"
+    RESUMING = "resuming"
+    FAILED = "failed"
+    DELETED = "deleted"  # killed: the record stays (its audit log is read by id), calls find no box
+
+
+# a sandbox that may run again
+LIVE_STATUSES = (SandboxStatus.ACTIVE, SandboxStatus.PAUSING, SandboxStatus.PAUSED, SandboxStatus.RESUMING)
+
+
+class BuildStatus(StrEnum):
+    """Where a template build is: waiting, building, or ended one of three ways."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    READY = "ready"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class JsonColumns:
+    """The columns of a table that hold JSON: a record's values to a row and back (None stays NULL)."""
+
+    names: tuple[str, ...]
+
+    def encoded(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """`values` with its JSON columns (those of them it has) as text."""
+        return {k: json.dumps(v) if k in self.names and v is not None else v for k, v in values.items()}
+
+    def row(self, rec: object) -> dict[str, Any]:
+        return self.encoded(vars(rec))
+
+    def record(self, cls: type[R], row: Any) -> R:
+        """A record of `cls` from a result row (or a plain mapping of its columns)."""
+        d = dict(row._mapping) if hasattr(row, "_mapping") else dict(row)
+        for key in self.names:
+            d[key] = None if d[key] is None else json.loads(d[key])
+        return cls(**d)
+
+
+@dataclass
+class SandboxRecord:
+    id: str
+    team_id: str
+    name: str
+    template: str
+    status: str
+    memory_mib: int
+    vcpu: int
+    metadata: dict[str, str] = field(default_factory=dict)
+    env_vars: dict[str, str] = field(default_factory=dict)
+    timeout_seconds: int | None = None
+    auto_delete_seconds: int | None = None
+    runtime_id: str | None = None
+    box_key: str = ""
+    token_generation: int = 1
+    failure: str | None = None
+    pause_at: float | None = None
+    delete_at: float | None = None
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    network: dict[str, list[str]] | None = None
+    preview_access: str | None = None
+    template_id: str | None = None
+    rootfs: str | None = None
+    disk_mib: int | None = None
+    stable_token: bool | None = None
+
+
+SANDBOX_JSON = JsonColumns(("metadata", "env_vars", "network"))
+
+
+@dataclass
+class NetworkLogRecord:
+    id: int
+    sandbox_id: str
+    at: float
+    host: str
+    port: int
+    ip: str | None
+    verdict: str
+    rule: str
+    bytes_out: int
+    bytes_in: int
+    error: str | None
+    secrets: list[str] | None = None
+
+
+@dataclass
+class SecretRecord:
+    id: str
+    team_id: str
+    name: str
+    provider: str | None
+    header: str
+    format: str
+    hosts: list[str]
+    sealed: bytes
+    version: int
+    created_at: float
+    updated_at: float
+
+
+SECRET_JSON = JsonColumns(("hosts",))
+
+
+@dataclass
+class BindingRecord:
+    sandbox_id: str
+    env: str
+    secret_id: str
+    secret_name: str
+    standin: str
+    created_at: float
+    revoked: bool = False  # its secret is gone
+
+    def to_row(self) -> dict[str, Any]:
+        """Its columns: `revoked` is none of them, but whether its secret still exists."""
+        return {k: v for k, v in vars(self).items() if k != "revoked"}
+
+
+@dataclass
+class AuditRecord:
+    id: int
+    secret_id: str
+    at: float
+    sandbox_id: str
+    env: str
+    host: str
+    method: str
+    path: str
+    status: int | None
+    team_id: str | None = None
+    secret_name: str | None = None
+
+
+@dataclass
+class AuditLogRecord:
+    id: int
+    sandbox_id: str
+    at: float
+    actor: str
+    op: str
+    detail: str
+    exit_code: int | None
+    outcome: str
+
+
+@dataclass
+class PreviewPortRecord:
+    sandbox_id: str
+    port: int
+    access: str
+    generation: int
+    created_at: float
+
+
+@dataclass
+class TemplateRecord:
+    id: str
+    team_id: str | None
+    name: str
+    spec: dict[str, Any]
+    rootfs: str | None = None
+    build_id: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    user: str | None = None
+    created_at: float = field(default_factory=time.time)
+
+
+TEMPLATE_JSON = JsonColumns(("spec", "env"))
+
+
+@dataclass
+class BuildRecord:
+    id: str
+    template_id: str
+    status: str
+    spec: dict[str, Any]
+    no_cache: bool = False
+    error: dict[str, Any] | None = None
+    steps_total: int = 0
+    steps_cached: int = 0
+    rootfs: str | None = None
+    env: dict[str, str] | None = None
+    workdir: str | None = None
+    user: str | None = None
+    created_at: float = field(default_factory=time.time)
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+BUILD_JSON = JsonColumns(("spec", "error", "env"))

@@ -1,0 +1,82 @@
+"""The store's sandboxes: their records, their statuses, and the deadlines of their lifetimes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from hutch.store.database import Database
+from hutch.store.records import SANDBOX_JSON, BindingRecord, SandboxRecord, SandboxStatus
+from hutch.store.schema import sandboxes, secret_bindings
+
+
+class SandboxQueries(Database):
+    def insert_sandbox(self, rec: SandboxRecord, bindings: Sequence[BindingRecord] = ()) -> None:
+        """The sandbox and its secret bindings, in one transaction."""
+        with self._tx() as c:
+            c.execute(sandboxes.insert().values(**SANDBOX_JSON.row(rec)))
+            for b in bindings:
+                c.execute(secret_bindings.insert().values(**b.to_row()))
+
+    def get_sandbox(self, sandbox_id: str, team_id: str | None = None) -> SandboxRecord | None:
+        q = sa.select(sandboxes).where(sandboxes.c.id == sandbox_id, sandboxes.c.status != SandboxStatus.DELETED)
+        if team_id is not None:
+            q = q.where(sandboxes.c.team_id == team_id)
+        with self._tx() as c:
+            row = c.execute(q).first()
+        return SANDBOX_JSON.record(SandboxRecord, row) if row else None
+
+    def list_sandboxes(self, team_id: str | None, status: str | None = None,
+                       metadata: dict[str, str] | None = None) -> list[SandboxRecord]:
+        q = sa.select(sandboxes).where(sandboxes.c.status != SandboxStatus.DELETED).order_by(sandboxes.c.created_at)
+        if team_id is not None:
+            q = q.where(sandboxes.c.team_id == team_id)
+        if status is not None:
+            q = q.where(sandboxes.c.status == status)
+        with self._tx() as c:
+            recs = [SANDBOX_JSON.record(SandboxRecord, r) for r in c.execute(q)]
+        wanted = (metadata or {}).items()
+        return [r for r in recs if all(r.metadata.get(k) == v for k, v in wanted)]
+
+    def update_sandbox(self, sandbox_id: str, *, only_if_status: tuple[str, ...] | None = None,
+                       **values: Any) -> bool:
+        """Change a sandbox; with `only_if_status`, only while it is in one of those states.
+        Returns whether it changed."""
+        values = SANDBOX_JSON.encoded(values)
+        values["updated_at"] = time.time()
+        q = sandboxes.update().where(sandboxes.c.id == sandbox_id)
+        if only_if_status is not None:
+            q = q.where(sandboxes.c.status.in_(only_if_status))
+        with self._tx() as c:
+            return bool(c.execute(q.values(**values)).rowcount)
+
+    def count_by_status(self, team_id: str | None = None) -> dict[str, int]:
+        q = sa.select(sandboxes.c.status, sa.func.count()).group_by(sandboxes.c.status)
+        if team_id is not None:
+            q = q.where(sandboxes.c.team_id == team_id)
+        with self._tx() as c:
+            return {str(status): int(n) for status, n in c.execute(q)}
+
+    def sandbox_by_runtime(self, runtime_id: str) -> SandboxRecord | None:
+        with self._tx() as c:
+            row = c.execute(sa.select(sandboxes).where(sandboxes.c.runtime_id == runtime_id)).first()
+        return SANDBOX_JSON.record(SandboxRecord, row) if row else None
+
+    def sandbox_by_box_key(self, box_key: str) -> SandboxRecord | None:
+        """The live sandbox whose box has this host directory."""
+        q = sa.select(sandboxes).where(sandboxes.c.box_key == box_key, sandboxes.c.status.in_(
+            (SandboxStatus.ACTIVE, SandboxStatus.PAUSING, SandboxStatus.RESUMING)))
+        with self._tx() as c:
+            row = c.execute(q).first()
+        return SANDBOX_JSON.record(SandboxRecord, row) if row else None
+
+    def due(self, now: float) -> tuple[list[str], list[str]]:
+        """Ids of active sandboxes past their pause deadline, and of paused ones past deletion."""
+        c_ = sandboxes.c
+        with self._tx() as c:
+            to_pause = c.execute(sa.select(c_.id).where(c_.status == SandboxStatus.ACTIVE, c_.pause_at <= now)).scalars().all()
+            to_delete = c.execute(sa.select(c_.id).where(c_.status == SandboxStatus.PAUSED, c_.delete_at <= now)).scalars().all()
+        return list(to_pause), list(to_delete)

@@ -1,0 +1,209 @@
+"""The store's schema: its tables and indexes, and the upgrade of a database an older hutch made.
+
+There is no schema version: an upgrade looks at the shape a database has (which tables, which
+columns) and changes only what an older hutch made differently.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+meta = sa.MetaData()
+
+teams = sa.Table(
+    "teams", meta,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("name", sa.String(128), nullable=False, unique=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+api_keys = sa.Table(
+    "api_keys", meta,
+    sa.Column("key_hash", sa.String(64), primary_key=True),
+    sa.Column("team_id", sa.String(36), sa.ForeignKey("teams.id"), nullable=False),
+    sa.Column("prefix", sa.String(16), nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+sandboxes = sa.Table(
+    "sandboxes", meta,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("team_id", sa.String(36), sa.ForeignKey("teams.id"), nullable=False, index=True),
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("template", sa.String(128), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False, index=True),
+    sa.Column("metadata", sa.Text, nullable=False),
+    sa.Column("env_vars", sa.Text, nullable=False),
+    sa.Column("timeout_seconds", sa.Integer),
+    sa.Column("auto_delete_seconds", sa.Integer),
+    sa.Column("runtime_id", sa.String(32), index=True),
+    sa.Column("box_key", sa.String(64), nullable=False),  # the box's host directory, for its whole life
+    sa.Column("token_generation", sa.Integer, nullable=False, default=1),
+    sa.Column("memory_mib", sa.Integer, nullable=False),
+    sa.Column("vcpu", sa.Integer, nullable=False),
+    sa.Column("failure", sa.Text),
+    sa.Column("pause_at", sa.Float),  # when an active box pauses on its own (timeout_seconds)
+    sa.Column("delete_at", sa.Float),  # when a paused box is deleted (auto_delete_seconds)
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("network", sa.Text),  # {"allow_out": [...], "deny_out": [...]}, or null: no rules
+    sa.Column("preview_access", sa.String(16)),  # what a newly published port gets: public (null) or private
+    sa.Column("template_id", sa.String(36), index=True),
+    sa.Column("rootfs", sa.Text),  # the template root it boots from: a rebuild never changes a box's root
+    sa.Column("disk_mib", sa.Integer),
+    # made through the E2B API: its access token stays the same across resumes (the e2b SDK keeps it)
+    sa.Column("stable_token", sa.Boolean),
+    sa.Index("ix_sandboxes_box_key", "box_key"),
+)
+network_log = sa.Table(
+    "network_log", meta,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("sandbox_id", sa.String(36), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("port", sa.Integer, nullable=False),
+    sa.Column("ip", sa.String(64)),
+    sa.Column("verdict", sa.String(16), nullable=False),
+    sa.Column("rule", sa.String(300), nullable=False),
+    sa.Column("bytes_out", sa.BigInteger, nullable=False),
+    sa.Column("bytes_in", sa.BigInteger, nullable=False),
+    sa.Column("error", sa.String(300)),
+    sa.Column("secrets", sa.Text),  # JSON list of the secrets swapped into its requests, or null
+    sa.Index("ix_network_log_sandbox", "sandbox_id", "id"),
+)
+templates = sa.Table(
+    "templates", meta,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("team_id", sa.String(36), sa.ForeignKey("teams.id")),  # null: a system template, every team's
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("spec", sa.Text, nullable=False),  # JSON: from, steps, start and ready commands, shape
+    sa.Column("rootfs", sa.Text),  # what its boxes boot from: its last good build's root; null before one
+    sa.Column("build_id", sa.String(36)),  # that build
+    sa.Column("env", sa.Text, nullable=False),  # that build's defaults for its boxes
+    sa.Column("workdir", sa.Text),
+    sa.Column("user", sa.String(64)),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("team_id", "name", name="uq_templates_team_name"),
+)
+template_builds = sa.Table(
+    "template_builds", meta,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("template_id", sa.String(36), nullable=False, index=True),
+    sa.Column("status", sa.String(16), nullable=False, index=True),  # queued running ready failed cancelled
+    sa.Column("spec", sa.Text, nullable=False),  # the spec it builds (a template's spec never changes)
+    sa.Column("no_cache", sa.Boolean, nullable=False),
+    sa.Column("error", sa.Text),  # JSON {"code", "message", "step", "exit_code"}
+    sa.Column("steps_total", sa.Integer, nullable=False),
+    sa.Column("steps_cached", sa.Integer, nullable=False),
+    sa.Column("rootfs", sa.Text),  # the root it made
+    sa.Column("env", sa.Text),  # JSON: the defaults it made
+    sa.Column("workdir", sa.Text),
+    sa.Column("user", sa.String(64)),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("started_at", sa.Float),
+    sa.Column("finished_at", sa.Float),
+)
+
+secrets_table = sa.Table(
+    "secrets", meta,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("team_id", sa.String(36), sa.ForeignKey("teams.id"), nullable=False),
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("provider", sa.String(64)),
+    sa.Column("header", sa.String(128), nullable=False),
+    sa.Column("format", sa.String(256), nullable=False),
+    sa.Column("hosts", sa.Text, nullable=False),  # JSON list of domain patterns
+    sa.Column("sealed", sa.LargeBinary, nullable=False),  # the value, sealed by hutch.secrets.vault
+    sa.Column("version", sa.Integer, nullable=False),  # counts rotations
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("team_id", "name"),
+)
+secret_bindings = sa.Table(
+    "secret_bindings", meta,
+    sa.Column("sandbox_id", sa.String(36), primary_key=True),
+    sa.Column("env", sa.String(128), primary_key=True),
+    sa.Column("secret_id", sa.String(36), nullable=False),  # no foreign key: a deleted secret leaves it revoked
+    sa.Column("secret_name", sa.String(128), nullable=False),
+    sa.Column("standin", sa.String(128), nullable=False, unique=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+secret_audit = sa.Table(
+    "secret_audit", meta,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("secret_id", sa.String(36), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("sandbox_id", sa.String(36), nullable=False),
+    sa.Column("env", sa.String(128), nullable=False),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("method", sa.String(32), nullable=False),
+    sa.Column("path", sa.String(300), nullable=False),
+    sa.Column("status", sa.Integer),  # null: no answer came
+    # by team and name, so a secret's history outlives the secret (deleted, or made anew)
+    sa.Column("team_id", sa.String(36)),
+    sa.Column("secret_name", sa.String(128)),
+    sa.Index("ix_secret_audit_secret", "secret_id", "id"),
+    sa.Index("ix_secret_audit_name", "team_id", "secret_name", "id"),
+)
+
+preview_ports = sa.Table(
+    "preview_ports", meta,
+    sa.Column("sandbox_id", sa.String(36), primary_key=True),
+    sa.Column("port", sa.Integer, primary_key=True),
+    sa.Column("access", sa.String(16), nullable=False),  # public | private
+    sa.Column("generation", sa.Integer, nullable=False),  # a rotation bumps it: older links, cookies and tokens fail
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+audit_log = sa.Table(
+    "audit_log", meta,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("sandbox_id", sa.String(36), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("actor", sa.String(300), nullable=False),  # who: the client's address and its X-Hutch-Actor or User-Agent
+    sa.Column("op", sa.String(32), nullable=False),  # exec | spawn | signal | file_write | file_read | dir_download
+    sa.Column("detail", sa.Text, nullable=False),  # the command, or the path (at most 4 KiB)
+    sa.Column("exit_code", sa.Integer),  # a command's, once it ended (null: still running, or cut off)
+    sa.Column("outcome", sa.String(64), nullable=False),  # ok, or the error code the call ended with
+    sa.Index("ix_audit_log_sandbox", "sandbox_id", "id"),
+)
+
+
+def upgrade(engine: sa.Engine) -> None:
+    """Bring a database, empty or made by any older hutch, to this schema."""
+    _drop_old_templates(engine)
+    meta.create_all(engine)
+    _add_missing_columns(engine)
+
+
+def _drop_old_templates(engine: sa.Engine) -> None:
+    """hutch before templates could be built kept only the base in a `templates` keyed by name:
+    pin the sandboxes booted from it to its root, and drop the table (the base is registered
+    again at every start)."""
+    inspector = sa.inspect(engine)
+    if "templates" not in inspector.get_table_names():
+        return
+    if "id" in {col["name"] for col in inspector.get_columns("templates")}:
+        return
+    with engine.begin() as c:
+        roots: dict[str, str] = {str(n): str(r) for n, r in c.execute(sa.text("SELECT name, rootfs FROM templates"))}
+    _add_missing_columns(engine)  # the sandboxes' rootfs column
+    with engine.begin() as c:
+        for name, rootfs in roots.items():
+            c.execute(sa.text("UPDATE sandboxes SET rootfs = :r WHERE template = :n AND rootfs IS NULL"),
+                      {"r": rootfs, "n": name})
+        c.execute(sa.text("DROP TABLE templates"))
+
+
+def _add_missing_columns(engine: sa.Engine) -> None:
+    """A database made by an older hutch gets the nullable columns added since (nothing else
+    changes shape in place)."""
+    inspector = sa.inspect(engine)
+    existing = set(inspector.get_table_names())
+    for table in meta.sorted_tables:
+        if table.name not in existing:
+            continue
+        have = {col["name"] for col in inspector.get_columns(table.name)}
+        for col in table.columns:
+            if col.name not in have and col.nullable:
+                with engine.begin() as c:
+                    c.execute(sa.text(f'ALTER TABLE {table.name} ADD COLUMN "{col.name}" '
+                                      f"{col.type.compile(engine.dialect)}"))

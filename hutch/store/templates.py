@@ -1,0 +1,136 @@
+"""The store's templates and their builds, and which template roots something may still boot from."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from hutch.store.database import Database
+from hutch.store.records import BUILD_JSON, LIVE_STATUSES, TEMPLATE_JSON, BuildRecord, BuildStatus, TemplateRecord
+from hutch.store.schema import sandboxes, template_builds, templates
+
+
+class TemplateQueries(Database):
+    def put_template(self, rec: TemplateRecord) -> None:
+        """Insert a template; a name its team (or the system) already uses raises KeyError."""
+        with self._tx() as c:
+            if c.execute(sa.select(templates.c.id).where(templates.c.name == rec.name, _team_is(rec.team_id))).first():
+                raise KeyError(rec.name)
+            c.execute(templates.insert().values(**TEMPLATE_JSON.row(rec)))
+
+    def put_system_template(self, rec: TemplateRecord) -> None:
+        """Insert or replace a system template (the base, at each start: its root may have moved)."""
+        with self._tx() as c:
+            c.execute(templates.delete().where(templates.c.id == rec.id))
+            c.execute(templates.insert().values(**TEMPLATE_JSON.row(rec)))
+
+    def get_template(self, ref: str, team_id: str | None = None) -> TemplateRecord | None:
+        """By id or name: the team's own, or a system template. With no team, by id only."""
+        q = sa.select(templates)
+        if team_id is None:
+            q = q.where(templates.c.id == ref)
+        else:  # an id before a name that looks like one
+            q = q.where(sa.or_(templates.c.id == ref, templates.c.name == ref),
+                        sa.or_(templates.c.team_id == team_id, templates.c.team_id.is_(None))
+                        ).order_by(sa.case((templates.c.id == ref, 0), else_=1))
+        with self._tx() as c:
+            row = c.execute(q).first()
+        return TEMPLATE_JSON.record(TemplateRecord, row) if row else None
+
+    def list_templates(self, team_id: str) -> list[TemplateRecord]:
+        q = (sa.select(templates).where(sa.or_(templates.c.team_id == team_id, templates.c.team_id.is_(None)))
+             .order_by(templates.c.created_at))
+        with self._tx() as c:
+            return [TEMPLATE_JSON.record(TemplateRecord, r) for r in c.execute(q)]
+
+    def count_templates(self, team_id: str) -> tuple[int, int]:
+        """A team's templates, and its builds queued or running."""
+        with self._tx() as c:
+            n = c.execute(sa.select(sa.func.count()).where(templates.c.team_id == team_id)).scalar() or 0
+            b = c.execute(sa.select(sa.func.count()).select_from(template_builds.join(
+                templates, templates.c.id == template_builds.c.template_id)).where(
+                templates.c.team_id == team_id,
+                template_builds.c.status.in_((BuildStatus.QUEUED, BuildStatus.RUNNING)))).scalar() or 0
+        return int(n), int(b)
+
+    def update_template(self, template_id: str, **values: Any) -> None:
+        values = TEMPLATE_JSON.encoded(values)
+        with self._tx() as c:
+            c.execute(templates.update().where(templates.c.id == template_id).values(**values))
+
+    def delete_template(self, template_id: str) -> bool:
+        """Remove a template and its builds, unless a sandbox that may run again boots from it
+        (then False, nothing changed)."""
+        with self._tx() as c:
+            if c.execute(sa.select(sandboxes.c.id).where(sandboxes.c.template_id == template_id,
+                                                         sandboxes.c.status.in_(LIVE_STATUSES))).first():
+                return False
+            c.execute(template_builds.delete().where(template_builds.c.template_id == template_id))
+            c.execute(templates.delete().where(templates.c.id == template_id))
+        return True
+
+    def templates_in_use(self) -> set[str]:
+        """Ids of the templates some sandbox that may run again boots from."""
+        q = sa.select(sandboxes.c.template_id).where(sandboxes.c.status.in_(LIVE_STATUSES)).distinct()
+        with self._tx() as c:
+            return {str(t) for t in c.execute(q).scalars() if t}
+
+    def roots_in_use(self) -> set[str]:
+        """Every template root something may still boot from: templates' current roots and the
+        roots of sandboxes that may run again."""
+        with self._tx() as c:
+            a = c.execute(sa.select(templates.c.rootfs).where(templates.c.rootfs.is_not(None))).scalars().all()
+            b = c.execute(sa.select(sandboxes.c.rootfs).where(sandboxes.c.rootfs.is_not(None),
+                                                              sandboxes.c.status.in_(LIVE_STATUSES))).scalars().all()
+        return {str(r) for r in (*a, *b)}
+
+    # --- builds ---------------------------------------------------------------------------------
+
+    def insert_build(self, rec: BuildRecord) -> None:
+        with self._tx() as c:
+            c.execute(template_builds.insert().values(**BUILD_JSON.row(rec)))
+
+    def get_build(self, build_id: str, template_id: str | None = None) -> BuildRecord | None:
+        q = sa.select(template_builds).where(template_builds.c.id == build_id)
+        if template_id is not None:
+            q = q.where(template_builds.c.template_id == template_id)
+        with self._tx() as c:
+            row = c.execute(q).first()
+        return BUILD_JSON.record(BuildRecord, row) if row else None
+
+    def list_builds(self, template_id: str | None = None, statuses: Sequence[str] | None = None,
+                    limit: int = 100) -> list[BuildRecord]:
+        """Newest first."""
+        q = sa.select(template_builds).order_by(template_builds.c.created_at.desc()).limit(limit)
+        if template_id is not None:
+            q = q.where(template_builds.c.template_id == template_id)
+        if statuses is not None:
+            q = q.where(template_builds.c.status.in_(statuses))
+        with self._tx() as c:
+            return [BUILD_JSON.record(BuildRecord, r) for r in c.execute(q)]
+
+    def latest_builds(self, template_ids: Sequence[str]) -> dict[str, BuildRecord]:
+        """Each template's newest build, in one query."""
+        newest = (sa.select(template_builds.c.template_id, sa.func.max(template_builds.c.created_at).label("at"))
+                  .where(template_builds.c.template_id.in_(template_ids)).group_by(template_builds.c.template_id)
+                  .subquery())
+        q = sa.select(template_builds).join(newest, sa.and_(template_builds.c.template_id == newest.c.template_id,
+                                                            template_builds.c.created_at == newest.c.at))
+        with self._tx() as c:
+            builds = [BUILD_JSON.record(BuildRecord, r) for r in c.execute(q)]
+        return {b.template_id: b for b in builds}
+
+    def update_build(self, build_id: str, *, only_if_status: tuple[str, ...] | None = None, **values: Any) -> bool:
+        """Change a build; with `only_if_status`, only while it is in one of those states."""
+        values = BUILD_JSON.encoded(values)
+        q = template_builds.update().where(template_builds.c.id == build_id)
+        if only_if_status is not None:
+            q = q.where(template_builds.c.status.in_(only_if_status))
+        with self._tx() as c:
+            return bool(c.execute(q.values(**values)).rowcount)
+
+
+def _team_is(team_id: str | None) -> Any:
+    return templates.c.team_id.is_(None) if team_id is None else templates.c.team_id == team_id

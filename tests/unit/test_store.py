@@ -1,0 +1,473 @@
+"""The store's queries, aggregate by aggregate, on a real SQLite file as the server uses; and the
+upgrade of a database an older hutch made."""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hutch.store import (
+    API_KEY_PREFIX,
+    E2B_KEY_PREFIX,
+    BindingRecord,
+    BuildRecord,
+    BuildStatus,
+    PreviewPortRecord,
+    SandboxRecord,
+    SandboxStatus,
+    SecretRecord,
+    Store,
+    TemplateRecord,
+)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "hutch.db"
+
+
+@pytest.fixture
+def store(db: Path) -> Iterator[Store]:
+    s = Store(f"sqlite:///{db}")
+    yield s
+    s.engine.dispose()
+
+
+@pytest.fixture
+def team(store: Store) -> str:
+    return store.create_team("team-a")
+
+
+def add_sandbox(store: Store, team_id: str, **fields: Any) -> SandboxRecord:
+    sandbox_id = str(uuid.uuid4())
+    values: dict[str, Any] = {"name": "box", "template": "base", "status": SandboxStatus.ACTIVE,
+                              "memory_mib": 512, "vcpu": 1, "box_key": sandbox_id, **fields}
+    rec = SandboxRecord(id=sandbox_id, team_id=team_id, **values)
+    store.insert_sandbox(rec)
+    return rec
+
+
+# --- teams and API keys -------------------------------------------------------------------------
+
+
+def test_a_team_is_found_by_name(store: Store, team: str) -> None:
+    assert store.team_by_name("team-a") == team
+    assert store.team_by_name("team-b") is None
+
+
+def test_an_api_key_finds_its_team_and_a_wrong_key_finds_nothing(store: Store, team: str) -> None:
+    other = store.create_team("team-b")
+    key, e2b_key, other_key = store.create_api_key(team), store.create_api_key(team, e2b=True), store.create_api_key(other)
+    assert key.startswith(API_KEY_PREFIX)
+    assert e2b_key.startswith(E2B_KEY_PREFIX) and len(e2b_key) == len(E2B_KEY_PREFIX) + 40
+    int(e2b_key.removeprefix(E2B_KEY_PREFIX), 16)  # hex digits, as the e2b SDK demands
+    assert store.team_for_api_key(key) == team
+    assert store.team_for_api_key(e2b_key) == team
+    assert store.team_for_api_key(other_key) == other
+    for wrong in (key[:-1], key + "x", "", API_KEY_PREFIX, key.upper()):
+        assert store.team_for_api_key(wrong) is None
+
+
+def test_api_keys_are_kept_only_as_hashes(store: Store, team: str, db: Path) -> None:
+    key = store.create_api_key(team)
+    store.engine.dispose()  # everything on disk: the database and its write-ahead log
+    on_disk = b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
+    assert key.encode() not in on_disk
+
+
+# --- sandboxes ----------------------------------------------------------------------------------
+
+
+def test_a_sandbox_comes_back_as_it_went_in(store: Store, team: str) -> None:
+    rec = add_sandbox(store, team, metadata={"owner": "ann"}, env_vars={"A": "1"},
+                      network={"allow_out": ["example.com"], "deny_out": []}, timeout_seconds=60)
+    assert store.get_sandbox(rec.id) == rec
+    assert store.get_sandbox(rec.id, team) == rec
+    assert store.get_sandbox(rec.id, store.create_team("team-b")) is None, "another team's sandbox is not found"
+    assert store.get_sandbox("no-such-id") is None
+    assert store.sandbox_by_runtime("no-such-runtime") is None
+
+
+def test_sandboxes_are_listed_by_team_status_and_metadata_oldest_first(store: Store, team: str) -> None:
+    other = store.create_team("team-b")
+    a = add_sandbox(store, team, metadata={"env": "prod", "owner": "ann"}, created_at=3.0)
+    b = add_sandbox(store, team, metadata={"env": "prod"}, status=SandboxStatus.PAUSED, created_at=1.0)
+    c = add_sandbox(store, other, metadata={"env": "prod"}, created_at=2.0)
+    assert [r.id for r in store.list_sandboxes(team)] == [b.id, a.id]
+    assert [r.id for r in store.list_sandboxes(None)] == [b.id, c.id, a.id]
+    assert [r.id for r in store.list_sandboxes(team, status=SandboxStatus.PAUSED)] == [b.id]
+    assert [r.id for r in store.list_sandboxes(team, metadata={"env": "prod", "owner": "ann"})] == [a.id]
+    assert store.list_sandboxes(team, metadata={"env": "dev"}) == []
+
+
+def test_an_update_with_only_if_status_changes_nothing_in_another_state(store: Store, team: str) -> None:
+    rec = add_sandbox(store, team, updated_at=1.0)
+    assert not store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSED,), status=SandboxStatus.RESUMING)
+    assert store.get_sandbox(rec.id) == rec
+    assert store.update_sandbox(rec.id, only_if_status=(SandboxStatus.ACTIVE,), status=SandboxStatus.PAUSING,
+                                metadata={"k": "v"}, network=None)
+    got = store.get_sandbox(rec.id)
+    assert got is not None
+    assert (got.status, got.metadata, got.network) == (SandboxStatus.PAUSING, {"k": "v"}, None)
+    assert got.updated_at > 1.0, "an update stamps the record"
+    assert not store.update_sandbox("no-such-id", status=SandboxStatus.FAILED)
+
+
+def test_a_deleted_sandbox_is_invisible_but_still_counted(store: Store, team: str) -> None:
+    rec = add_sandbox(store, team, runtime_id="rt-1")
+    store.update_sandbox(rec.id, status=SandboxStatus.DELETED)
+    assert store.get_sandbox(rec.id) is None
+    assert store.list_sandboxes(team) == []
+    assert store.list_sandboxes(team, status=SandboxStatus.DELETED) == []
+    assert store.count_by_status(team) == {SandboxStatus.DELETED: 1}
+    found = store.sandbox_by_runtime("rt-1")  # the node asks of every box it finds, whatever its record says
+    assert found is not None and found.id == rec.id
+
+
+def test_sandboxes_are_counted_by_status_overall_and_by_team(store: Store, team: str) -> None:
+    other = store.create_team("team-b")
+    for status in (SandboxStatus.ACTIVE, SandboxStatus.ACTIVE, SandboxStatus.PAUSED):
+        add_sandbox(store, team, status=status)
+    add_sandbox(store, other, status=SandboxStatus.FAILED)
+    assert store.count_by_status(team) == {"active": 2, "paused": 1}
+    assert store.count_by_status() == {"active": 2, "paused": 1, "failed": 1}
+
+
+def test_a_box_key_finds_only_a_sandbox_whose_box_runs(store: Store, team: str) -> None:
+    for status in SandboxStatus:
+        rec = add_sandbox(store, team, status=status)
+        found = store.sandbox_by_box_key(rec.box_key)
+        runs = status in (SandboxStatus.ACTIVE, SandboxStatus.PAUSING, SandboxStatus.RESUMING)
+        assert (found is not None and found.id == rec.id) == runs, status
+
+
+def test_due_lists_active_sandboxes_to_pause_and_paused_ones_to_delete(store: Store, team: str) -> None:
+    now = 1000.0
+    to_pause = add_sandbox(store, team, pause_at=now)
+    add_sandbox(store, team, pause_at=now + 1)
+    add_sandbox(store, team)  # no timeout
+    add_sandbox(store, team, status=SandboxStatus.PAUSED, pause_at=now - 10)  # paused already
+    to_delete = add_sandbox(store, team, status=SandboxStatus.PAUSED, delete_at=now - 1)
+    add_sandbox(store, team, status=SandboxStatus.PAUSED, delete_at=now + 1)
+    add_sandbox(store, team, status=SandboxStatus.ACTIVE, delete_at=now - 1)  # runs: not deleted on its own
+    add_sandbox(store, team, status=SandboxStatus.DELETED, pause_at=now - 1, delete_at=now - 1)
+    assert store.due(now) == ([to_pause.id], [to_delete.id])
+
+
+# --- templates and builds -----------------------------------------------------------------------
+
+
+def add_template(store: Store, team_id: str | None, name: str, **fields: Any) -> TemplateRecord:
+    rec = TemplateRecord(id=str(uuid.uuid4()), team_id=team_id, name=name, spec={"from": "base"}, **fields)
+    store.put_template(rec)
+    return rec
+
+
+def test_a_template_is_found_by_id_or_name_by_its_team_and_system_ones_by_every_team(store: Store, team: str) -> None:
+    other = store.create_team("team-b")
+    base = add_template(store, None, "base", rootfs="/roots/base", env={"PATH": "/bin"}, created_at=1.0)
+    own = add_template(store, team, "mine", created_at=2.0)
+    assert store.get_template("mine", team) == own
+    assert store.get_template(own.id, team) == own
+    assert store.get_template("base", other) == base
+    assert store.get_template("mine", other) is None
+    assert store.get_template(own.id, other) is None
+    assert store.get_template(own.id) == own, "with no team, by id"
+    assert store.get_template("mine") is None, "with no team, never by name"
+    assert store.list_templates(team) == [base, own]
+    assert store.list_templates(other) == [base]
+
+
+def test_an_id_is_found_before_a_name_that_looks_like_one(store: Store, team: str) -> None:
+    target = add_template(store, team, "target")
+    add_template(store, team, target.id)
+    assert store.get_template(target.id, team) == target
+
+
+def test_a_template_name_is_unique_within_its_team(store: Store, team: str) -> None:
+    add_template(store, team, "mine")
+    with pytest.raises(KeyError):
+        add_template(store, team, "mine")
+    add_template(store, store.create_team("team-b"), "mine")
+    add_template(store, None, "shared")
+    with pytest.raises(KeyError):
+        add_template(store, None, "shared")
+
+
+def test_a_system_template_is_replaced_and_a_template_updated(store: Store, team: str) -> None:
+    base = TemplateRecord(id="base-id", team_id=None, name="base", spec={}, rootfs="/roots/old")
+    store.put_system_template(base)
+    store.put_system_template(TemplateRecord(id="base-id", team_id=None, name="base", spec={}, rootfs="/roots/new"))
+    got = store.get_template("base", team)
+    assert got is not None and got.rootfs == "/roots/new"
+    store.update_template("base-id", env={"A": "1"}, build_id="b1")
+    got = store.get_template("base-id")
+    assert got is not None and (got.env, got.build_id) == ({"A": "1"}, "b1")
+
+
+def test_a_template_a_sandbox_may_still_boot_from_is_not_deleted(store: Store, team: str) -> None:
+    tpl = add_template(store, team, "mine", rootfs="/roots/mine")
+    store.insert_build(BuildRecord(id="b1", template_id=tpl.id, status=BuildStatus.READY, spec=tpl.spec))
+    box = add_sandbox(store, team, template_id=tpl.id, rootfs="/roots/old-mine", status=SandboxStatus.PAUSED)
+    assert store.templates_in_use() == {tpl.id}
+    assert store.roots_in_use() == {"/roots/mine", "/roots/old-mine"}
+    assert not store.delete_template(tpl.id)
+    assert store.get_template(tpl.id) is not None and store.get_build("b1") is not None
+    store.update_sandbox(box.id, status=SandboxStatus.FAILED)
+    assert store.templates_in_use() == set()
+    assert store.roots_in_use() == {"/roots/mine"}
+    assert store.delete_template(tpl.id)
+    assert store.get_template(tpl.id) is None and store.get_build("b1") is None, "its builds go with it"
+
+
+def test_builds_are_listed_newest_first_and_counted_while_queued_or_running(store: Store, team: str) -> None:
+    tpl = add_template(store, team, "mine")
+    other = add_template(store, team, "other")
+    for i, status in enumerate(BuildStatus):
+        store.insert_build(BuildRecord(id=f"b{i}", template_id=tpl.id, status=status, spec=tpl.spec, created_at=float(i)))
+    store.insert_build(BuildRecord(id="o1", template_id=other.id, status=BuildStatus.QUEUED, spec={}, created_at=10.0))
+    assert [b.id for b in store.list_builds(tpl.id)] == ["b4", "b3", "b2", "b1", "b0"]
+    assert [b.id for b in store.list_builds(tpl.id, limit=2)] == ["b4", "b3"]
+    assert [b.id for b in store.list_builds(statuses=(BuildStatus.QUEUED,))] == ["o1", "b0"]
+    assert store.count_templates(team) == (2, 3)
+    assert store.count_templates(store.create_team("team-b")) == (0, 0)
+    latest = store.latest_builds([tpl.id, other.id, "no-such-template"])
+    assert {t: b.id for t, b in latest.items()} == {tpl.id: "b4", other.id: "o1"}
+
+
+def test_a_build_comes_back_and_changes_only_in_the_states_asked(store: Store, team: str) -> None:
+    tpl = add_template(store, team, "mine")
+    build = BuildRecord(id="b1", template_id=tpl.id, status=BuildStatus.QUEUED, spec={"steps": [{"run": "true"}]},
+                        steps_total=1)
+    store.insert_build(build)
+    assert store.get_build("b1") == build
+    assert store.get_build("b1", tpl.id) == build
+    assert store.get_build("b1", "another-template") is None
+    assert not store.update_build("b1", only_if_status=(BuildStatus.RUNNING,), status=BuildStatus.CANCELLED)
+    error = {"code": "step_failed", "message": "exit 1", "step": 0, "exit_code": 1}
+    assert store.update_build("b1", only_if_status=(BuildStatus.QUEUED, BuildStatus.RUNNING),
+                              status=BuildStatus.FAILED, error=error, env={"A": "1"})
+    got = store.get_build("b1")
+    assert got is not None and (got.status, got.error, got.env) == (BuildStatus.FAILED, error, {"A": "1"})
+
+
+# --- secrets and bindings -----------------------------------------------------------------------
+
+
+def add_secret(store: Store, team_id: str, name: str) -> SecretRecord:
+    rec = SecretRecord(id=str(uuid.uuid4()), team_id=team_id, name=name, provider=None, header="Authorization",
+                       format="Bearer {value}", hosts=["api.example.com", "*.example.org"], sealed=b"sealed",
+                       version=1, created_at=1.0, updated_at=1.0)
+    assert store.insert_secret(rec)
+    return rec
+
+
+def binding(sandbox_id: str, env: str, secret: SecretRecord) -> BindingRecord:
+    return BindingRecord(sandbox_id=sandbox_id, env=env, secret_id=secret.id, secret_name=secret.name,
+                         standin=f"standin-{uuid.uuid4().hex}", created_at=1.0)
+
+
+def test_a_secret_is_found_by_team_and_name_and_its_name_is_unique_in_the_team(store: Store, team: str) -> None:
+    other = store.create_team("team-b")
+    b = add_secret(store, team, "b-token")
+    a = add_secret(store, team, "a-token")
+    assert store.get_secret(team, "a-token") == a
+    assert store.secret_by_id(b.id) == b
+    assert store.get_secret(other, "a-token") is None
+    assert [s.name for s in store.list_secrets(team)] == ["a-token", "b-token"]
+    assert not store.insert_secret(SecretRecord(**{**vars(a), "id": str(uuid.uuid4())}))
+    add_secret(store, other, "a-token")
+
+
+def test_a_rotation_bumps_the_version_and_a_deleted_secret_is_gone(store: Store, team: str) -> None:
+    s = add_secret(store, team, "token")
+    store.rotate_secret(s.id, b"new")
+    got = store.secret_by_id(s.id)
+    assert got is not None and (got.sealed, got.version) == (b"new", 2) and got.updated_at > s.updated_at
+    store.delete_secret(s.id)
+    assert store.secret_by_id(s.id) is None and store.get_secret(team, "token") is None
+
+
+def test_bindings_replace_each_other_and_are_revoked_when_their_secret_goes(store: Store, team: str) -> None:
+    s1, s2 = add_secret(store, team, "one"), add_secret(store, team, "two")
+    box = add_sandbox(store, team)
+    store.bind_secret(binding(box.id, "TOKEN", s1))
+    later = binding(box.id, "TOKEN", s2)
+    store.bind_secret(later)
+    other = binding(box.id, "API_KEY", s1)
+    store.bind_secret(other)
+    assert store.bindings(box.id) == [other, later], "one binding per env var, ordered by env"
+    assert [(b.env, s.id) for b, s in store.bound_secrets(box.id)] == [("API_KEY", s1.id), ("TOKEN", s2.id)]
+    assert store.bound_secrets(box.id)[0] == (other, s1)
+    assert store.secret_for_standin(later.standin, s2.id) == s2
+    assert store.secret_for_standin(later.standin, s1.id) is None, "a stand-in swaps in only the secret it is bound to"
+    store.delete_secret(s1.id)
+    assert [(b.env, b.revoked) for b in store.bindings(box.id)] == [("API_KEY", True), ("TOKEN", False)]
+    assert [b.env for b, _ in store.bound_secrets(box.id)] == ["TOKEN"]
+    assert store.unbind_secret(box.id, "TOKEN")
+    assert not store.unbind_secret(box.id, "TOKEN")
+    assert [b.env for b in store.bindings(box.id)] == ["API_KEY"]
+
+
+def test_a_sandbox_is_inserted_with_its_bindings_and_they_are_read_for_many_at_once(store: Store, team: str) -> None:
+    s = add_secret(store, team, "token")
+    a = SandboxRecord(id="a", team_id=team, name="a", template="base", status=SandboxStatus.ACTIVE, memory_mib=512, vcpu=1)
+    store.insert_sandbox(a, [binding("a", "TOKEN", s), binding("a", "OTHER", s)])
+    b = add_sandbox(store, team)
+    store.bind_secret(binding(b.id, "TOKEN", s))
+    found = store.bindings_of(["a", b.id, "none"])
+    assert {k: [x.env for x in v] for k, v in found.items()} == {"a": ["OTHER", "TOKEN"], b.id: ["TOKEN"]}
+    store.delete_bindings("a")
+    assert store.bindings("a") == []
+    assert len(store.bindings(b.id)) == 1
+
+
+def test_a_secrets_audit_is_read_newest_first_by_name_and_outlives_the_secret(store: Store, team: str) -> None:
+    s = add_secret(store, team, "token")
+
+    def use(secret: SecretRecord, sandbox_id: str, path: str) -> None:
+        store.add_secret_audit(secret_id=secret.id, at=1.0, sandbox_id=sandbox_id, env="TOKEN", host="api.example.com",
+                               method="GET", path=path, status=200, team_id=team, secret_name=secret.name)
+
+    use(s, "box-1", "/1")
+    use(s, "box-2", "/2")
+    store.delete_secret(s.id)
+    use(add_secret(store, team, "token"), "box-1", "/3")  # made anew, same name
+    use(add_secret(store, team, "other"), "box-1", "/other")
+    entries = store.secret_audit(team, "token", limit=10)
+    assert [e.path for e in entries] == ["/3", "/2", "/1"]
+    assert [e.path for e in store.secret_audit(team, "token", limit=1, before=entries[0].id)] == ["/2"]
+    assert [e.path for e in store.secret_audit(team, "token", limit=10, sandbox_id="box-1")] == ["/3", "/1"]
+    assert store.secret_audit(store.create_team("team-b"), "token", limit=10) == []
+
+
+# --- preview ports ------------------------------------------------------------------------------
+
+
+def test_a_port_published_again_changes_its_access_and_keeps_its_credentials(store: Store, team: str) -> None:
+    box = add_sandbox(store, team)
+    first = PreviewPortRecord(sandbox_id=box.id, port=8080, access="public", generation=7, created_at=1.0)
+    assert store.publish_port(first) == first
+    again = store.publish_port(PreviewPortRecord(sandbox_id=box.id, port=8080, access="private", generation=99,
+                                                 created_at=2.0))
+    assert again == PreviewPortRecord(sandbox_id=box.id, port=8080, access="private", generation=7, created_at=1.0)
+    assert store.preview_port(box.id, 8080) == again
+    assert store.published_port(box.id, 8080) == again
+    assert store.preview_port(box.id, 9000) is None
+
+
+def test_ports_are_listed_rotated_and_unpublished(store: Store, team: str) -> None:
+    box = add_sandbox(store, team)
+    for port in (9000, 3000, 8080):
+        store.publish_port(PreviewPortRecord(sandbox_id=box.id, port=port, access="public", generation=1, created_at=1.0))
+    assert [p.port for p in store.preview_ports(box.id)] == [3000, 8080, 9000]
+    assert store.rotate_preview_port(box.id, 3000)
+    assert not store.rotate_preview_port(box.id, 1)
+    rotated = store.preview_port(box.id, 3000)
+    assert rotated is not None and rotated.generation == 2
+    assert store.unpublish_port(box.id, 3000)
+    assert not store.unpublish_port(box.id, 3000)
+    assert [p.port for p in store.preview_ports(box.id)] == [8080, 9000]
+    assert store.unpublish_port(box.id)
+    assert store.preview_ports(box.id) == []
+
+
+def test_a_deleted_sandboxs_port_is_no_longer_published(store: Store, team: str) -> None:
+    box = add_sandbox(store, team)
+    store.publish_port(PreviewPortRecord(sandbox_id=box.id, port=8080, access="public", generation=1, created_at=1.0))
+    store.update_sandbox(box.id, status=SandboxStatus.DELETED)
+    assert store.published_port(box.id, 8080) is None
+    assert store.published_port("no-such-box", 8080) is None
+
+
+# --- the audit log and the network log ----------------------------------------------------------
+
+
+def log_connection(store: Store, sandbox_id: str, host: str, secrets: list[str] | None = None) -> None:
+    store.add_network_log(sandbox_id=sandbox_id, at=1.0, host=host, port=443, ip="192.0.2.1", verdict="allowed",
+                          rule="default", bytes_out=10, bytes_in=20, error=None, secrets=secrets)
+
+
+def test_the_network_log_is_read_newest_first_in_pages(store: Store) -> None:
+    log_connection(store, "box-1", "a.example", secrets=["token"])
+    log_connection(store, "box-1", "b.example", secrets=[])
+    log_connection(store, "box-2", "elsewhere.example")
+    log_connection(store, "box-1", "c.example")
+    page = store.network_log("box-1", limit=2)
+    assert [e.host for e in page] == ["c.example", "b.example"]
+    rest = store.network_log("box-1", limit=2, before=page[-1].id)
+    assert [(e.host, e.secrets) for e in rest] == [("a.example", ["token"])]
+    assert page[1].secrets is None, "no secrets swapped in reads as None"
+    store.delete_network_log("box-1")
+    assert store.network_log("box-1", limit=10) == []
+    assert [e.host for e in store.network_log("box-2", limit=10)] == ["elsewhere.example"]
+
+
+def test_the_network_log_keeps_only_a_sandboxs_newest_entries(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("hutch.store.logs.NETWORK_LOG_KEEP", 3)
+    log_connection(store, "other-box", "kept.example")
+    for i in range(499):  # the 500th entry trims
+        log_connection(store, "box", f"{i}.example")
+    assert [e.host for e in store.network_log("box", limit=1000)] == ["498.example", "497.example", "496.example"]
+    assert len(store.network_log("other-box", limit=10)) == 1
+
+
+def test_the_audit_log_is_read_newest_first_in_pages(store: Store) -> None:
+    for i, sandbox_id in enumerate(("box-1", "box-1", "box-2", "box-1")):
+        store.add_audit(sandbox_id=sandbox_id, at=float(i), actor="127.0.0.1 test", op="exec", detail=f"echo {i}",
+                        exit_code=0, outcome="ok")
+    page = store.audit_log("box-1", limit=2)
+    assert [e.detail for e in page] == ["echo 3", "echo 1"]
+    assert [e.detail for e in store.audit_log("box-1", limit=2, before=page[-1].id)] == ["echo 0"]
+    assert store.audit_log("box-3", limit=10) == []
+
+
+# --- the schema ---------------------------------------------------------------------------------
+
+
+def test_reopening_a_database_keeps_what_it_holds(store: Store, team: str, db: Path) -> None:
+    rec = add_sandbox(store, team)
+    again = Store(f"sqlite:///{db}")
+    try:
+        assert again.get_sandbox(rec.id) == rec
+    finally:
+        again.engine.dispose()
+
+
+def test_a_database_of_a_hutch_before_built_templates_is_upgraded(db: Path) -> None:
+    old = sqlite3.connect(db)
+    old.executescript("""
+        CREATE TABLE teams (id VARCHAR(36) PRIMARY KEY, name VARCHAR(128) NOT NULL UNIQUE, created_at FLOAT NOT NULL);
+        CREATE TABLE sandboxes (
+            id VARCHAR(36) PRIMARY KEY, team_id VARCHAR(36) NOT NULL REFERENCES teams(id), name VARCHAR(128) NOT NULL,
+            template VARCHAR(128) NOT NULL, status VARCHAR(16) NOT NULL, metadata TEXT NOT NULL, env_vars TEXT NOT NULL,
+            timeout_seconds INTEGER, auto_delete_seconds INTEGER, runtime_id VARCHAR(32), box_key VARCHAR(64) NOT NULL,
+            token_generation INTEGER NOT NULL, memory_mib INTEGER NOT NULL, vcpu INTEGER NOT NULL, failure TEXT,
+            pause_at FLOAT, delete_at FLOAT, created_at FLOAT NOT NULL, updated_at FLOAT NOT NULL);
+        CREATE TABLE templates (name VARCHAR(128) PRIMARY KEY, rootfs TEXT NOT NULL, env TEXT NOT NULL, workdir TEXT,
+            vcpu INTEGER NOT NULL, memory_mib INTEGER NOT NULL, created_at FLOAT NOT NULL);
+        INSERT INTO teams VALUES ('t1', 'team-a', 1.0);
+        INSERT INTO templates VALUES ('base', '/roots/base-old', '{}', NULL, 1, 512, 1.0);
+        INSERT INTO sandboxes VALUES ('s1', 't1', 'box', 'base', 'paused', '{"k": "v"}', '{}', NULL, NULL, NULL, 's1',
+            1, 512, 1, NULL, NULL, NULL, 1.0, 1.0);
+    """)
+    old.close()
+    store = Store(f"sqlite:///{db}")
+    try:
+        rec = store.get_sandbox("s1", "t1")
+        assert rec is not None
+        assert (rec.status, rec.metadata, rec.rootfs) == (SandboxStatus.PAUSED, {"k": "v"}, "/roots/base-old"), \
+            "its sandboxes keep booting from the root they had"
+        assert (rec.network, rec.template_id, rec.disk_mib, rec.stable_token) == (None, None, None, None)
+        assert store.roots_in_use() == {"/roots/base-old"}
+        assert store.get_template("base", "t1") is None, "the base is registered again at start"
+        tpl = add_template(store, "t1", "base")
+        assert store.get_template("base", "t1") == tpl
+        assert store.update_sandbox("s1", network={"allow_out": ["example.com"]})
+    finally:
+        store.engine.dispose()
