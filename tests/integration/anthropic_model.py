@@ -1,5 +1,5 @@
 """A stand-in for Anthropic's Messages API, for driving the real Claude Code CLI offline. Run
-inside a network namespace of its own with the CLI (tests/test_claude_code.py), so the CLI
+inside a network namespace of its own with the CLI (tests/integration/test_claude_code.py), so the CLI
 cannot reach anything but this.
 
     python3 anthropic_model.py PORT COMMAND

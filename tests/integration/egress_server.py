@@ -83,7 +83,7 @@ def main() -> None:
     def remember_sni(sock: ssl.SSLObject | ssl.SSLSocket, name: str | None, _ctx: ssl.SSLContext) -> None:
         sock.sni = name  # type: ignore[union-attr]
 
-    ctx.sni_callback = remember_sni  # type: ignore[assignment]
+    ctx.sni_callback = remember_sni
     secure.socket = ctx.wrap_socket(secure.socket, server_side=True)
     threading.Thread(target=secure.serve_forever, daemon=True).start()
     print("ready", flush=True)

@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Literal
 
+from tests.integration.support import needs_installed
+
 Format = Literal["docker-archive", "oci-archive", "oci"]
 TOOLS = ("umoci", "skopeo")
 BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static
@@ -20,12 +22,12 @@ PASSWD = "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/s
 GROUP = "root:x:0:\nuser:x:1000:\n"
 
 
-def missing_tools() -> list[str]:
-    """What make_busybox_image needs and this machine lacks (tests skip when it is not empty)."""
+def needs_image_tools() -> None:
+    """Skip the test (fail it under CI) where make_busybox_image cannot run for want of a tool."""
     missing = [t for t in TOOLS if shutil.which(t) is None]
     if not _static(BUSYBOX):
         missing.append("busybox-static")
-    return missing
+    needs_installed(" and ".join(missing), not missing)
 
 
 def make_busybox_image(dir: Path, fmt: Format, *, symlinks: dict[str, str] | None = None) -> str:

@@ -1,6 +1,6 @@
 """The Claude Agent SDK driving the real Claude Code CLI, offline: the CLI runs in a network
 namespace of its own with only loopback, where a stand-in for Anthropic's API
-(tests/anthropic_model.py) answers it, so it can reach nothing else. The sandbox's tools run in
+(tests/integration/anthropic_model.py) answers it, so it can reach nothing else. The sandbox's tools run in
 this process (the SDK's in-process MCP server) against a real box."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from hutch import Sandbox
-from tests.integration.conftest import Env
+from tests.integration.support import Env, needs_installed
 
 CLAUDE = Path(__file__).parents[2] / ".cache/claude-code/node_modules/.bin/claude"
 INNER = r'''
@@ -27,9 +27,9 @@ os.execv(os.environ["HUTCH_TEST_CLAUDE"], [os.environ["HUTCH_TEST_CLAUDE"], *sys
 '''
 
 
-@pytest.mark.skipif(not CLAUDE.exists() or shutil.which("unshare") is None,
-                    reason="the Claude Code CLI is not installed (scripts/test installs it with npm)")
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare(1) here to give the CLI a network of its own")
 def test_claude_code_runs_the_sandbox_bash_tool(env: Env, tmp_path: Path) -> None:
+    needs_installed(f"the Claude Code CLI at {CLAUDE}", CLAUDE.exists())
     from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, ResultMessage, TextBlock, query
 
     from hutch.integrations.claude_agent import sandbox_tools

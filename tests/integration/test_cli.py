@@ -9,13 +9,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.integration.conftest import Env
-from tests.integration.conftest import wait_for as wait_until
+from tests.integration.support import HUTCH, Env
+from tests.integration.support import wait_for as wait_until
 
 
 def hutch(env: Env, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     environ = {**os.environ, "HUTCH_API_KEY": env.key_a, "HUTCH_BASE_URL": env.url}
-    return subprocess.run([sys.executable, "-m", "hutch.cli", *args], input=stdin, capture_output=True,
+    return subprocess.run([*HUTCH, *args], input=stdin, capture_output=True,
                           env=environ, timeout=120)
 
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from hutch import AsyncSandbox, Sandbox, SandboxTimeoutError, ValidationError
-from tests.integration.conftest import Env, in_background
+from tests.integration.support import Env, in_background, wait_for
 
 
 def test_stdout_stderr_and_a_nonzero_exit_is_a_result(box: Any) -> None:
@@ -113,9 +113,8 @@ def test_invalid_bytes_in_output_are_replaced_not_fatal(box: Any) -> None:
 
 def test_a_background_process_keeps_running_between_commands(box: Any) -> None:
     box.commands.run("nohup sh -c 'while true; do date +%s%N >> /tmp/tick; sleep 0.2; done' >/dev/null 2>&1 &")
-    first = box.commands.run("until [ -s /tmp/tick ]; do sleep 0.05; done; wc -l < /tmp/tick").stdout
-    time.sleep(1)
-    assert int(box.commands.run("wc -l < /tmp/tick").stdout) > int(first)
+    first = int(box.commands.run("until [ -s /tmp/tick ]; do sleep 0.05; done; wc -l < /tmp/tick").stdout)
+    wait_for(lambda: int(box.commands.run("wc -l < /tmp/tick").stdout) > first, what="the process to tick on")
 
 
 def test_a_server_left_in_the_background_does_not_hold_the_command(box: Any) -> None:

@@ -2,7 +2,7 @@
 
 The OpenAI Agents SDK's E2B sandbox extension (`agents.extensions.sandbox.e2b`, installed by
 `openai-agents[e2b]==0.24.0`, which pins e2b 2.31.0) lives in .cache/e2b-openai-agents (made by
-scripts/test). tests/e2b_clients/openai_agent.py runs there in a subprocess with only the three E2B
+scripts/test). tests/integration/e2b_clients/openai_agent.py runs there in a subprocess with only the three E2B
 variables and OPENAI_BASE_URL/OPENAI_API_KEY set; the model is hutch's scripted model on loopback.
 """
 
@@ -18,7 +18,7 @@ import pytest
 
 from hutch import Sandbox
 from hutch.integrations.scripted_model import ScriptedModel, answer, call
-from tests.integration.conftest import Env
+from tests.integration.support import Env, needs_installed
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = Path(__file__).resolve().parent / "e2b_clients" / "openai_agent.py"
@@ -26,18 +26,10 @@ WORKSPACE = "/home/user/workspace"
 CALC = "import pathlib\nprint(pathlib.Path('greeting.txt').read_text().strip(), 6 * 7)\n"
 
 
-def e2b_key(env: Env) -> str:
-    for line in (env.server.data_dir / "client.env").read_text().splitlines():
-        if line.startswith("E2B_API_KEY="):
-            return line.split("=", 1)[1]
-    raise AssertionError("hutch serve wrote no E2B_API_KEY")
-
-
 def run_agent(env: Env, model: ScriptedModel, on_exit: str, tag: str) -> dict[str, Any]:
     python = ROOT / ".cache" / "e2b-openai-agents" / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"openai-agents[e2b] is not installed in {python.parent.parent} (scripts/test makes it)")
-    variables = {"PATH": "/usr/local/bin:/usr/bin:/bin", "E2B_API_KEY": e2b_key(env),
+    needs_installed(f"openai-agents[e2b] in {python.parent.parent}", python.exists())
+    variables = {"PATH": "/usr/local/bin:/usr/bin:/bin", "E2B_API_KEY": env.server.e2b_key(),
                  "E2B_API_URL": f"{env.url}/e2b", "E2B_SANDBOX_URL": f"{env.url}/e2b/envd",
                  "OPENAI_BASE_URL": model.url, "OPENAI_API_KEY": "offline", "OPENAI_AGENTS_DISABLE_TRACING": "1"}
     done = subprocess.run([str(python), str(AGENT), on_exit, tag], env=variables, capture_output=True, text=True,

@@ -1,5 +1,5 @@
 """Egress end to end: real boxes, the real proxy, and test hosts in a network namespace
-(198.51.100.2 and 198.51.100.3, see tests/internet.py). Names resolve through the test
+(198.51.100.2 and 198.51.100.3, see tests/integration/internet.py). Names resolve through the test
 server's hosts map only; nothing leaves this machine."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 import pytest
 
 from hutch import NetworkConfig, NotFoundError, Sandbox
-from tests.integration.conftest import Env, Internet
+from tests.integration.internet import Internet
+from tests.integration.support import Env
 
 FETCH = r"""
 import json, ssl, sys, urllib.error, urllib.request
@@ -178,14 +178,14 @@ def test_egress_works_again_after_pause_and_resume(box: Any, internet: Internet)
 
 
 def test_bad_rules_are_400_and_make_nothing(env: Env) -> None:
-    api = httpx.Client(base_url=env.url, headers={"Authorization": f"Bearer {env.key_a}"}, timeout=60)
-    before = len(api.get("/v1/sandboxes").json())
-    for network in ({"allow_out": ["not a domain!"]}, {"deny_out": ["example.com"]}, {"allow_out": ["*.*.x.com"]},
-                    {"allow_out": ["10.0.0.0/33"]}, {"allow_out": ["a.com"] * 257}, {"allow_out": "a.com"},
-                    {"allow_out": [], "extra": 1}):
-        r = api.post("/v1/sandboxes", json={"name": "bad", "network": network})
-        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", (network, r.text)
-    assert len(api.get("/v1/sandboxes").json()) == before
+    with env.api() as api:
+        before = len(api.get("/v1/sandboxes").json())
+        for network in ({"allow_out": ["not a domain!"]}, {"deny_out": ["example.com"]}, {"allow_out": ["*.*.x.com"]},
+                        {"allow_out": ["10.0.0.0/33"]}, {"allow_out": ["a.com"] * 257}, {"allow_out": "a.com"},
+                        {"allow_out": [], "extra": 1}):
+            r = api.post("/v1/sandboxes", json={"name": "bad", "network": network})
+            assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", (network, r.text)
+        assert len(api.get("/v1/sandboxes").json()) == before
 
 
 def test_curl_git_and_pip_find_the_proxy_by_themselves(box: Any, internet: Internet) -> None:

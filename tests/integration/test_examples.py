@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hutch import Sandbox
-from tests.integration.conftest import Env
+from tests.integration.support import Env
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 EXPECTED = {

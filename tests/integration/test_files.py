@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from hutch import NotFoundError, ValidationError
-from tests.integration.conftest import Env
+from tests.integration.support import Env
 
 
 def test_text_and_binary_round_trip_byte_for_byte(box: Any) -> None:
@@ -84,24 +84,16 @@ def test_download_dir_gives_a_zip_of_the_tree(box: Any) -> None:
         box.files.download_dir("/no/such/dir")
 
 
-def _server_peak_rss_kib(env: Env) -> int:
-    assert env.server.proc is not None
-    for line in Path(f"/proc/{env.server.proc.pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmHWM")
-
-
 def test_a_100_mb_file_streams_through_without_filling_server_memory(box: Any, env: Env) -> None:
     data = os.urandom(100 * 2**20)
     assert env.server.proc is not None
     Path(f"/proc/{env.server.proc.pid}/clear_refs").write_text("5")  # restart the peak from now
-    before = _server_peak_rss_kib(env)
+    before = env.server.memory_kib("VmHWM")
     box.files.write("/home/user/big.bin", data)
     assert box.commands.run("stat -c %s /home/user/big.bin").stdout.strip() == str(len(data))
     back = box.files.read("/home/user/big.bin")
     assert hashlib.sha256(back).digest() == hashlib.sha256(data).digest()
-    grown_mib = (_server_peak_rss_kib(env) - before) / 1024
+    grown_mib = (env.server.memory_kib("VmHWM") - before) / 1024
     assert grown_mib < 50, f"the server's peak memory grew by {grown_mib:.0f} MiB for a 100 MiB file"
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from hutch import ConflictError, EntryInfo, FilesystemEvent, NotFoundError, SandboxError, ValidationError
 from hutch.sdk.sandbox import AsyncWatchHandle
-from tests.integration.conftest import Env, wait_for
+from tests.integration.support import Env, wait_for
 
 
 def sh(box: Any, command: str, user: str = "root") -> str:

@@ -12,12 +12,12 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
 from hutch import Sandbox
-from tests.integration.conftest import Env
+from tests.integration.support import Env
 
 
 @pytest.fixture
 def api(env: Env) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=env.url, headers={"Authorization": f"Bearer {env.key_a}"}, timeout=60) as c:
+    with env.api() as c:
         yield c
 
 
@@ -47,8 +47,10 @@ def test_bad_json_and_bad_fields_are_400_and_make_nothing(api: httpx.Client) -> 
     assert r.status_code == 400 and _code(r) == "invalid_json"
     r = api.post("/v1/sandboxes", content=b"\xff\xfe\x00", headers={"Content-Type": "application/json"})
     assert r.status_code == 400
-    for body in ({"name": "n" * 129}, {"name": "ok", "metadata": {"k": "v" * 2000}}, {"name": "ok", "surprise": 1},
-                 {"name": "ok", "metadata": {"k": 5}}, {"name": "ok", "env_vars": {"A": "x\x00y"}}, {}, []):
+    bad_bodies: tuple[object, ...] = ({"name": "n" * 129}, {"name": "ok", "metadata": {"k": "v" * 2000}},
+                                      {"name": "ok", "surprise": 1}, {"name": "ok", "metadata": {"k": 5}},
+                                      {"name": "ok", "env_vars": {"A": "x\x00y"}}, {}, [])
+    for body in bad_bodies:
         r = api.post("/v1/sandboxes", json=body)
         assert r.status_code == 400 and _code(r) == "invalid_request", (body, r.text)
         assert r.json()["error"]["message"]

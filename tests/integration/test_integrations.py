@@ -19,9 +19,9 @@ import pytest
 
 from hutch import AsyncSandbox, NotFoundError, Sandbox, ValidationError
 from hutch.integrations.conversation import conversation_sandbox, kill_conversations
-from hutch.integrations.scripted_model import ScriptedModel, answer, call, text_of
+from hutch.integrations.scripted_model import Script, ScriptedModel, answer, call, text_of
 from hutch.integrations.tools import Allow, Deny
-from tests.integration.conftest import HUTCH, Env, free_port, wait_for
+from tests.integration.support import HUTCH, Env, free_port, wait_for
 
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")  # nothing leaves this machine
 
@@ -51,12 +51,12 @@ def test_openai_agents_write_run_and_read_a_script(sandbox: Sandbox) -> None:
 
     from hutch.integrations.openai_agents import sandbox_tools
 
-    script = [call("write_file", path="/home/user/fib.py", content="a, b = 0, 1\nfor _ in range(10): a, b = b, a + b\n"
-                                                                  "print(a)\nopen('/home/user/out.txt', 'w').write(str(a))\n"),
-              call("bash", command="python3 /home/user/fib.py"),
-              call("read_file", path="/home/user/out.txt"),
-              call("bash", command="exit 3"),
-              answer("fib(10) is 55")]
+    fib = "a, b = 0, 1\nfor _ in range(10): a, b = b, a + b\nprint(a)\nopen('/home/user/out.txt', 'w').write(str(a))\n"
+    script: Script = [call("write_file", path="/home/user/fib.py", content=fib),
+                      call("bash", command="python3 /home/user/fib.py"),
+                      call("read_file", path="/home/user/out.txt"),
+                      call("bash", command="exit 3"),
+                      answer("fib(10) is 55")]
     with ScriptedModel(script) as model:
         result = Runner.run_sync(_agent(model, sandbox_tools(sandbox)), "compute fib(10) in the sandbox")
     assert result.final_output == "fib(10) is 55"
@@ -74,8 +74,8 @@ def test_openai_agents_streamed_with_an_async_sandbox(env: Env) -> None:
     async def go() -> list[str]:
         sb = await AsyncSandbox.create("stream")
         try:
-            script = [call("bash", command="echo streamed"), call("spawn", command="echo up; sleep 30", wait_seconds=1),
-                      answer("all done now")]
+            script: Script = [call("bash", command="echo streamed"), call("spawn", command="echo up; sleep 30", wait_seconds=1),
+                              answer("all done now")]
             with ScriptedModel(script) as model:
                 run = Runner.run_streamed(_agent(model, sandbox_tools(sb)), "say it")
                 kinds = [getattr(event, "name", event.type) async for event in run.stream_events()]
@@ -106,7 +106,7 @@ def test_approval_denies_rm_and_can_rewrite_a_call(sandbox: Sandbox) -> None:
             return Allow(updated_input={**args, "command": "echo rewritten"})
         return Allow()
 
-    script = [call("bash", command="rm -rf /home/user/keep.txt"), call("bash", command="sleep 100"), answer("ok")]
+    script: Script = [call("bash", command="rm -rf /home/user/keep.txt"), call("bash", command="sleep 100"), answer("ok")]
     with ScriptedModel(script) as model:
         Runner.run_sync(_agent(model, sandbox_tools(sandbox, can_use_tool=can_use_tool)), "clean up")
     assert model.tool_results()[0] == "denied: deleting files is not allowed here"
@@ -122,14 +122,15 @@ def test_approval_denies_rm_and_can_rewrite_a_call(sandbox: Sandbox) -> None:
 def test_langchain_tool_calling(sandbox: Sandbox) -> None:
     from langchain_core.messages import HumanMessage, ToolMessage
     from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
 
     from hutch.integrations.langchain import sandbox_tools
 
     tools = {t.name: t for t in sandbox_tools(sandbox)}
-    script = [call("bash", command="uname -s; id -un"), call("write_file", path="/tmp/lc.txt", content="from langchain"),
-              answer("Linux, as user")]
+    script: Script = [call("bash", command="uname -s; id -un"), call("write_file", path="/tmp/lc.txt", content="from langchain"),
+                      answer("Linux, as user")]
     with ScriptedModel(script) as model:
-        llm = ChatOpenAI(base_url=model.url, api_key="offline", model="scripted").bind_tools(list(tools.values()))
+        llm = ChatOpenAI(base_url=model.url, api_key=SecretStr("offline"), model="scripted").bind_tools(list(tools.values()))
         messages: list[Any] = [HumanMessage("what system is this?")]
         while True:
             reply = llm.invoke(messages)
@@ -347,7 +348,7 @@ def test_an_openai_agent_with_the_mcp_server_attached(env: Env) -> None:
         return call("sandbox_kill", sandbox_id=sid)
 
     async def go() -> tuple[str, list[str]]:
-        script = [call("sandbox_create", name="from-agent"), exec_in_made_box, kill_it, answer("42")]
+        script: Script = [call("sandbox_create", name="from-agent"), exec_in_made_box, kill_it, answer("42")]
         with ScriptedModel(script) as model:
             async with MCPServerStdio(params={"command": sys.executable, "args": ["-m", "hutch.cli", "mcp", "serve"],
                                               "env": _client_env(env)}, client_session_timeout_seconds=120) as mcp:

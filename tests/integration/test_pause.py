@@ -12,9 +12,7 @@ import httpx
 import pytest
 
 from hutch import AuthenticationError, NotFoundError, Sandbox, SandboxError
-from hutch.server.config import ServerConfig
-from hutch.store import Store
-from tests.integration.conftest import Env, in_background, wait_for
+from tests.integration.support import Env, in_background, make_server, wait_for
 
 COUNTER = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &"
 HOLDER = ("nohup python3 -c 'import time\nsecret = sum(range(1000))\nwhile True:\n"
@@ -43,8 +41,7 @@ def test_state_survives_pause_and_resume_twice(sdk: Any, box: Any) -> None:
         assert box.commands.run("cat /etc/marker").stdout == "root-file\n"
         now = _count(box)
         assert now >= last, "the counter process went on from where it was"
-        time.sleep(0.5)
-        assert _count(box) > now, "and it is still running"
+        wait_for(lambda: _count(box) > now, what="the counter, still running")  # noqa: B023 (waited for in this turn)
         last = _count(box)
         box.commands.run("rm -f /tmp/held")
         wait_for(lambda: box.commands.run("cat /tmp/held 2>/dev/null").stdout == "499500",
@@ -73,13 +70,10 @@ def test_any_call_resumes_a_paused_box_and_the_token_rotates(sdk: Any, box: Any)
 def test_a_paused_box_costs_no_running_processes(env: Env) -> None:
     sb = Sandbox.create(name="cheap")
     try:
-        config = ServerConfig(data_dir=env.server.data_dir)
-        rec = Store(config.db_url).get_sandbox(sb.id)
-        assert rec is not None
-        record_dir = config.run_dir / "boxes" / rec.box_key
-        assert record_dir.exists()
+        box_dir = env.server.box_dir(sb.id)
+        assert box_dir.exists()
         sb.pause()
-        assert not record_dir.exists(), "nothing of a paused box stays on the host but its image"
+        assert not box_dir.exists(), "nothing of a paused box stays on the host but its image"
         image = env.server.data_dir / "checkpoints" / sb.id
         size = sum(f.stat().st_size for f in image.rglob("*") if f.is_file())
         assert 0 < size < 64 * 2**20, f"an idle box's checkpoint should be a few MB, not {size}"
@@ -125,7 +119,7 @@ def test_concurrent_pause_connect_resume_and_kill_are_safe(env: Env) -> None:
                threading.Thread(target=run, args=("resume", lambda: Sandbox.connect(sb.id).resume()))]
     for t in threads:
         t.start()
-        time.sleep(0.02)
+        time.sleep(0.02)  # on purpose: a race, each call just under way as the next starts
     for t in threads:
         t.join(60)
     assert not any(isinstance(v, Exception) for v in results.values()), results
@@ -145,7 +139,7 @@ def test_concurrent_pause_connect_resume_and_kill_are_safe(env: Env) -> None:
     killer = threading.Thread(target=run, args=("kill", lambda: Sandbox.kill_by_id(sb.id)))
     pauser = threading.Thread(target=run, args=("pause2", sb.pause))
     pauser.start()
-    time.sleep(0.05)
+    time.sleep(0.05)  # on purpose: the kill lands while the pause is under way
     killer.start()
     pauser.join(60)
     killer.join(60)
@@ -174,7 +168,7 @@ def test_update_sets_and_clears_lifetimes(env: Env) -> None:
         wait_for(lambda: sb.get_info().status == "paused", timeout=15, what="the new timeout to pause it")
         sb.resume()
         sb.update(timeout_seconds=None)
-        time.sleep(2.5)
+        time.sleep(2.5)  # on purpose: past the old timeout, which must not fire
         assert sb.get_info().status == "active", "a cleared timeout never pauses"
         sb.update(auto_delete_seconds=0)
         sb.pause()  # 0: deleted on pause
@@ -198,12 +192,10 @@ def test_an_old_token_is_refused_after_resume(env: Env) -> None:
 
 
 def test_paused_and_active_boxes_survive_a_server_kill(tmp_path: Path) -> None:
-    from tests.integration.conftest import make_server
-
     server = make_server()
     server.start()
     try:
-        kw = {"api_key": server.admin_key(), "base_url": server.url}
+        kw = server.client_args()
         active = Sandbox.create(name="active", **kw)
         paused = Sandbox.create(name="paused", **kw)
         for sb in (active, paused):
@@ -230,7 +222,9 @@ def test_pausing_while_a_command_streams_keeps_the_command(env: Env) -> None:
     sb = Sandbox.create(name="pause-mid-stream")
     bg = in_background(lambda: sb.commands.run("for i in $(seq 1 40); do echo $i > /tmp/progress; echo $i; sleep 0.1; done"))
     try:
-        progress = lambda: sb.commands.run("cat /tmp/progress 2>/dev/null || true").stdout.strip()
+        def progress() -> str:
+            return sb.commands.run("cat /tmp/progress 2>/dev/null || true").stdout.strip()
+
         wait_for(lambda: progress() not in ("", "1"), what="the command to run")
         Sandbox.connect(sb.id).pause()
         assert sb.get_info().status == "paused"
@@ -245,12 +239,11 @@ def test_pausing_while_a_command_streams_keeps_the_command(env: Env) -> None:
 
 def test_quotas_count_running_boxes_and_hold_on_resume() -> None:
     from hutch import RateLimitError
-    from tests.integration.conftest import make_server
 
     server = make_server("--warm-pool", "0", "--team-max-sandboxes", "1")
     server.start()
     try:
-        kw = {"api_key": server.admin_key(), "base_url": server.url}
+        kw = server.client_args()
         first = Sandbox.create(name="first", **kw)
         with pytest.raises(RateLimitError) as err:
             Sandbox.create(name="second", **kw)

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
-import threading
 import time
+from functools import partial
 from typing import Any
 
 import httpx
 
 from hutch import EnvStep, Sandbox, Template, WorkdirStep
-from hutch.node.runsc import find_runsc
-from hutch.server.config import ServerConfig
-from hutch.store import Store
-from tests.integration.conftest import Env, wait_for
+from tests.integration.support import Env, in_background, runsc_cli, wait_for
 
 
 def _pool(env: Env) -> int:
@@ -46,21 +42,15 @@ def test_a_claimed_box_carries_nothing_of_an_earlier_one(env: Env) -> None:
 
 def test_an_empty_pool_only_means_a_cold_boot(env: Env) -> None:
     made: list[Any] = []
-    errors: list[BaseException] = []
 
     def create(i: int) -> None:
-        try:
-            made.append(Sandbox.create(name=f"burst-{i}"))
-        except BaseException as e:  # checked below
-            errors.append(e)
+        made.append(Sandbox.create(name=f"burst-{i}"))
 
-    threads = [threading.Thread(target=create, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    creates = [in_background(partial(create, i)) for i in range(4)]
     try:
-        assert not errors and len(made) == 4
+        for c in creates:
+            c.join(120)
+        assert not [e for c in creates for e in c.errors] and len(made) == 4
         assert len({sb.id for sb in made}) == 4
         outputs = {sb.commands.run("cat /proc/sys/kernel/random/boot_id").stdout for sb in made}
         assert len(outputs) == 4, "four boxes, four kernels: no box was handed out twice"
@@ -71,14 +61,11 @@ def test_an_empty_pool_only_means_a_cold_boot(env: Env) -> None:
 
 def test_a_pooled_box_that_died_is_never_handed_out(env: Env) -> None:
     wait_for(lambda: _pool(env) == 2, timeout=30, what="a full pool")
-    config = ServerConfig(data_dir=env.server.data_dir)
-    root = f"--root={config.run_dir / 'runsc'}"
-    runsc = find_runsc() or "runsc"
-    owned = {r.runtime_id for r in Store(config.db_url).list_sandboxes(None) if r.runtime_id}
-    pooled = set(subprocess.run([runsc, root, "list", "--quiet"], capture_output=True, text=True).stdout.split()) - owned
+    owned = {r.runtime_id for r in env.server.store().list_sandboxes(None) if r.runtime_id}
+    pooled = set(runsc_cli(env.server, "list", "--quiet").split()) - owned
     assert len(pooled) == 2
     for runtime_id in pooled:
-        subprocess.run([runsc, root, "kill", runtime_id, "KILL"], capture_output=True, timeout=30)
+        runsc_cli(env.server, "kill", runtime_id, "KILL")
     sb = Sandbox.create(name="after-pool-death")
     try:
         assert sb.commands.run("echo fine").stdout == "fine\n"

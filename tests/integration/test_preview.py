@@ -20,7 +20,7 @@ import pytest
 import websockets
 
 from hutch import Sandbox, ValidationError
-from tests.integration.conftest import HUTCH, Env, wait_for
+from tests.integration.support import HUTCH, Env, needs_installed, wait_for
 
 APP = r'''
 import base64, hashlib, json, os, sys, time
@@ -195,7 +195,7 @@ def test_links_redirect_only_within_the_port_and_cookies_serve_only_its_own_site
 def test_signed_links_expire(app: Any, env: Env) -> None:
     url = app.publish_preview_port(8000, access="private").url
     link = app.get_signed_preview_url(8000, expires_in_seconds=1)
-    time.sleep(2.1)
+    time.sleep(2.1)  # on purpose: past the link's one second
     assert get(env, url, link[len(url):]).status_code == 403
 
 
@@ -219,8 +219,9 @@ def test_bad_ports_are_refused_before_any_request(app: Any, env: Env) -> None:
                    headers={"Authorization": f"Bearer {env.key_a}"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
     assert app.list_preview_ports() == []
+    unknown: Any = "secret"  # past the type checker, as a caller without one would send it
     with pytest.raises(ValidationError):
-        Sandbox.create(name="x", preview_access="secret")  # type: ignore[arg-type]
+        Sandbox.create(name="x", preview_access=unknown)
 
 
 def test_a_port_nothing_listens_on_is_a_bad_gateway(app: Any, env: Env) -> None:
@@ -274,10 +275,10 @@ def test_http_server_in_a_box_and_the_cli(app: Any, env: Env) -> None:
     assert app.get_preview_url(8080) in table.stdout and "private" in table.stdout
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
 def test_a_browser_opens_a_signed_private_link(app: Any, env: Env) -> None:
     """What a person does: open the link. The page renders, and its script (an asset behind the
     same cookie) has run."""
+    needs_installed("Debian's chromium", shutil.which("chromium") is not None)
     app.publish_preview_port(8000, access="private")
     link = app.get_signed_preview_url(8000, expires_in_seconds=120)
     profile = tempfile.mkdtemp(prefix="hutch-chromium-")

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from typing import Any
 
 import pytest
 
 from hutch import AsyncSandbox, ConflictError, NotFoundError, PtySize, Sandbox, ValidationError
-from tests.integration.conftest import wait_for
+from tests.integration.support import wait_for
 
 
 def test_a_python_repl_driven_through_stdin(box: Any) -> None:
@@ -67,7 +66,7 @@ def test_output_printed_while_detached_is_kept_even_past_the_exit(box: Any) -> N
     proc = box.commands.spawn("sleep 1; echo while-away; exit 4")
     pid = proc.pid
     proc.close()
-    time.sleep(2)
+    wait_for(lambda: pid not in [p.pid for p in box.commands.list()], what="the process to exit while detached")
     again = box.commands.connect(pid)
     assert again.wait(timeout=60) == 4 and again.stdout == "while-away\n"
 

@@ -8,17 +8,11 @@ import signal
 import pytest
 
 from hutch import ConflictError, Sandbox
-from hutch.server.config import ServerConfig
-from hutch.store import Store
-from tests.integration.conftest import Server, runsc_cli, wait_for
-
-
-def _client(server: Server) -> dict[str, str]:
-    return {"api_key": server.admin_key(), "base_url": server.url}
+from tests.integration.support import Server, runsc_cli, wait_for
 
 
 def test_a_killed_server_comes_back_with_its_boxes_running(own_server: Server) -> None:
-    kw = _client(own_server)
+    kw = own_server.client_args()
     sb = Sandbox.create(name="durable", metadata={"keep": "yes"}, **kw)
     sb.files.write("/home/user/state.txt", "before the crash")
     sb.commands.run("nohup sh -c 'echo $$ > /tmp/loop.pid; while true; do sleep 1; done' >/dev/null 2>&1 &")
@@ -34,13 +28,13 @@ def test_a_killed_server_comes_back_with_its_boxes_running(own_server: Server) -
 
 
 def test_a_box_that_died_while_the_server_was_down_is_marked_failed(own_server: Server) -> None:
-    kw = _client(own_server)
+    kw = own_server.client_args()
     alive = Sandbox.create(name="alive", **kw)
     dead = Sandbox.create(name="dead", **kw)
     own_server.stop()
     assert len(runsc_cli(own_server, "list", "--quiet").split()) == 2, "the boxes outlive the server"
-    record = Store(ServerConfig(data_dir=own_server.data_dir).db_url).get_sandbox(dead.id)
-    assert record is not None and record.runtime_id
+    record = own_server.record(dead.id)
+    assert record.runtime_id
     runsc_cli(own_server, "delete", "--force", record.runtime_id)
     own_server.start()
     assert Sandbox.connect(alive.id, **kw).commands.run("echo up").stdout == "up\n"
@@ -55,7 +49,7 @@ def test_a_box_that_died_while_the_server_was_down_is_marked_failed(own_server: 
 
 
 def test_a_box_whose_runtime_dies_is_reported_failed_at_once(own_server: Server) -> None:
-    kw = _client(own_server)
+    kw = own_server.client_args()
     sb = Sandbox.create(name="doomed", **kw)
     (rid,) = runsc_cli(own_server, "list", "--quiet").split()
     runsc_cli(own_server, "kill", rid, "KILL")

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
 import pytest
 
 from hutch import AuthenticationError, NotFoundError, Sandbox, SandboxError, ValidationError
-from tests.integration.conftest import Env, in_background
+from tests.integration.support import ClientArgs, Env, in_background, wait_for
 
 
 def test_create_returns_a_ready_box(sdk: Any, env: Env) -> None:
@@ -83,7 +82,7 @@ def test_kill_by_id_stops_the_box(sdk: Any) -> None:
 
 
 def test_one_team_never_sees_another_teams_boxes(box: Any, env: Env) -> None:
-    other = {"api_key": env.key_b, "base_url": env.url}
+    other = ClientArgs(api_key=env.key_b, base_url=env.url)
     assert box.id not in {i.id for i in Sandbox.list(**other)}
     with pytest.raises(NotFoundError):
         Sandbox.connect(box.id, **other)
@@ -118,8 +117,9 @@ def test_bad_create_arguments_make_nothing(sdk: Any) -> None:
 
 def test_killing_a_box_while_a_command_streams_ends_the_call_cleanly(sdk: Any) -> None:
     sb = sdk.create(name="killed-mid-stream")
-    bg = in_background(lambda: sb.commands.run("echo started; sleep 60"))
-    time.sleep(1.0)
+    streamed: list[str] = []
+    bg = in_background(lambda: sb.commands.run("echo started; sleep 60", on_stdout=streamed.append))
+    wait_for(lambda: "started" in "".join(streamed), what="the command to stream")
     sdk.kill_by_id(sb.id)
     bg.join(60)
     assert len(bg.errors) == 1 and isinstance(bg.errors[0], SandboxError), bg.errors

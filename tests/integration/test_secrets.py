@@ -1,5 +1,5 @@
 """Secrets end to end: real boxes, the real egress proxy terminating TLS with hutch's CA, and an
-HTTPS test host in a network namespace (tests/internet.py) that logs what really arrived. The
+HTTPS test host in a network namespace (tests/integration/internet.py) that logs what really arrived. The
 test host never echoes a header back, so the only way the real value could enter a box is a
 hutch bug, which is what the greps look for."""
 
@@ -18,7 +18,8 @@ import pytest
 
 from hutch import AsyncSecret, NetworkConfig, NotFoundError, Provider, Sandbox, Secret, ValidationError
 from hutch.sdk.errors import ConflictError
-from tests.integration.conftest import HUTCH, Env, Internet, wait_for
+from tests.integration.internet import Internet
+from tests.integration.support import HUTCH, Env, wait_for
 
 pytestmark = pytest.mark.usefixtures("internet")
 
@@ -229,7 +230,7 @@ def test_bad_secrets_are_refused_and_change_nothing(env: Env, secret: tuple[Secr
         Sandbox.create(name="x", secrets={"KEY": "no-such-secret"})
     assert len(Sandbox.list()) == before, "nothing was created"
 
-    for kwargs, kind in [
+    refused: list[tuple[dict[str, Any], type[Exception]]] = [
         ({"provider": "no-such-provider"}, ValidationError),
         ({}, ValidationError),  # no provider and no hosts: it could go nowhere
         ({"allowed_hosts": ["10.0.0.0/8"]}, ValidationError),
@@ -237,7 +238,8 @@ def test_bad_secrets_are_refused_and_change_nothing(env: Env, secret: tuple[Secr
          ValidationError),
         ({"allowed_hosts": ["api.example.test"], "auth": {"header": "bad header", "format": "{value}"}},
          ValidationError),
-    ]:
+    ]
+    for kwargs, kind in refused:
         with pytest.raises(kind):
             Secret.create(name="bad-" + random.token_hex(3), value="v", **kwargs)
     for value in ("line\r\nInjected: yes", "trailing-space ", " leading"):

@@ -14,7 +14,6 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from hutch import (
@@ -31,10 +30,10 @@ from hutch import (
     ValidationError,
     WorkdirStep,
 )
-from hutch.server.config import DEFAULT_CACHE_DIR, ServerConfig
-from tests.integration.conftest import HUTCH, Env, Server
+from hutch.server.config import DEFAULT_CACHE_DIR
 from tests.integration.internet import Internet
-from tests.integration.oci_image import IMAGE_ENV, IMAGE_WORKDIR, REMOVED, make_busybox_image, missing_tools
+from tests.integration.oci_image import IMAGE_ENV, IMAGE_WORKDIR, REMOVED, make_busybox_image, needs_image_tools
+from tests.integration.support import HUTCH, Env, Server
 
 _seq = iter(range(10**6))
 
@@ -86,10 +85,6 @@ def build(template: Template) -> list[str]:
     lines: list[str] = []
     template.wait_until_ready(timeout_seconds=600, on_log=lambda line: lines.append(line.text or ""))
     return lines
-
-
-def api(env: Env, key: str | None = None) -> httpx.Client:
-    return httpx.Client(base_url=env.url, headers={"Authorization": f"Bearer {key or env.key_a}"}, timeout=60)
 
 
 def test_packages_through_egress_defaults_and_the_cache(env: Env, internet: Internet) -> None:
@@ -193,9 +188,9 @@ def test_a_failing_step_names_itself(env: Env) -> None:
     template.delete()
 
 
-@pytest.mark.skipif(bool(missing_tools()), reason=f"needs {', '.join(missing_tools())}")
 @pytest.mark.parametrize("fmt", ["docker-archive", "oci-archive", "oci"])
 def test_an_oci_image_made_here(env: Env, fmt: Any) -> None:
+    needs_image_tools()
     source = make_busybox_image(env.server.image_dir / unique(fmt), fmt)
     template = Template.create(unique("img"), from_=source,
                                steps=[RunStep(run="echo built-on-busybox > /built && rm /etc/hello.d 2>/dev/null; true")])
@@ -215,8 +210,8 @@ def test_an_oci_image_made_here(env: Env, fmt: Any) -> None:
     template.delete()
 
 
-@pytest.mark.skipif(bool(missing_tools()), reason=f"needs {', '.join(missing_tools())}")
 def test_image_sources_that_are_not_there_or_not_allowed(env: Env, tmp_path: Path) -> None:
+    needs_image_tools()
     gone = Template.create(unique("gone"), from_=f"docker-archive:{env.server.image_dir}/nothing-here.tar")
     with pytest.raises(BuildError) as caught:
         build(gone)
@@ -335,11 +330,12 @@ def test_shape_is_the_templates(env: Env) -> None:
     template.delete()
     for field, value in (("vcpu", 5), ("vcpu", 0), ("memory_mib", 128), ("memory_mib", 8192), ("disk_mib", 512),
                          ("disk_mib", 9000)):
+        shape: dict[str, Any] = {field: value}
         with pytest.raises(ValidationError):  # the SDK refuses before sending
-            Template.create(unique("bad"), **{field: value})
-        with api(env) as c:  # and so does the server
-            r = c.post("/v1/templates", json={"name": unique("bad"), field: value})
-            assert r.status_code == 400, r.text
+            Template.create(unique("bad"), **shape)
+        with env.api() as c:  # and so does the server
+            refused = c.post("/v1/templates", json={"name": unique("bad"), **shape})
+            assert refused.status_code == 400, refused.text
 
 
 def test_bad_specs_change_nothing(env: Env) -> None:
@@ -361,7 +357,7 @@ def test_bad_specs_change_nothing(env: Env) -> None:
         {"name": "x", "ready_timeout_seconds": 0},
         {"name": "x", "unknown": 1},
     ]
-    with api(env) as c:
+    with env.api() as c:
         before = c.get("/v1/templates").json()
         for body in bad_bodies[2:]:
             r = c.post("/v1/templates", json=body)
@@ -417,7 +413,7 @@ def test_delete_build_history_cancel_and_other_teams(env: Env) -> None:
     with pytest.raises(BuildError) as caught:
         sleeper.wait_until_ready()
     assert caught.value.code == "cancelled"
-    boxes_dir = ServerConfig(data_dir=env.server.data_dir).run_dir / "boxes"  # where the node keeps boxes
+    boxes_dir = env.server.config.run_dir / "boxes"  # where the node keeps boxes
     assert boxes_dir.is_dir() and not list(boxes_dir.glob("build-*"))
     with pytest.raises(ConflictError):
         sleeper.cancel_build(cancelled.id)  # it has ended

@@ -1,6 +1,6 @@
 """Drives the real, unmodified e2b SDK against hutch and prints what happened as one JSON object.
 
-Run by tests/test_e2b.py with each SDK line's own python, with only E2B_API_KEY, E2B_API_URL and
+Run by tests/integration/test_e2b.py with each SDK line's own python, with only E2B_API_KEY, E2B_API_URL and
 E2B_SANDBOX_URL set: `python client.py <scenario> <sync|async> [arg]`. Standard library and e2b only.
 """
 
@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import e2b
@@ -35,6 +36,34 @@ async def acaught(coro: Any) -> str:
     except Exception as e:
         return type(e).__name__
     return "none"
+
+
+def until(check: Callable[[], bool], seconds: float = 10) -> bool:
+    """Whether `check` comes true within `seconds`: a wait on the state, not a fixed sleep."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+async def until_async(check: Callable[[], Awaitable[bool]], seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while not await check():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.2)
+    return True
+
+
+def count(sbx: Sandbox) -> int:
+    """What COUNTER (below) has counted to; 0 before it first wrote."""
+    return int(sbx.commands.run("cat /tmp/count 2>/dev/null || echo 0").stdout)
+
+
+async def count_async(sbx: AsyncSandbox) -> int:
+    return int((await sbx.commands.run("cat /tmp/count 2>/dev/null || echo 0")).stdout)
 
 
 # --- commands and the control plane -----------------------------------------------------------------
@@ -65,10 +94,8 @@ def commands_sync() -> None:
     out["stdin"] = h.wait().stdout
     h = sbx.commands.run("sleep 30", background=True, timeout=1)
     out["deadline"] = caught(h.wait)
-    gone = time.time() + 10  # the server killed it at its deadline: it leaves the list
-    while time.time() < gone and h.pid in [p.pid for p in sbx.commands.list()]:
-        time.sleep(0.2)
-    out["deadline_killed"] = h.pid not in [p.pid for p in sbx.commands.list()]
+    # the server killed it at its deadline: it leaves the list
+    out["deadline_killed"] = until(lambda: h.pid not in [p.pid for p in sbx.commands.list()])
     info = sbx.get_info()
     out["info"] = {"state": str(info.state.value if hasattr(info.state, "value") else info.state),
                    "metadata": info.metadata, "template": info.template_id}
@@ -109,10 +136,10 @@ async def commands_async() -> None:
     out["stdin"] = (await h.wait()).stdout
     h = await sbx.commands.run("sleep 30", background=True, timeout=1)
     out["deadline"] = await acaught(h.wait())
-    gone = time.time() + 10
-    while time.time() < gone and h.pid in [p.pid for p in await sbx.commands.list()]:
-        await asyncio.sleep(0.2)
-    out["deadline_killed"] = h.pid not in [p.pid for p in await sbx.commands.list()]
+    async def gone() -> bool:
+        return h.pid not in [p.pid for p in await sbx.commands.list()]
+
+    out["deadline_killed"] = await until_async(gone)
     info = await sbx.get_info()
     out["info"] = {"state": str(info.state.value if hasattr(info.state, "value") else info.state),
                    "metadata": info.metadata, "template": info.template_id}
@@ -143,7 +170,7 @@ def files_sync() -> None:
     out["read_many"] = [f.read("/tmp/many/1.txt"), f.read("/tmp/many/2.txt")]
     out["root_file"] = caught(lambda: f.read("/root/x", user="user"))
     out["missing"] = caught(lambda: f.read("/tmp/nothing"))
-    out["bad_user"] = caught(lambda: sbx.commands.run("true", user="nobody"))  # type: ignore[arg-type]
+    out["bad_user"] = caught(lambda: sbx.commands.run("true", user="nobody"))
     out["list"] = sorted((e.name, e.type.value if e.type else None) for e in f.list("/tmp/many"))
     info = f.get_info("notes/a.txt")
     out["info"] = {"name": info.name, "path": info.path, "size": info.size, "type": info.type.value,
@@ -155,8 +182,14 @@ def files_sync() -> None:
     out["removed"] = f.exists("/tmp/many")
     w = f.watch_dir("/tmp/d")
     f.write("/tmp/d/new.txt", "x")
-    time.sleep(1)
-    out["events"] = sorted({(e.name, e.type.value) for e in w.get_new_events()})
+    seen: set[tuple[str, str]] = set()
+
+    def created() -> bool:
+        seen.update((e.name, e.type.value) for e in w.get_new_events())
+        return ("new.txt", "create") in seen
+
+    until(created)
+    out["events"] = sorted(seen)
     w.stop()
     sbx.kill()
 
@@ -175,7 +208,7 @@ async def files_async() -> None:
     out["read_many"] = [await f.read("/tmp/many/1.txt"), await f.read("/tmp/many/2.txt")]
     out["root_file"] = await acaught(f.read("/root/x", user="user"))
     out["missing"] = await acaught(f.read("/tmp/nothing"))
-    out["bad_user"] = await acaught(sbx.commands.run("true", user="nobody"))  # type: ignore[arg-type]
+    out["bad_user"] = await acaught(sbx.commands.run("true", user="nobody"))
     out["list"] = sorted((e.name, e.type.value if e.type else None) for e in await f.list("/tmp/many"))
     info = await f.get_info("notes/a.txt")
     out["info"] = {"name": info.name, "path": info.path, "size": info.size, "type": info.type.value,
@@ -188,7 +221,11 @@ async def files_async() -> None:
     events: list[Any] = []
     w = await f.watch_dir("/tmp/d", on_event=events.append)
     await f.write("/tmp/d/new.txt", "x")
-    await asyncio.sleep(1)
+
+    async def created() -> bool:
+        return any((e.name, e.type.value) == ("new.txt", "create") for e in events)
+
+    await until_async(created)
     await w.stop()
     out["events"] = sorted({(e.name, e.type.value) for e in events})
     await sbx.kill()
@@ -264,16 +301,15 @@ def pause_sync() -> None:
     out["id"] = sbx.sandbox_id
     sbx.commands.run("echo kept > /tmp/kept")
     h = sbx.commands.run(COUNTER, background=True, timeout=0)
-    time.sleep(1)
+    until(lambda: count(sbx) > 0)
     out["paused"] = sbx.pause() if hasattr(sbx, "pause") else sbx.beta_pause()
     out["state"] = str(Sandbox.get_info(sbx.sandbox_id).state.value)
     out["paused_again"] = Sandbox.pause(sbx.sandbox_id) if hasattr(Sandbox, "pause") else None
     back = Sandbox.connect(sbx.sandbox_id, timeout=120)
     out["state_after"] = str(back.get_info().state.value)
     out["kept"] = back.commands.run("cat /tmp/kept").stdout
-    first = int(back.commands.run("cat /tmp/count").stdout)
-    time.sleep(1)
-    out["counting"] = int(back.commands.run("cat /tmp/count").stdout) > first
+    first = count(back)
+    out["counting"] = until(lambda: count(back) > first)
     out["process_kept"] = h.pid in [p.pid for p in back.commands.list()]
     # the first handle, after the resume by another, and after its own pause and connect
     out["same_handle"] = [sbx.commands.run("echo one").stdout]
@@ -288,16 +324,23 @@ async def pause_async() -> None:
     out["id"] = sbx.sandbox_id
     await sbx.commands.run("echo kept > /tmp/kept")
     h = await sbx.commands.run(COUNTER, background=True, timeout=0)
-    await asyncio.sleep(1)
+
+    async def started() -> bool:
+        return await count_async(sbx) > 0
+
+    await until_async(started)
     out["paused"] = await (sbx.pause() if hasattr(sbx, "pause") else sbx.beta_pause())
     out["state"] = str((await AsyncSandbox.get_info(sbx.sandbox_id)).state.value)
     out["paused_again"] = await AsyncSandbox.pause(sbx.sandbox_id) if hasattr(AsyncSandbox, "pause") else None
     back = await AsyncSandbox.connect(sbx.sandbox_id, timeout=120)
     out["state_after"] = str((await back.get_info()).state.value)
     out["kept"] = (await back.commands.run("cat /tmp/kept")).stdout
-    first = int((await back.commands.run("cat /tmp/count")).stdout)
-    await asyncio.sleep(1)
-    out["counting"] = int((await back.commands.run("cat /tmp/count")).stdout) > first
+    first = await count_async(back)
+
+    async def counting() -> bool:
+        return await count_async(back) > first
+
+    out["counting"] = await until_async(counting)
     out["process_kept"] = h.pid in [p.pid for p in await back.commands.list()]
     out["same_handle"] = [(await sbx.commands.run("echo one")).stdout]
     await (sbx.pause() if hasattr(sbx, "pause") else sbx.beta_pause())
@@ -327,10 +370,8 @@ def lifecycle_sync() -> None:
     killed = Sandbox.create(timeout=2)
     paused = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause"})
     out["lifecycle"] = Sandbox.get_info(paused.sandbox_id).lifecycle
-    deadline = time.time() + 30
-    while time.time() < deadline and (Sandbox.get_info(paused.sandbox_id).state.value != "paused"
-                                      or caught(killed.get_info) == "none"):
-        time.sleep(0.5)
+    until(lambda: Sandbox.get_info(paused.sandbox_id).state.value == "paused" and caught(killed.get_info) != "none",
+          seconds=30)
     out["killed"] = caught(killed.get_info)
     out["paused"] = Sandbox.get_info(paused.sandbox_id).state.value
     # the same handle: its next call resumes the box, and the calls after it still get in

@@ -1,6 +1,6 @@
 """An OpenAI Agents SDK agent whose sandbox is the SDK's own E2B extension, pointed at hutch.
 
-Run by tests/test_e2b_integrations.py with the python of .cache/e2b-openai-agents
+Run by tests/integration/test_e2b_integrations.py with the python of .cache/e2b-openai-agents
 (`openai-agents[e2b]==0.24.0`, which pins e2b 2.31.0) and only E2B_API_KEY, E2B_API_URL,
 E2B_SANDBOX_URL, OPENAI_BASE_URL and OPENAI_API_KEY set: the model is hutch's scripted model on
 loopback, the box a hutch box. `python openai_agent.py <pause|kill> <tag>` prints one JSON object.

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from hutch import Sandbox
-from tests.integration.conftest import Env
+from tests.integration.support import Env
 
 
 @pytest.fixture

@@ -14,9 +14,7 @@ import httpx
 import pytest
 
 from hutch import Sandbox, SandboxError
-from hutch.server.config import ServerConfig
-from hutch.store import Store
-from tests.integration.conftest import Env
+from tests.integration.support import Env, ok_or_failed
 
 
 @pytest.fixture(scope="module")
@@ -40,20 +38,13 @@ def py(box: Sandbox, code: str, user: str = "root") -> Any:
     return box.commands.run(f"python3 {name}", user=user, timeout_seconds=60)
 
 
-def box_dir(env: Env, box: Sandbox) -> Path:
-    config = ServerConfig(data_dir=env.server.data_dir)
-    rec = Store(config.db_url).get_sandbox(box.id)
-    assert rec is not None
-    return config.run_dir / "boxes" / rec.box_key
-
-
 def test_host_files_the_data_dir_and_other_boxes_are_out_of_sight(env: Env, pair: tuple[Sandbox, Sandbox]) -> None:
     a, b = pair
     marker = Path("/root") / f"hutch-escape-{secrets.token_hex(6)}"
     marker.write_text("host only")
     try:
         host_shadow = Path("/etc/shadow").read_text()
-        for path in (marker, env.server.data_dir / "hutch.db", env.server.data_dir / "server.key", box_dir(env, b)):
+        for path in (marker, env.server.data_dir / "hutch.db", env.server.data_dir / "server.key", env.server.box_dir(b.id)):
             r = root(a, f"cat {path} || ls {path}")
             assert r.exit_code != 0 and "host only" not in r.stdout, path
         assert root(a, "cat /etc/shadow").stdout != host_shadow, "the box's /etc/shadow is the template's"
@@ -63,7 +54,7 @@ def test_host_files_the_data_dir_and_other_boxes_are_out_of_sight(env: Env, pair
 
 def test_another_boxs_channel_and_egress_sockets_cannot_be_dialled(env: Env, pair: tuple[Sandbox, Sandbox]) -> None:
     a, b = pair
-    b_chan = box_dir(env, b) / "chan"
+    b_chan = env.server.box_dir(b.id) / "chan"
     for sock in ("agent.sock", "egress.sock"):
         r = py(a, "import socket\ns = socket.socket(socket.AF_UNIX)\n"
                   f"try:\n    s.connect({str(b_chan / sock)!r}); print('connected')\n"
@@ -137,23 +128,16 @@ def test_one_boxs_token_opens_nothing_of_another(env: Env, pair: tuple[Sandbox, 
     a, b = pair
     assert "b-only" not in a.commands.run("env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'", user="root").stdout
     headers = {"X-Access-Token": a._dp.token}
-    for method, route, kwargs in [("GET", "/files", {"params": {"path": "/etc/hostname"}}),
-                                  ("GET", "/files/zip", {"params": {"path": "/tmp"}}),
-                                  ("PUT", "/files", {"params": {"path": "/tmp/x"}, "content": b"x"}),
-                                  ("POST", "/commands/run", {"json": {"command": "env"}}),
-                                  ("POST", "/commands/spawn", {"json": {"command": "env"}}),
-                                  ("GET", "/commands", {})]:
+    calls: list[tuple[str, str, dict[str, Any]]] = [
+        ("GET", "/files", {"params": {"path": "/etc/hostname"}}), ("GET", "/files/zip", {"params": {"path": "/tmp"}}),
+        ("PUT", "/files", {"params": {"path": "/tmp/x"}, "content": b"x"}),
+        ("POST", "/commands/run", {"json": {"command": "env"}}), ("POST", "/commands/spawn", {"json": {"command": "env"}}),
+        ("GET", "/commands", {})]
+    for method, route, kwargs in calls:
         r = httpx.request(method, f"{b._dp.url}{route}", headers=headers, **kwargs)
         assert r.status_code == 401, (method, route, r.text)
     r = httpx.get(f"{env.url}/v1/sandboxes/{b.id}", headers={"Authorization": f"Bearer {a._dp.token}"})
     assert r.status_code == 401, "an access token is no API key"
-
-
-def _ok_or_failed(sb: Sandbox) -> str:
-    try:
-        return "ok" if sb.commands.run("echo ok", timeout_seconds=60).stdout == "ok\n" else "broken"
-    except SandboxError:
-        return sb.get_info().status
 
 
 RESOURCE_ATTACKS = {
@@ -169,7 +153,7 @@ def test_a_resource_attack_ends_fine_or_failed_and_harms_nobody_else(env: Env, p
                                                                       attack: str) -> None:
     _, bystander = pair
     attacker = Sandbox.create(name=attack, api_key=env.key_a, base_url=env.url)
-    server_rss = _rss_kib(env)
+    server_rss = env.server.memory_kib()
     try:
         if attack == "output flood":
             r = httpx.post(f"{attacker._dp.url}/commands/run", json={"command": RESOURCE_ATTACKS[attack]},
@@ -180,15 +164,9 @@ def test_a_resource_attack_ends_fine_or_failed_and_harms_nobody_else(env: Env, p
                 attacker.commands.run(RESOURCE_ATTACKS[attack], timeout_seconds=120)
             except SandboxError:
                 pass  # timed out, or the box died under it: both are endings
-        assert _ok_or_failed(attacker) in ("ok", "failed")
+        assert ok_or_failed(attacker, timeout_seconds=60) in ("ok", "failed")
         assert bystander.commands.run("echo fine").stdout == "fine\n"
         assert httpx.get(f"{env.url}/health").status_code == 200
-        assert _rss_kib(env) - server_rss < 300 * 1024, "the server held the flood in memory"
+        assert env.server.memory_kib() - server_rss < 300 * 1024, "the server held the flood in memory"
     finally:
         attacker.kill()
-
-
-def _rss_kib(env: Env) -> int:
-    assert env.server.proc is not None
-    status = Path(f"/proc/{env.server.proc.pid}/status").read_text()
-    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))

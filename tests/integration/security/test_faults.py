@@ -6,25 +6,23 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import httpx
 import pytest
 
 from hutch import Sandbox, SandboxError, ServerError
-from hutch.server.config import ServerConfig
-from hutch.store import POOL_SIZE, Store
-from tests.integration.conftest import Env, Server, make_server, retire, runsc_cli, wait_for
+from hutch.store import POOL_SIZE
+from tests.integration.support import Env, Server, in_background, make_server, retire, runsc_cli, wait_for
 
 
 def _held(server: Server) -> dict[str, set[str]]:
     """What the host holds for the server's boxes: runsc containers, box directories, channel
     mounts; and the server's open descriptors."""
-    run_dir = ServerConfig(data_dir=server.data_dir).run_dir
-    boxes = run_dir / "boxes"
+    boxes = server.config.run_dir / "boxes"
     mounts = {line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
               if line.split()[1].startswith(str(boxes))}
     assert server.proc is not None
@@ -34,12 +32,11 @@ def _held(server: Server) -> dict[str, set[str]]:
 
 
 def _live_runtime_ids(server: Server) -> set[str]:
-    store = Store(ServerConfig(data_dir=server.data_dir).db_url)
-    return {r.runtime_id for r in store.list_sandboxes(None) if r.runtime_id and r.status == "active"}
+    return {r.runtime_id for r in server.store().list_sandboxes(None) if r.runtime_id and r.status == "active"}
 
 
 def test_twenty_clients_creating_running_and_killing_leak_nothing(own_server: Server) -> None:
-    kw = {"api_key": own_server.admin_key(), "base_url": own_server.url}
+    kw = own_server.client_args()
     before = _held(own_server)
     errors: list[BaseException] = []
     done = [0]
@@ -57,11 +54,9 @@ def test_twenty_clients_creating_running_and_killing_leak_nothing(own_server: Se
             except BaseException as e:  # counted, and shown below
                 errors.append(e)
 
-    threads = [threading.Thread(target=client, args=(n,)) for n in range(20)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
+    clients = [in_background(partial(client, n)) for n in range(20)]
+    for c in clients:
+        c.join(300)
     assert not errors, errors[:3]
     assert done[0] >= 20
     after = _held(own_server)
@@ -77,9 +72,8 @@ def test_a_box_killed_from_outside_is_failed_and_the_others_are_untouched(env: E
     other = Sandbox.create(name="other")
     try:
         other.files.write("/tmp/mine", "kept")
-        store = Store(ServerConfig(data_dir=env.server.data_dir).db_url)
-        rec = store.get_sandbox(victim.id)
-        assert rec is not None and rec.runtime_id
+        rec = env.server.record(victim.id)
+        assert rec.runtime_id
         subprocess.run(["pkill", "-9", "-f", rec.runtime_id], check=True)  # every runsc process of that box
         wait_for(lambda: victim.get_info().status == "failed", timeout=20, what="the box to be failed")
         assert other.commands.run("cat /tmp/mine").stdout == "kept"
@@ -90,7 +84,7 @@ def test_a_box_killed_from_outside_is_failed_and_the_others_are_untouched(env: E
 
 
 def test_a_server_killed_mid_create_leaves_no_orphans(own_server: Server) -> None:
-    kw = {"api_key": own_server.admin_key(), "base_url": own_server.url}
+    kw = own_server.client_args()
     outcomes: list[str] = []
 
     def create(n: int) -> None:
@@ -100,13 +94,12 @@ def test_a_server_killed_mid_create_leaves_no_orphans(own_server: Server) -> Non
         except SandboxError:
             outcomes.append("failed")
 
-    threads = [threading.Thread(target=create, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    time.sleep(0.3)  # creates in flight: boxes booting, none recorded yet
+    creates = [in_background(partial(create, n)) for n in range(4)]
+    boxes = own_server.config.run_dir / "boxes"
+    wait_for(lambda: boxes.is_dir() and any(boxes.iterdir()), what="the creates in flight: boxes booting")
     own_server.stop(signal.SIGKILL)
-    for t in threads:
-        t.join(120)
+    for c in creates:
+        c.join(120)
     own_server.start()
     live = _live_runtime_ids(own_server)
     held = _held(own_server)
@@ -130,7 +123,7 @@ def small_disk_server() -> Iterator[Server]:
 
 def test_a_full_disk_is_a_clear_error_and_loses_nothing(small_disk_server: Server) -> None:
     server = small_disk_server
-    kw = {"api_key": server.admin_key(), "base_url": server.url}
+    kw = server.client_args()
     running = Sandbox.create(name="running", **kw)
     paused = Sandbox.create(name="paused", **kw)
     running.files.write("/home/user/work.txt", "unsaved work")

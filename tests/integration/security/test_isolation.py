@@ -6,16 +6,14 @@ from __future__ import annotations
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from hutch import Sandbox, SandboxError
 from hutch.node import base_image
-from hutch.server.config import DEFAULT_CACHE_DIR, ServerConfig
-from hutch.store import Store
-from tests.integration.conftest import Env
+from hutch.server.config import DEFAULT_CACHE_DIR
+from tests.integration.support import Env, ok_or_failed
 
 
 def test_host_files_are_not_visible(env: Env) -> None:
@@ -83,15 +81,6 @@ def test_the_user_is_not_root_and_cannot_become_root() -> None:
         sb.kill()
 
 
-def _box_ok_or_failed(sb: Any) -> str:
-    """After an attack a box either still answers or is reported failed; it never hangs a call."""
-    try:
-        r = sb.commands.run("echo ok", timeout_seconds=30)
-        return "ok" if r.stdout == "ok\n" else "broken"
-    except SandboxError:
-        return sb.get_info().status
-
-
 ATTACKS = {
     "fork bomb": "bomb() { bomb | bomb & }; bomb",
     "memory hog": "python3 -c \"x = bytearray(3 * 2**30); print('allocated', len(x))\"",  # 3 GiB, limit 1 GiB
@@ -108,7 +97,7 @@ def test_an_attack_on_resources_harms_only_its_own_box(env: Env, attack: str) ->
             assert "allocated" not in r.stdout, "more memory than the limit must not be handed out"
         except SandboxError:
             pass  # the box died under it, or the command timed out: both are fine endings
-        assert _box_ok_or_failed(attacker) in ("ok", "failed")
+        assert ok_or_failed(attacker, timeout_seconds=30) in ("ok", "failed")
         assert bystander.commands.run("echo fine").stdout == "fine\n"
         assert httpx.get(f"{env.url}/health").status_code == 200
     finally:
@@ -156,10 +145,9 @@ def test_a_link_planted_in_the_channel_cannot_redirect_the_host(env: Env) -> Non
     try:
         a.files.write("/tmp/who", "a")
         b.files.write("/tmp/who", "b")
-        store = Store(ServerConfig(data_dir=env.server.data_dir).db_url)
-        rec_b = store.get_sandbox(b.id)
-        assert rec_b is not None and rec_b.runtime_id
-        b_socket = ServerConfig(data_dir=env.server.data_dir).run_dir / "boxes" / rec_b.runtime_id / "chan/agent.sock"
+        rec_b = env.server.record(b.id)
+        assert rec_b.runtime_id
+        b_socket = env.server.config.run_dir / "boxes" / rec_b.runtime_id / "chan/agent.sock"
         r = a.commands.run(f"rm -f /.hutch/chan/agent.sock && ln -s {b_socket} /.hutch/chan/agent.sock && echo planted",
                            user="root")
         assert r.stdout == "planted\n"

@@ -1,5 +1,5 @@
 """The egress decision and the TLS name reader, on their own (the end-to-end tests are in
-test_egress.py)."""
+tests/integration/test_egress.py)."""
 
 from __future__ import annotations
 

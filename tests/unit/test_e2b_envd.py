@@ -1,0 +1,85 @@
+"""E2B's envd facade in pieces, without a server: upload bodies capped while they stream, gunzip,
+the per-box process map, and box paths."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import secrets
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from starlette.requests import Request
+
+from hutch.e2b import process
+from hutch.e2b.common import box_path
+from hutch.e2b.files import _capped, _gunzip
+from hutch.errors import ApiError
+
+
+def test_a_multipart_body_is_capped_while_it_streams() -> None:
+    sent = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        sent += 1
+        body = (b"--x\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\n" if sent == 1
+                else b"a" * 65536)
+        return {"type": "http.request", "body": body, "more_body": sent < 10_000}
+
+    scope = {"type": "http", "method": "POST", "path": "/files", "query_string": b"",
+             "headers": [(b"content-type", b"multipart/form-data; boundary=x")]}
+
+    async def parse() -> None:
+        await _capped(Request(scope, receive), 2**20).form()
+
+    with pytest.raises(ApiError) as e:
+        asyncio.run(parse())
+    assert e.value.status == 413 and sent < 40  # refused after ~1 MiB, not after 650 MiB
+
+
+def test_gunzip_members_junk_truncation_and_input_cap() -> None:
+    async def run(data: bytes, limit: int = 2**30) -> bytes:
+        async def body() -> Any:
+            for i in range(0, len(data), 1000):
+                yield data[i:i + 1000]
+        return b"".join([c async for c in _gunzip(body(), limit)])
+
+    assert asyncio.run(run(gzip.compress(b"a" * 5000) + gzip.compress(b"b"))) == b"a" * 5000 + b"b"
+    assert asyncio.run(run(b"")) == b""
+    for bad, status in ((gzip.compress(b"a") + b"junk", 400), (gzip.compress(b"abc")[:-3], 400)):
+        with pytest.raises(ApiError) as e:
+            asyncio.run(run(bad))
+        assert e.value.status == status
+    with pytest.raises(ApiError) as e:  # the compressed bytes count too
+        asyncio.run(run(gzip.compress(secrets.token_bytes(5000)), limit=4000))
+    assert e.value.status == 413
+
+
+def test_processes_are_remembered_per_box() -> None:
+    store = SimpleNamespace(get_sandbox=lambda sandbox_id: None if sandbox_id == "gone" else object())
+    st = SimpleNamespace(store=store)
+    procs = process.Processes()
+
+    async def fill() -> None:
+        timer = asyncio.get_running_loop().create_task(asyncio.sleep(60))
+        procs.remember(st, "gone", 1, process.Known({}, None, False, timer=timer))
+        for pid in range(1, process.MAX_KNOWN + 1):  # one box filling its own map
+            procs.remember(st, "busy", pid, process.Known({}, "t", False))
+        procs.swept = 0.0
+        procs.remember(st, "calm", 7, process.Known({}, "mine", False))  # the sweep forgets "gone"
+        await asyncio.sleep(0)
+        assert timer.cancelled()
+
+    asyncio.run(fill())
+    assert procs.known("calm", 7) is not None and procs.known("gone", 1) is None
+    assert len(procs.boxes["busy"]) == process.MAX_KNOWN  # its oldest went, no other box's
+    procs.forget("calm", 7)
+    assert "calm" not in procs.boxes
+
+
+def test_box_paths() -> None:
+    assert box_path("//etc/passwd", None) == "/etc/passwd" and box_path("a/../b", "root") == "/root/b"
+    assert box_path("", None) == "/home/user"
+
