@@ -26,7 +26,7 @@ from hutch.sdk import (
     TemplateInfo,
 )
 from hutch.sdk.codes import SdkCode
-from hutch.sdk.ops import step_body
+from hutch.sdk.types import step_body
 
 # argparse has no public name for what add_subparsers returns
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"

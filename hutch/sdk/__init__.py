@@ -14,7 +14,11 @@ from hutch.sdk.errors import (
     ServerError,
     ValidationError,
 )
-from hutch.sdk.ops import (
+from hutch.sdk.process import AsyncProcess, Process, PtySize
+from hutch.sdk.sandbox import AsyncSandbox, Sandbox
+from hutch.sdk.secrets import AsyncSecret, Provider, Secret
+from hutch.sdk.templates import AsyncTemplate, Template
+from hutch.sdk.types import (
     AuditEntry,
     AuditPage,
     BuildErrorInfo,
@@ -40,10 +44,6 @@ from hutch.sdk.ops import (
     UserStep,
     WorkdirStep,
 )
-from hutch.sdk.process import AsyncProcess, Process, PtySize
-from hutch.sdk.sandbox import AsyncSandbox, Sandbox
-from hutch.sdk.secrets import AsyncSecret, Provider, Secret
-from hutch.sdk.templates import AsyncTemplate, Template
 
 __all__ = [
     "AsyncProcess",

@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hutch.sdk.codes import SdkCode
+
 
 class SandboxError(Exception):
-    def __init__(self, message: str, *, status_code: int | None = None, code: str = "error",
+    def __init__(self, message: str, *, status_code: int | None = None, code: str = SdkCode.ERROR,
                  details: Any = None) -> None:
         super().__init__(message)
         self.message, self.status_code, self.code, self.details = message, status_code, code, details
@@ -45,8 +47,8 @@ class ConflictError(SandboxError):
 
 
 class SandboxTimeoutError(SandboxError):
-    """A request timed out, or a command hit its `timeout_seconds` (code "command_timeout"; what it
-    printed until then is in `stdout` and `stderr`)."""
+    """A request timed out, or a command hit its `timeout_seconds` (code SdkCode.COMMAND_TIMEOUT,
+    "command_timeout"; what it printed until then is in `stdout` and `stderr`)."""
 
     stdout: str = ""
     stderr: str = ""
@@ -84,14 +86,17 @@ _BY_STATUS: dict[int, type[SandboxError]] = {
 
 
 def error_from_response(status: int, body: bytes) -> SandboxError:
+    """The error a failure answer stands for: its JSON's code and message, the class its status picks."""
     try:
         err = json.loads(body)["error"]
         code, message, details = str(err["code"]), str(err["message"]), err.get("details")
     except (ValueError, KeyError, TypeError):
-        code, message, details = f"http_{status}", body.decode(errors="replace")[:500] or f"HTTP {status}", None
+        code, details = SdkCode.HTTP_STATUS.format(status=status), None
+        message = body.decode(errors="replace")[:500] or f"HTTP {status}"
     return error_for(status, code, message, details)
 
 
 def error_for(status: int, code: str, message: str, details: Any = None) -> SandboxError:
+    """The one mapping: the exception class by HTTP status (`_BY_STATUS`, else ServerError for 5xx)."""
     cls = _BY_STATUS.get(status, ServerError if status >= 500 else SandboxError)
     return cls(message, status_code=status, code=code, details=details)

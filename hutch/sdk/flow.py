@@ -1,10 +1,12 @@
 """How each SDK call is written once for both sync and async: as a flow.
 
 A flow is a generator that yields instructions (send a request, read the next line of a streamed
-answer, call the user's callback, sleep before a retry, hand out an item) and gets their results
-back. It does no I/O itself. `iter_sync` and `iter_async` carry the instructions out with httpx's
-sync or async client, yielding what the flow emits; `run_sync` and `run_async` run a flow to its
-end on top of them. They are the only code that differs between `Sandbox` and `AsyncSandbox`.
+answer, call the user's callback, sleep before a retry, await what is async underneath, hand out
+an item) and gets their results back. It does no I/O itself. `iter_sync` and `iter_async` carry
+the instructions out with httpx's sync or async client, yielding what the flow emits; `run_sync`
+and `run_async` run a flow to its end on top of them. They, the session's runners (which client)
+and the fronts' descriptors (which runner), are the only code that differs between `Sandbox` and
+`AsyncSandbox`.
 """
 
 from __future__ import annotations
@@ -14,15 +16,18 @@ import contextlib
 import inspect
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpx
 
-from hutch.sdk.errors import SandboxError, SandboxTimeoutError, ServerError, error_from_response
+from hutch.sdk.codes import SdkCode
+from hutch.sdk.errors import SandboxTimeoutError, ServerError, error_from_response
+from hutch.sdk.portal import run_coroutine
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 @dataclass
@@ -56,8 +61,8 @@ class NextLine:
 class Callback:
     """Call the user's function (awaited if it returns an awaitable). Answers None."""
 
-    fn: Callable[[str], Any]
-    arg: str
+    fn: Callable[[Any], Any]
+    arg: Any
 
 
 @dataclass
@@ -66,15 +71,22 @@ class Sleep:
 
 
 @dataclass
+class Await:
+    """Run a coroutine (what is async underneath, a process' WebSocket): awaited by `iter_async`,
+    on the portal's loop by `iter_sync`. Answers its result; what it raises is thrown into the flow."""
+
+    make: Callable[[], Coroutine[Any, Any, Any]]
+
+
+@dataclass
 class Emit:
-    """Hand an item out of the flow: the next item of `iter_sync`/`iter_async`, or the argument of
-    `run_sync`/`run_async`'s `on_emit`. How a stream is offered both as an iterator and as a
-    callback without writing it twice. Answers None."""
+    """Hand an item out of the flow: the next item of `iter_sync`/`iter_async`. How a stream is
+    offered as an iterator on both fronts without writing it twice. Answers None."""
 
     item: Any
 
 
-Instruction = Call | NextLine | Callback | Sleep | Emit
+Instruction = Call | NextLine | Callback | Sleep | Await | Emit
 Flow = Generator[Instruction, Any, T]
 
 RETRY_STATUSES = {429, 502, 503, 504}
@@ -94,12 +106,12 @@ def send(call: Call) -> Flow[Reply]:
             if idempotent and attempt <= RETRIES:
                 yield Sleep(backoff(attempt))
                 continue
-            raise SandboxTimeoutError(f"the request timed out: {e}", code="request_timeout") from e
+            raise SandboxTimeoutError(f"the request timed out: {e}", code=SdkCode.REQUEST_TIMEOUT) from e
         except httpx.TransportError as e:
             if idempotent and attempt <= RETRIES:
                 yield Sleep(backoff(attempt))
                 continue
-            raise ServerError(f"could not reach the server: {e}", code="connection_error") from e
+            raise ServerError(f"could not reach the server: {e}", code=SdkCode.CONNECTION_ERROR) from e
         if reply.status < 400:
             return reply
         if idempotent and reply.status in RETRY_STATUSES and attempt <= RETRIES and not call.stream:
@@ -113,140 +125,178 @@ def backoff(attempt: int) -> float:
     return min(4.0, 0.2 * 2.0 ** (attempt - 1)) * (0.5 + random.random() / 2)
 
 
-class _Streamed:
-    """The one streamed response a flow may hold open at a time."""
+def mapped(flow: Flow[A], fn: Callable[[A], T]) -> Flow[T]:
+    """The flow, what it returns passed through `fn`."""
+    return fn((yield from flow))
 
-    def __init__(self) -> None:
+
+class _Driver:
+    """A flow being carried out: iterated, its instructions; fed, what each answered or raised.
+    Holds the one streamed response the flow may have open, closed with the flow on exit."""
+
+    def __init__(self, flow: Flow[Any]) -> None:
+        self.flow = flow
+        self.answer: Any = None
+        self.error: BaseException | None = None
+        self.result: Any = None  # what the flow returned
         self.response: httpx.Response | None = None
         self.lines: Iterator[str] | None = None
         self.alines: AsyncIterator[str] | None = None
+
+    def __iter__(self) -> Iterator[Instruction]:
+        while True:
+            try:
+                step = self.flow.throw(self.error) if self.error is not None else self.flow.send(self.answer)
+            except StopIteration as stop:
+                self.result = stop.value
+                return
+            self.answer, self.error = None, None
+            yield step
+
+    @contextlib.contextmanager
+    def answering(self, step: Instruction) -> Iterator[None]:
+        """Around carrying out `step`: what the flow handles itself is thrown into it, a broken
+        connection (to retry, or to say what broke) or anything an Await raised. Anything else
+        ends the run."""
+        try:
+            yield
+        except BaseException as e:
+            if not isinstance(e, httpx.TransportError) and not isinstance(step, Await):
+                raise
+            self.error = e
+
+    def streaming(self, response: httpx.Response) -> Reply:
+        self.response = response
+        return Reply(response.status_code, response.headers)
+
+    def __enter__(self) -> _Driver:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.response is not None:
+            self.response.close()
+        self.flow.close()
+
+    async def __aenter__(self) -> _Driver:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self.response is not None:
+            await self.response.aclose()
+        self.flow.close()
+
+
+def _request(client: httpx.Client | httpx.AsyncClient, call: Call) -> httpx.Request:
+    return client.build_request(call.method, call.url, headers=call.headers, params=call.params, json=call.json,
+                                content=call.content, timeout=call.timeout or client.timeout)
 
 
 def iter_sync(client: httpx.Client, flow: Flow[T]) -> Generator[Any, None, T]:
     """Carry out a flow's instructions, yielding the items it emits; returns what the flow returns.
     Closing the generator early closes the flow and its stream."""
-    streamed = _Streamed()
-    value: Any = None
-    error: BaseException | None = None
-    try:
-        while True:
-            try:
-                step = flow.throw(error) if error is not None else flow.send(value)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            value, error = None, None
-            try:
-                if isinstance(step, Call):
-                    value = _send_sync(client, step, streamed)
-                elif isinstance(step, NextLine):
-                    assert streamed.lines is not None
-                    value = next(streamed.lines, None)
-                elif isinstance(step, Callback):
-                    step.fn(step.arg)
-                elif isinstance(step, Sleep):
-                    time.sleep(step.seconds)
-                elif isinstance(step, Emit):
-                    yield step.item
-            except httpx.TransportError as e:
-                error = e
-    finally:
-        if streamed.response is not None:
-            streamed.response.close()
-        flow.close()
+    with _Driver(flow) as driver:
+        for step in driver:
+            if isinstance(step, Emit):
+                yield step.item
+            with driver.answering(step):
+                driver.answer = _carry_out_sync(client, driver, step)
+        return driver.result  # type: ignore[no-any-return]
 
 
-def run_sync(client: httpx.Client, flow: Flow[T], on_emit: Callable[[Any], Any] | None = None) -> T:
-    """Run a flow to its end; the items it emits go to `on_emit` (or nowhere)."""
+def _carry_out_sync(client: httpx.Client, driver: _Driver, step: Instruction) -> Any:
+    if isinstance(step, Call):
+        return _send_sync(client, driver, step)
+    if isinstance(step, NextLine):
+        assert driver.lines is not None
+        return next(driver.lines, None)
+    if isinstance(step, Await):
+        return run_coroutine(step.make())
+    if isinstance(step, Callback):
+        step.fn(step.arg)
+    elif isinstance(step, Sleep):
+        time.sleep(step.seconds)
+    return None
+
+
+def _send_sync(client: httpx.Client, driver: _Driver, call: Call) -> Reply:
+    if driver.response is not None:  # a new request ends the stream the flow held
+        driver.response.close()
+        driver.response = driver.lines = None
+    response = client.send(_request(client, call), stream=call.stream)
+    if not call.stream:
+        return Reply(response.status_code, response.headers, response.content)
+    if response.status_code >= 400:
+        body = response.read()
+        response.close()
+        return Reply(response.status_code, response.headers, body)
+    driver.lines = response.iter_lines()
+    return driver.streaming(response)
+
+
+def run_sync(client: httpx.Client, flow: Flow[T]) -> T:
+    """Run a flow to its end; the items it emits go nowhere."""
     items = iter_sync(client, flow)
     try:
         while True:
-            try:
-                item = next(items)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            if on_emit is not None:
-                on_emit(item)
+            next(items)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
     finally:
         items.close()
-
-
-def _send_sync(client: httpx.Client, call: Call, streamed: _Streamed) -> Reply:
-    if streamed.response is not None:  # a new request ends the stream the flow held
-        streamed.response.close()
-        streamed.response = streamed.lines = None
-    request = client.build_request(call.method, call.url, headers=call.headers, params=call.params,
-                                   json=call.json, content=call.content, timeout=_timeout(client, call))
-    response = client.send(request, stream=call.stream)
-    if call.stream:
-        if response.status_code >= 400:
-            body = response.read()
-            response.close()
-            return Reply(response.status_code, response.headers, body)
-        streamed.response, streamed.lines = response, response.iter_lines()
-    return Reply(response.status_code, response.headers, b"" if call.stream else response.content)
 
 
 async def iter_async(client: httpx.AsyncClient, flow: Flow[Any]) -> AsyncGenerator[Any, None]:
     """`iter_sync` for asyncio. An async generator returns nothing: `run_async` keeps the flow's
     result."""
-    streamed = _Streamed()
-    value: Any = None
-    error: BaseException | None = None
-    try:
-        while True:
-            try:
-                step = flow.throw(error) if error is not None else flow.send(value)
-            except StopIteration:
-                return
-            value, error = None, None
-            try:
-                if isinstance(step, Call):
-                    value = await _send_async(client, step, streamed)
-                elif isinstance(step, NextLine):
-                    assert streamed.alines is not None
-                    value = await anext(streamed.alines, None)
-                elif isinstance(step, Callback):
-                    await call_back(step.fn, step.arg)
-                elif isinstance(step, Sleep):
-                    await asyncio.sleep(step.seconds)
-                elif isinstance(step, Emit):
-                    yield step.item
-            except httpx.TransportError as e:
-                error = e
-    finally:
-        if streamed.response is not None:
-            await streamed.response.aclose()
-        flow.close()
+    async with _Driver(flow) as driver:
+        for step in driver:
+            if isinstance(step, Emit):
+                yield step.item
+            with driver.answering(step):
+                driver.answer = await _carry_out_async(client, driver, step)
 
 
-async def run_async(client: httpx.AsyncClient, flow: Flow[T], on_emit: Callable[[Any], Any] | None = None) -> T:
-    """Run a flow to its end; the items it emits go to `on_emit` (awaited if it returns an awaitable)."""
+async def _carry_out_async(client: httpx.AsyncClient, driver: _Driver, step: Instruction) -> Any:
+    if isinstance(step, Call):
+        return await _send_async(client, driver, step)
+    if isinstance(step, NextLine):
+        assert driver.alines is not None
+        return await anext(driver.alines, None)
+    if isinstance(step, Await):
+        return await step.make()
+    if isinstance(step, Callback):
+        await call_back(step.fn, step.arg)
+    elif isinstance(step, Sleep):
+        await asyncio.sleep(step.seconds)
+    return None
+
+
+async def _send_async(client: httpx.AsyncClient, driver: _Driver, call: Call) -> Reply:
+    if driver.response is not None:
+        await driver.response.aclose()
+        driver.response = driver.alines = None
+    response = await client.send(_request(client, call), stream=call.stream)
+    if not call.stream:
+        return Reply(response.status_code, response.headers, response.content)
+    if response.status_code >= 400:
+        body = await response.aread()
+        await response.aclose()
+        return Reply(response.status_code, response.headers, body)
+    driver.alines = response.aiter_lines()
+    return driver.streaming(response)
+
+
+async def run_async(client: httpx.AsyncClient, flow: Flow[T]) -> T:
+    """Run a flow to its end; the items it emits go nowhere."""
     result: list[T] = []
     async with contextlib.aclosing(iter_async(client, _keep(flow, result))) as items:
-        async for item in items:
-            if on_emit is not None:
-                await call_back(on_emit, item)
+        async for _item in items:
+            pass
     return result[0]
 
 
 def _keep(flow: Flow[T], result: list[T]) -> Flow[None]:
     result.append((yield from flow))
-
-
-async def _send_async(client: httpx.AsyncClient, call: Call, streamed: _Streamed) -> Reply:
-    if streamed.response is not None:
-        await streamed.response.aclose()
-        streamed.response = streamed.alines = None
-    request = client.build_request(call.method, call.url, headers=call.headers, params=call.params,
-                                   json=call.json, content=call.content, timeout=_timeout(client, call))
-    response = await client.send(request, stream=call.stream)
-    if call.stream:
-        if response.status_code >= 400:
-            body = await response.aread()
-            await response.aclose()
-            return Reply(response.status_code, response.headers, body)
-        streamed.response, streamed.alines = response, response.aiter_lines()
-    return Reply(response.status_code, response.headers, b"" if call.stream else response.content)
 
 
 async def call_back(fn: Callable[[T], Any], arg: T) -> None:
@@ -255,10 +305,3 @@ async def call_back(fn: Callable[[T], Any], arg: T) -> None:
     if inspect.isawaitable(result):
         await result
 
-
-def _timeout(client: httpx.Client | httpx.AsyncClient, call: Call) -> httpx.Timeout:
-    return call.timeout or client.timeout
-
-
-__all__ = ["Call", "Callback", "Emit", "Flow", "NextLine", "Reply", "SandboxError", "Sleep", "iter_async", "iter_sync",
-           "run_async", "run_sync", "send"]

@@ -1,7 +1,8 @@
 """Spawned processes: a long-lived command in the box, attached over a WebSocket.
 
 `AsyncProcess` is the one implementation. `Process` is the same object for blocking code: it runs
-the async one on a private event-loop thread (`_Portal`), so both behave alike by construction.
+the async one on the SDK's event-loop thread (`hutch.sdk.portal`), each of its calls derived from
+the async one's, so both behave alike by construction.
 The process does not depend on the attachment: closing it (or losing the connection) leaves the
 process running, and `commands.connect(pid)` attaches again, replaying the output kept meanwhile.
 """
@@ -13,20 +14,21 @@ import base64
 import itertools
 import json
 import signal as signals
-import threading
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 
+from hutch.sdk.codes import SdkCode, ServerCode
 from hutch.sdk.config import tls_context
 from hutch.sdk.errors import ConflictError, SandboxError, SandboxTimeoutError, ServerError, error_for, error_from_response
 from hutch.sdk.flow import call_back
-from hutch.sdk.ops import DataPlane
+from hutch.sdk.ops.sandboxes import DataPlane, refresh_token
+from hutch.sdk.portal import blocking, run_coroutine
+from hutch.sdk.session import Session, run_awaited
 
-T = TypeVar("T")
 OutputCallback = Callable[[str], Any]
 REQUEST_TIMEOUT = 60.0
 MAX_FRAME = 16 * 2**20
@@ -73,9 +75,9 @@ class AsyncProcess:
         self._ids = itertools.count(1)
 
     @classmethod
-    async def attach(cls, dp: DataPlane, pid: int, refresh: Callable[[], Awaitable[None]],
-                     on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None) -> AsyncProcess:
-        """Attach to process `pid` of the sandbox behind `dp`; `refresh` takes a rotated token."""
+    async def attach(cls, dp: DataPlane, pid: int, on_stdout: OutputCallback | None = None,
+                     on_stderr: OutputCallback | None = None) -> AsyncProcess:
+        """Attach to process `pid` of the sandbox behind `dp`."""
         proc = cls(pid, on_stdout, on_stderr)
         for attempt in (1, 2):
             try:
@@ -86,12 +88,12 @@ class AsyncProcess:
                 break
             except websockets.InvalidStatus as e:
                 err = error_from_response(e.response.status_code, bytes(e.response.body or b""))
-                if attempt == 1 and err.code == "invalid_access_token":
-                    await refresh()  # the box resumed since: its token rotated
+                if attempt == 1 and err.code == ServerCode.INVALID_ACCESS_TOKEN:
+                    await run_awaited(Session(dp.cfg), refresh_token(dp))  # the box resumed since: its token rotated
                     continue
                 raise err from None
             except (OSError, TimeoutError, websockets.InvalidHandshake) as e:
-                raise ServerError(f"could not attach to process {pid}: {e}", code="connection_error") from e
+                raise ServerError(f"could not attach to process {pid}: {e}", code=SdkCode.CONNECTION_ERROR) from e
         proc._done = asyncio.get_running_loop().create_future()
         proc._reader = asyncio.create_task(proc._read())
         return proc
@@ -109,7 +111,7 @@ class AsyncProcess:
         and the answers to requests, which may come after the exit."""
         assert self._ws is not None and self._done is not None
         failure: SandboxError = ServerError("the connection to the process ended before it exited; it may "
-                                            "still run: attach again with commands.connect(pid)", code="stream_ended")
+                                            "still run: attach again with commands.connect(pid)", code=SdkCode.STREAM_ENDED)
         try:
             async for frame in self._ws:
                 msg = json.loads(frame)
@@ -125,7 +127,7 @@ class AsyncProcess:
                 elif kind == "ack" and msg.get("id") in self._pending:
                     self._pending.pop(msg["id"]).set_result(msg)
                 elif kind == "error":
-                    err = error_for(msg.get("status", 500), msg.get("code", "error"), msg.get("message", ""))
+                    err = error_for(msg.get("status", 500), msg.get("code", SdkCode.ERROR), msg.get("message", ""))
                     waiter = self._pending.pop(msg.get("id"), None) if msg.get("id") is not None else None
                     if waiter is not None:
                         waiter.set_exception(err)
@@ -135,16 +137,16 @@ class AsyncProcess:
             pass
         except asyncio.CancelledError:  # close(): detached on purpose
             failure = ServerError("detached from the process (close()); it runs on in the sandbox",
-                                  code="detached")
+                                  code=SdkCode.DETACHED)
             raise
         except Exception as e:  # a callback raised: the attachment ends, wait() says why
             failure = e if isinstance(e, SandboxError) else ServerError(f"an output callback raised {e!r}",
-                                                                        code="callback_error")
+                                                                        code=SdkCode.CALLBACK_ERROR)
         finally:
             for waiter in self._pending.values():
                 if not waiter.done():
                     waiter.set_exception(failure if self.exit_code is None else
-                                         ConflictError("the process has exited", status_code=409, code="process_exited"))
+                                         ConflictError("the process has exited", status_code=409, code=SdkCode.PROCESS_EXITED))
             self._pending.clear()
             if not self._done.done():
                 if self.exit_code is not None:
@@ -164,7 +166,7 @@ class AsyncProcess:
         assert self._ws is not None and self._done is not None
         if self._done.done():
             if self.exit_code is not None:
-                raise ConflictError(f"process {self.pid} has exited", status_code=409, code="process_exited")
+                raise ConflictError(f"process {self.pid} has exited", status_code=409, code=SdkCode.PROCESS_EXITED)
             self._done.result()  # raises why the attachment ended
         request_id = next(self._ids)
         waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -175,7 +177,7 @@ class AsyncProcess:
         except websockets.ConnectionClosed:
             return await asyncio.wait_for(waiter, REQUEST_TIMEOUT)  # the reader fails it with the reason
         except TimeoutError:
-            raise SandboxTimeoutError("the sandbox did not answer in time", code="request_timeout") from None
+            raise SandboxTimeoutError("the sandbox did not answer in time", code=SdkCode.REQUEST_TIMEOUT) from None
         finally:
             self._pending.pop(request_id, None)
 
@@ -187,7 +189,7 @@ class AsyncProcess:
             return await asyncio.wait_for(asyncio.shield(self._done), timeout)
         except TimeoutError:
             raise SandboxTimeoutError(f"process {self.pid} is still running after {timeout} s",
-                                      code="wait_timeout") from None
+                                      code=SdkCode.WAIT_TIMEOUT) from None
 
     async def kill(self, signal: int = signals.SIGTERM) -> bool:
         """Send `signal` to the process' group; False if it had already exited."""
@@ -196,7 +198,7 @@ class AsyncProcess:
         try:
             answer = await self._request({"t": "signal", "signal": int(signal)})
         except ConflictError as e:
-            if e.code == "process_exited":
+            if e.code == SdkCode.PROCESS_EXITED:
                 return False
             raise
         return bool(answer.get("signalled"))
@@ -230,45 +232,14 @@ class AsyncProcess:
         return f"AsyncProcess(pid={self.pid}, exit_code={self.exit_code})"
 
 
-# --- the same, from blocking code ------------------------------------------------------------------
-
-class _Portal:
-    """One event loop on a daemon thread, shared by every blocking `Process`."""
-
-    _lock = threading.Lock()
-    _loop: asyncio.AbstractEventLoop | None = None
-
-    _thread: threading.Thread | None = None
-
-    @classmethod
-    def run(cls, coro: Coroutine[Any, Any, T]) -> T:
-        with cls._lock:
-            if cls._loop is None:
-                loop = asyncio.new_event_loop()
-                cls._thread = threading.Thread(target=loop.run_forever, name="hutch-sdk-portal", daemon=True)
-                cls._thread.start()
-                cls._loop = loop
-        if threading.current_thread() is cls._thread:  # an output callback calling back in: it would wait for itself
-            coro.close()
-            raise SandboxError("a blocking Process call from an output callback would wait for itself; "
-                               "use AsyncSandbox there", code="invalid_call")
-        future = asyncio.run_coroutine_threadsafe(coro, cls._loop)
-        try:
-            return future.result()
-        except BaseException:  # e.g. ^C while waiting: do not leave the call running behind us
-            future.cancel()
-            raise
-
+# --- the same, from blocking code -----------------------------------------------------------------
 
 class ProcessStdin:
     def __init__(self, inner: AsyncProcessStdin) -> None:
         self._inner = inner
 
-    def write(self, data: str | bytes) -> None:
-        _Portal.run(self._inner.write(data))
-
-    def close(self) -> None:
-        _Portal.run(self._inner.close())
+    write = blocking(AsyncProcessStdin.write)
+    close = blocking(AsyncProcessStdin.close)
 
 
 class Process:
@@ -279,11 +250,6 @@ class Process:
         self._inner = inner
         self.pid = inner.pid
         self.stdin = ProcessStdin(inner.stdin)
-
-    @classmethod
-    def attach(cls, dp: DataPlane, pid: int, refresh: Callable[[], Awaitable[None]],
-               on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None) -> Process:
-        return cls(_Portal.run(AsyncProcess.attach(dp, pid, refresh, on_stdout, on_stderr)))
 
     @property
     def stdout(self) -> str:
@@ -301,23 +267,16 @@ class Process:
     def dropped_chars(self) -> int:
         return self._inner.dropped_chars
 
-    def wait(self, timeout: float | None = None) -> int:
-        return _Portal.run(self._inner.wait(timeout))
-
-    def kill(self, signal: int = signals.SIGTERM) -> bool:
-        return _Portal.run(self._inner.kill(signal))
-
-    def resize(self, rows: int, cols: int) -> None:
-        _Portal.run(self._inner.resize(rows, cols))
-
-    def close(self) -> None:
-        _Portal.run(self._inner.close())
+    wait = blocking(AsyncProcess.wait)
+    kill = blocking(AsyncProcess.kill)
+    resize = blocking(AsyncProcess.resize)
+    close = blocking(AsyncProcess.close)
 
     def __enter__(self) -> Process:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _Portal.run(self._inner.__aexit__(*exc))
+        run_coroutine(self._inner.__aexit__(*exc))
 
     def __repr__(self) -> str:
         return f"Process(pid={self.pid}, exit_code={self.exit_code})"

@@ -4,32 +4,31 @@
     Sandbox.create(name="agent", secrets={"ANTHROPIC_API_KEY": "anthropic-prod"})
 
 Inside the box the variable holds a stand-in token; the server's egress proxy swaps it for the
-value only on requests to the secret's allowed hosts. What each call sends lives once, in `ops`.
+value only on requests to the secret's allowed hosts. Every call is written once, on the shared
+base (see `hutch.sdk.front`); what it sends lives in `hutch.sdk.ops.secrets`.
 """
 
 from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from hutch.sdk import ops
 from hutch.sdk.config import ConnectionConfig
-from hutch.sdk.ops import ProviderInfo, SecretAuditPage, SecretAuth, SecretInfo
-from hutch.sdk.sandbox import _once_async, _once_sync
+from hutch.sdk.flow import Flow, mapped
+from hutch.sdk.front import AsyncFront, Job, SyncFront, call, classcall, making, making_each
+from hutch.sdk.ops import secrets
+from hutch.sdk.session import Session, run_awaited, run_blocking
+from hutch.sdk.types import ProviderInfo, SecretAuditPage, SecretAuth, SecretInfo
+
+SecretT = TypeVar("SecretT", bound="_SecretBase[Any]")
 
 
-def _create_body(name: str, value: str, provider: str | None, allowed_hosts: list[str] | None,
-                 auth: SecretAuth | dict[str, str] | None) -> dict[str, Any]:
-    if isinstance(auth, SecretAuth):
-        auth = {"header": auth.header, "format": auth.format}
-    body = {"name": name, "value": value, "provider": provider, "allowed_hosts": allowed_hosts, "auth": auth}
-    return {k: v for k, v in body.items() if v is not None}
+class _SecretBase(Generic[SecretT]):
+    """Both fronts' calls, and a snapshot of the secret (its value is never returned)."""
 
-
-class _SecretBase:
-    def __init__(self, info: SecretInfo, cfg: ConnectionConfig) -> None:
-        self._info, self._cfg = info, cfg
+    def __init__(self, info: SecretInfo, session: Session) -> None:
+        self._info, self._session = info, session
 
     @property
     def name(self) -> str:
@@ -40,7 +39,7 @@ class _SecretBase:
         return self._info.provider
 
     @property
-    def allowed_hosts(self) -> list[str]:
+    def allowed_hosts(self) -> builtins.list[str]:
         return list(self._info.allowed_hosts)
 
     @property
@@ -58,102 +57,69 @@ class _SecretBase:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, provider={self.provider!r}, hosts={self.allowed_hosts!r})"
 
+    # --- the class's own calls --------------------------------------------------------------------
 
-class Secret(_SecretBase):
-    """A stored credential (its value is never returned). Blocking calls."""
-
-    @classmethod
-    def create(cls, name: str, value: str, *, provider: str | None = None, allowed_hosts: list[str] | None = None,
-               auth: SecretAuth | dict[str, str] | None = None, api_key: str | None = None,
-               base_url: str | None = None) -> Secret:
+    @classcall
+    def create(cls: type[SecretT], name: str, value: str, *, provider: str | None = None,
+               allowed_hosts: builtins.list[str] | None = None, auth: SecretAuth | dict[str, str] | None = None,
+               api_key: str | None = None, base_url: str | None = None) -> Job[SecretT]:
         """`provider` ("anthropic", "openai", ...: see `Provider.list()`) sets the auth scheme and
         hosts; `allowed_hosts` and `auth` set or override them."""
-        cfg = ConnectionConfig.resolve(api_key, base_url)
-        return cls(_once_sync(cfg, ops.create_secret(cfg, _create_body(name, value, provider, allowed_hosts, auth))),
-                   cfg)
+        session = Session(ConnectionConfig.resolve(api_key, base_url))
+        return making(session, secrets.create_secret(session.cfg, name, value, provider, allowed_hosts, auth), cls)
 
-    @classmethod
-    def get(cls, name: str, *, api_key: str | None = None, base_url: str | None = None) -> Secret:
-        cfg = ConnectionConfig.resolve(api_key, base_url)
-        return cls(_once_sync(cfg, ops.get_secret(cfg, name)), cfg)
+    @classcall
+    def get(cls: type[SecretT], name: str, *, api_key: str | None = None,
+            base_url: str | None = None) -> Job[SecretT]:
+        """A secret by name."""
+        session = Session(ConnectionConfig.resolve(api_key, base_url))
+        return making(session, secrets.get_secret(session.cfg, name), cls)
 
-    @classmethod
-    def list(cls, *, api_key: str | None = None, base_url: str | None = None) -> list[Secret]:
-        cfg = ConnectionConfig.resolve(api_key, base_url)
-        return [cls(info, cfg) for info in _once_sync(cfg, ops.list_secrets(cfg))]
+    @classcall
+    def list(cls: type[SecretT], *, api_key: str | None = None,
+             base_url: str | None = None) -> Job[builtins.list[SecretT]]:
+        """The team's secrets."""
+        session = Session(ConnectionConfig.resolve(api_key, base_url))
+        return making_each(session, secrets.list_secrets(session.cfg), cls)
 
-    @classmethod
-    def delete_by_name(cls, name: str, *, api_key: str | None = None, base_url: str | None = None) -> None:
+    @classcall
+    def delete_by_name(cls, name: str, *, api_key: str | None = None, base_url: str | None = None) -> Job[None]:
         """Boxes bound to it keep a stand-in that is never swapped again (their binding: revoked)."""
         cfg = ConnectionConfig.resolve(api_key, base_url)
-        _once_sync(cfg, ops.delete_secret(cfg, name))
+        return Job(Session(cfg), secrets.delete_secret(cfg, name))
 
-    @classmethod
+    @classcall
     def audit_by_name(cls, name: str, *, limit: int = 100, before: int | None = None, sandbox_id: str | None = None,
-                      api_key: str | None = None, base_url: str | None = None) -> SecretAuditPage:
+                      api_key: str | None = None, base_url: str | None = None) -> Job[SecretAuditPage]:
         """The uses of the secret of that name, a deleted one's too."""
         cfg = ConnectionConfig.resolve(api_key, base_url)
-        page: SecretAuditPage = _once_sync(cfg, ops.secret_audit(cfg, name, limit, before, sandbox_id))
-        return page
+        return Job(Session(cfg), secrets.secret_audit(cfg, name, limit, before, sandbox_id))
 
-    def rotate(self, value: str) -> None:
+    # --- the secret's -----------------------------------------------------------------------------
+
+    @call
+    def rotate(self, value: str) -> Flow[None]:
         """A new value, used from the next request out of any box."""
-        self._info = _once_sync(self._cfg, ops.rotate_secret(self._cfg, self.name, value))
+        self._info = yield from secrets.rotate_secret(self._session.cfg, self.name, value)
 
-    def delete(self) -> None:
-        _once_sync(self._cfg, ops.delete_secret(self._cfg, self.name))
+    @call
+    def delete(self) -> Flow[None]:
+        """As `delete_by_name`."""
+        return secrets.delete_secret(self._session.cfg, self.name)
 
-    def audit(self, *, limit: int = 100, before: int | None = None, sandbox_id: str | None = None) -> SecretAuditPage:
+    @call
+    def audit(self, *, limit: int = 100, before: int | None = None,
+              sandbox_id: str | None = None) -> Flow[SecretAuditPage]:
         """Every request it was swapped into, newest first: when, which box, host, method, path, status."""
-        page: SecretAuditPage = _once_sync(self._cfg, ops.secret_audit(self._cfg, self.name, limit, before, sandbox_id))
-        return page
+        return secrets.secret_audit(self._session.cfg, self.name, limit, before, sandbox_id)
 
 
-class AsyncSecret(_SecretBase):
+class Secret(_SecretBase["Secret"], SyncFront):
+    """A stored credential (its value is never returned). Blocking calls."""
+
+
+class AsyncSecret(_SecretBase["AsyncSecret"], AsyncFront):
     """`Secret`, for asyncio code."""
-
-    @classmethod
-    async def create(cls, name: str, value: str, *, provider: str | None = None,
-                     allowed_hosts: list[str] | None = None, auth: SecretAuth | dict[str, str] | None = None,
-                     api_key: str | None = None, base_url: str | None = None) -> AsyncSecret:
-        cfg = ConnectionConfig.resolve(api_key, base_url)
-        body = _create_body(name, value, provider, allowed_hosts, auth)
-        return cls(await _once_async(cfg, ops.create_secret(cfg, body)), cfg)
-
-    @classmethod
-    async def get(cls, name: str, *, api_key: str | None = None, base_url: str | None = None) -> AsyncSecret:
-        cfg = ConnectionConfig.resolve(api_key, base_url)
-        return cls(await _once_async(cfg, ops.get_secret(cfg, name)), cfg)
-
-    @classmethod
-    async def list(cls, *, api_key: str | None = None, base_url: str | None = None) -> list[AsyncSecret]:
-        cfg = ConnectionConfig.resolve(api_key, base_url)
-        return [cls(info, cfg) for info in await _once_async(cfg, ops.list_secrets(cfg))]
-
-    @classmethod
-    async def delete_by_name(cls, name: str, *, api_key: str | None = None, base_url: str | None = None) -> None:
-        cfg = ConnectionConfig.resolve(api_key, base_url)
-        await _once_async(cfg, ops.delete_secret(cfg, name))
-
-    @classmethod
-    async def audit_by_name(cls, name: str, *, limit: int = 100, before: int | None = None,
-                            sandbox_id: str | None = None, api_key: str | None = None,
-                            base_url: str | None = None) -> SecretAuditPage:
-        cfg = ConnectionConfig.resolve(api_key, base_url)
-        page: SecretAuditPage = await _once_async(cfg, ops.secret_audit(cfg, name, limit, before, sandbox_id))
-        return page
-
-    async def rotate(self, value: str) -> None:
-        self._info = await _once_async(self._cfg, ops.rotate_secret(self._cfg, self.name, value))
-
-    async def delete(self) -> None:
-        await _once_async(self._cfg, ops.delete_secret(self._cfg, self.name))
-
-    async def audit(self, *, limit: int = 100, before: int | None = None,
-                    sandbox_id: str | None = None) -> SecretAuditPage:
-        page: SecretAuditPage = await _once_async(self._cfg, ops.secret_audit(self._cfg, self.name, limit, before,
-                                                                              sandbox_id))
-        return page
 
 
 @dataclass
@@ -162,10 +128,15 @@ class Provider(ProviderInfo):
 
     @classmethod
     def list(cls, *, api_key: str | None = None, base_url: str | None = None) -> builtins.list[Provider]:
-        cfg = ConnectionConfig.resolve(api_key, base_url)
-        return [cls(**vars(p)) for p in _once_sync(cfg, ops.list_providers(cfg))]
+        """Every provider the server knows."""
+        return run_blocking(*cls._listing(api_key, base_url))
 
     @classmethod
     async def list_async(cls, *, api_key: str | None = None, base_url: str | None = None) -> builtins.list[Provider]:
+        """As `list`, awaited."""
+        return await run_awaited(*cls._listing(api_key, base_url))
+
+    @classmethod
+    def _listing(cls, api_key: str | None, base_url: str | None) -> Job[builtins.list[Provider]]:
         cfg = ConnectionConfig.resolve(api_key, base_url)
-        return [cls(**vars(p)) for p in await _once_async(cfg, ops.list_providers(cfg))]
+        return Job(Session(cfg), mapped(secrets.list_providers(cfg), lambda found: [cls(**vars(p)) for p in found]))

@@ -4,44 +4,42 @@
     template.wait_until_ready(on_log=print)       # raises BuildError if the build fails
     Sandbox.create(name="run-1", from_template=template)
 
-Creating (or rebuilding) only queues a build on the server. What each call sends lives once, in
-`ops`; the build log is one flow, offered as an iterator and as a callback.
+Creating (or rebuilding) only queues a build on the server. Every call is written once, on the
+shared base (see `hutch.sdk.front`); what it sends lives in `hutch.sdk.ops.templates`, and the
+build log is one flow, offered as an iterator and as a callback.
 """
 
 from __future__ import annotations
 
 import builtins
-import contextlib
-import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any, Generic, TypeVar
 
-from hutch.sdk import ops
+from hutch.sdk.codes import ServerCode
 from hutch.sdk.config import ConnectionConfig
 from hutch.sdk.errors import NotFoundError
-from hutch.sdk.flow import Flow, iter_async, iter_sync, run_async, run_sync
-from hutch.sdk.ops import (
-    BuildInfo,
-    BuildLogLine,
-    EnvStep,
-    RunStep,
-    Step,
-    TemplateInfo,
-    UserStep,
-    WorkdirStep,
-)
-from hutch.sdk.sandbox import _async_client, _once_async, _once_sync, _sync_client
+from hutch.sdk.flow import Flow, mapped
+from hutch.sdk.front import AsyncFront, Job, SyncFront, call, classcall, making, making_each
+from hutch.sdk.ops import templates
+from hutch.sdk.ops.templates import LogCallback
+from hutch.sdk.session import Session, iterate_awaited, iterate_blocking
+from hutch.sdk.types import BuildEnd, BuildInfo, BuildLogLine, Step, TemplateInfo
 
 BASE_TEMPLATE = "hutch/base"
-LogCallback = Callable[[BuildLogLine], Any]  # on the async SDK it may also return an awaitable
+TemplateT = TypeVar("TemplateT", bound="_TemplateBase[Any]")
 
 
-class _TemplateBase:
-    """State shared by both fronts: a snapshot of the template, refreshed by the calls that read
-    it again (`refresh`, `wait_until_ready`, `rebuild`)."""
+def template_name(ref: Any) -> Any:
+    """What a call sends for a template given as an object: its name (anything else as it is)."""
+    return ref.name if isinstance(ref, _TemplateBase) else ref
 
-    def __init__(self, info: TemplateInfo, cfg: ConnectionConfig) -> None:
-        self._info, self._cfg = info, cfg
+
+class _TemplateBase(Generic[TemplateT]):
+    """Both fronts' calls, and a snapshot of the template, refreshed by the calls that read it
+    again (`refresh`, `wait_until_ready`, `rebuild`). Holds no connection between calls."""
+
+    def __init__(self, info: TemplateInfo, session: Session) -> None:
+        self._info, self._session = info, session
 
     @property
     def id(self) -> str:
@@ -64,15 +62,12 @@ class _TemplateBase:
     def latest_build(self) -> BuildInfo | None:
         return self._info.latest_build
 
-    def _latest_id(self) -> str | None:
-        return None if self._info.latest_build is None else self._info.latest_build.id
-
     def _build_id(self, build_id: str | None) -> str:
         """The build named, or the latest this object has seen (`refresh()` to see others')."""
         if build_id is not None:
             return build_id
         if self._info.latest_build is None:
-            raise NotFoundError(f"template {self.name!r} has no build", code="build_not_found")
+            raise NotFoundError(f"template {self.name!r} has no build", code=ServerCode.BUILD_NOT_FOUND)
         return self._info.latest_build.id
 
     def _started(self, build: BuildInfo) -> BuildInfo:
@@ -86,42 +81,20 @@ class _TemplateBase:
             self._info.latest_build = build
         return build
 
-    def _waited(self, answer: tuple[TemplateInfo, BuildInfo | None]) -> None:
-        self._info, build = answer
-        ops.check_build(build)
+    def _logs(self, build_id: str | None, follow: bool) -> Flow[BuildEnd | None]:
+        return templates.build_logs(self._session.cfg, self.id, self._build_id(build_id), follow=follow)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(id={self.id!r}, name={self.name!r}, status={self.status!r})"
 
+    # --- the class's own calls --------------------------------------------------------------------
 
-def _create_body(name: str, from_: str | _TemplateBase, steps: Sequence[Step | dict[str, Any]] | None,
-                 start_cmd: str | None, ready_cmd: str | None, ready_timeout_seconds: int | None, vcpu: int | None,
-                 memory_mib: int | None, disk_mib: int | None) -> dict[str, Any]:
-    source = from_.name if isinstance(from_, _TemplateBase) else from_
-    return ops.template_body(name, source, steps, start_cmd, ready_cmd, ready_timeout_seconds, vcpu, memory_mib,
-                             disk_mib)
-
-
-def _deadline(timeout_seconds: float | None) -> float | None:
-    return None if timeout_seconds is None else time.monotonic() + timeout_seconds
-
-
-# --- sync -----------------------------------------------------------------------------------------
-
-def _iter_once_sync(cfg: ConnectionConfig, flow: Flow[Any]) -> Iterator[Any]:
-    with _sync_client(cfg) as client:
-        yield from iter_sync(client, flow)
-
-
-class Template(_TemplateBase):
-    """A template, used from blocking code. Holds no connection between calls."""
-
-    @classmethod
-    def create(cls, name: str, *, from_: str | _TemplateBase = BASE_TEMPLATE,
+    @classcall
+    def create(cls: type[TemplateT], name: str, *, from_: str | _TemplateBase[Any] = BASE_TEMPLATE,
                steps: Sequence[Step | dict[str, Any]] | None = None, start_cmd: str | None = None,
                ready_cmd: str | None = None, ready_timeout_seconds: int | None = None, vcpu: int | None = None,
                memory_mib: int | None = None, disk_mib: int | None = None, api_key: str | None = None,
-               base_url: str | None = None) -> Template:
+               base_url: str | None = None) -> Job[TemplateT]:
         """Queue the build of a new template and return at once; `wait_until_ready()` waits for it.
 
         `from_`: "hutch/base", another template (object, name or id), "docker://ref" (if the server
@@ -131,141 +104,90 @@ class Template(_TemplateBase):
         every box booted from it; `ready_cmd` is polled until it exits 0 before a box is handed out
         (up to `ready_timeout_seconds`). vcpu 1-4, memory_mib 256-4096, disk_mib 1024-8192: its
         boxes' shape. Unset, the server's defaults."""
-        body = _create_body(name, from_, steps, start_cmd, ready_cmd, ready_timeout_seconds, vcpu, memory_mib,
-                            disk_mib)
-        cfg = ConnectionConfig.resolve(api_key, base_url)
-        return cls(_once_sync(cfg, ops.create_template(cfg, body)), cfg)
+        body = templates.template_body(name, template_name(from_), steps, start_cmd, ready_cmd, ready_timeout_seconds,
+                                       vcpu, memory_mib, disk_mib)
+        session = Session(ConnectionConfig.resolve(api_key, base_url))
+        return making(session, templates.create_template(session.cfg, body), cls)
 
-    @classmethod
-    def get(cls, name_or_id: str, *, api_key: str | None = None, base_url: str | None = None) -> Template:
-        cfg = ConnectionConfig.resolve(api_key, base_url)
-        return cls(_once_sync(cfg, ops.get_template(cfg, name_or_id)), cfg)
+    @classcall
+    def get(cls: type[TemplateT], name_or_id: str, *, api_key: str | None = None,
+            base_url: str | None = None) -> Job[TemplateT]:
+        """A template by name or id (a system one's name holds a "/": "hutch/base")."""
+        session = Session(ConnectionConfig.resolve(api_key, base_url))
+        return making(session, templates.get_template(session.cfg, name_or_id), cls)
 
-    @classmethod
-    def list(cls, *, api_key: str | None = None, base_url: str | None = None) -> builtins.list[Template]:
+    @classcall
+    def list(cls: type[TemplateT], *, api_key: str | None = None,
+             base_url: str | None = None) -> Job[builtins.list[TemplateT]]:
         """The team's templates and the system ones (hutch/base)."""
-        cfg = ConnectionConfig.resolve(api_key, base_url)
-        return [cls(info, cfg) for info in _once_sync(cfg, ops.list_templates(cfg))]
+        session = Session(ConnectionConfig.resolve(api_key, base_url))
+        return making_each(session, templates.list_templates(session.cfg), cls)
 
-    @classmethod
-    def delete_by_name(cls, name_or_id: str, *, api_key: str | None = None, base_url: str | None = None) -> None:
+    @classcall
+    def delete_by_name(cls, name_or_id: str, *, api_key: str | None = None, base_url: str | None = None) -> Job[None]:
         """Cancels its running build. A template that boxes (active or paused) or other builds use
         is a ConflictError (template_in_use)."""
         cfg = ConnectionConfig.resolve(api_key, base_url)
-        _once_sync(cfg, ops.delete_template(cfg, name_or_id))
+        return Job(Session(cfg), templates.delete_template(cfg, name_or_id))
 
-    def refresh(self) -> TemplateInfo:
-        self._info = _once_sync(self._cfg, ops.get_template(self._cfg, self.id))
+    # --- the template's ---------------------------------------------------------------------------
+
+    @call
+    def refresh(self) -> Flow[TemplateInfo]:
+        """The server's current view of the template (and its latest build)."""
+        self._info = yield from templates.get_template(self._session.cfg, self.id)
         return self._info
 
-    def delete(self) -> None:
-        _once_sync(self._cfg, ops.delete_template(self._cfg, self.id))
+    @call
+    def delete(self) -> Flow[None]:
+        """As `delete_by_name`."""
+        return templates.delete_template(self._session.cfg, self.id)
 
-    def rebuild(self, no_cache: bool = False) -> BuildInfo:
+    @call
+    def rebuild(self, no_cache: bool = False) -> Flow[BuildInfo]:
         """Queue a new build of the same spec (`no_cache`: run every step again); returns at once.
         A ready template stays usable, with its last good image, until the new build succeeds."""
-        return self._started(_once_sync(self._cfg, ops.start_build(self._cfg, self.id, no_cache)))
+        return mapped(templates.start_build(self._session.cfg, self.id, no_cache), self._started)
 
-    def list_builds(self) -> builtins.list[BuildInfo]:
+    @call
+    def list_builds(self) -> Flow[builtins.list[BuildInfo]]:
         """Newest first."""
-        builds: builtins.list[BuildInfo] = _once_sync(self._cfg, ops.list_builds(self._cfg, self.id))
-        return builds
+        return templates.list_builds(self._session.cfg, self.id)
 
-    def get_build(self, build_id: str) -> BuildInfo:
-        return self._took(_once_sync(self._cfg, ops.get_build(self._cfg, self.id, build_id)))
+    @call
+    def get_build(self, build_id: str) -> Flow[BuildInfo]:
+        return mapped(templates.get_build(self._session.cfg, self.id, build_id), self._took)
 
-    def cancel_build(self, build_id: str | None = None) -> BuildInfo:
+    @call
+    def cancel_build(self, build_id: str | None = None) -> Flow[BuildInfo]:
         """Stop a build (default: the latest); one that had ended is a ConflictError (build_finished)."""
-        return self._took(_once_sync(self._cfg, ops.cancel_build(self._cfg, self.id, self._build_id(build_id))))
+        return mapped(templates.cancel_build(self._session.cfg, self.id, self._build_id(build_id)), self._took)
+
+    @call
+    def wait_until_ready(self, timeout_seconds: float | None = None, on_log: LogCallback | None = None) -> Flow[None]:
+        """Wait until the latest build ends, passing its log lines to `on_log` as they come (on the
+        async SDK it may be a coroutine function).
+
+        Raises BuildError if it failed or was cancelled, SandboxTimeoutError (wait_timeout) past
+        `timeout_seconds` (the build goes on). Refreshes `status` and `latest_build`."""
+        latest = None if self._info.latest_build is None else self._info.latest_build.id
+        self._info, build = yield from templates.wait_for_build(self._session.cfg, self.id, latest, timeout_seconds,
+                                                                on_log)
+        templates.check_build(build)
+
+
+class Template(_TemplateBase["Template"], SyncFront):
+    """A template, used from blocking code."""
 
     def stream_build_logs(self, build_id: str | None = None, follow: bool = True) -> Iterator[BuildLogLine]:
         """A build's log lines (default: the latest build's), from the first. With `follow` the
         iterator goes on until the build ends; without, it stops at what was logged so far."""
-        return _iter_once_sync(self._cfg, ops.build_logs(self._cfg, self.id, self._build_id(build_id), follow=follow))
-
-    def wait_until_ready(self, timeout_seconds: float | None = None, on_log: LogCallback | None = None) -> None:
-        """Block until the latest build ends, passing its log lines to `on_log` as they come.
-
-        Raises BuildError if it failed or was cancelled, SandboxTimeoutError (wait_timeout) past
-        `timeout_seconds` (the build goes on). Refreshes `status` and `latest_build`."""
-        flow = ops.wait_for_build(self._cfg, self.id, self._latest_id(),
-                                  _deadline(timeout_seconds))
-        with _sync_client(self._cfg) as client:
-            self._waited(run_sync(client, flow, on_log))
+        return iterate_blocking(self._session, self._logs(build_id, follow))
 
 
-# --- async ----------------------------------------------------------------------------------------
-
-async def _iter_once_async(cfg: ConnectionConfig, flow: Flow[Any]) -> AsyncIterator[Any]:
-    async with _async_client(cfg) as client, contextlib.aclosing(iter_async(client, flow)) as items:
-        async for item in items:
-            yield item
-
-
-class AsyncTemplate(_TemplateBase):
+class AsyncTemplate(_TemplateBase["AsyncTemplate"], AsyncFront):
     """`Template`, for asyncio code: the same calls, awaited; `stream_build_logs` is an async iterator."""
 
-    @classmethod
-    async def create(cls, name: str, *, from_: str | _TemplateBase = BASE_TEMPLATE,
-                     steps: Sequence[Step | dict[str, Any]] | None = None, start_cmd: str | None = None,
-                     ready_cmd: str | None = None, ready_timeout_seconds: int | None = None, vcpu: int | None = None,
-                     memory_mib: int | None = None, disk_mib: int | None = None, api_key: str | None = None,
-                     base_url: str | None = None) -> AsyncTemplate:
-        body = _create_body(name, from_, steps, start_cmd, ready_cmd, ready_timeout_seconds, vcpu, memory_mib,
-                            disk_mib)
-        cfg = ConnectionConfig.resolve(api_key, base_url)
-        return cls(await _once_async(cfg, ops.create_template(cfg, body)), cfg)
-
-    @classmethod
-    async def get(cls, name_or_id: str, *, api_key: str | None = None, base_url: str | None = None) -> AsyncTemplate:
-        cfg = ConnectionConfig.resolve(api_key, base_url)
-        return cls(await _once_async(cfg, ops.get_template(cfg, name_or_id)), cfg)
-
-    @classmethod
-    async def list(cls, *, api_key: str | None = None, base_url: str | None = None) -> builtins.list[AsyncTemplate]:
-        cfg = ConnectionConfig.resolve(api_key, base_url)
-        return [cls(info, cfg) for info in await _once_async(cfg, ops.list_templates(cfg))]
-
-    @classmethod
-    async def delete_by_name(cls, name_or_id: str, *, api_key: str | None = None,
-                             base_url: str | None = None) -> None:
-        cfg = ConnectionConfig.resolve(api_key, base_url)
-        await _once_async(cfg, ops.delete_template(cfg, name_or_id))
-
-    async def refresh(self) -> TemplateInfo:
-        self._info = await _once_async(self._cfg, ops.get_template(self._cfg, self.id))
-        return self._info
-
-    async def delete(self) -> None:
-        await _once_async(self._cfg, ops.delete_template(self._cfg, self.id))
-
-    async def rebuild(self, no_cache: bool = False) -> BuildInfo:
-        return self._started(await _once_async(self._cfg, ops.start_build(self._cfg, self.id, no_cache)))
-
-    async def list_builds(self) -> builtins.list[BuildInfo]:
-        builds: builtins.list[BuildInfo] = await _once_async(self._cfg, ops.list_builds(self._cfg, self.id))
-        return builds
-
-    async def get_build(self, build_id: str) -> BuildInfo:
-        return self._took(await _once_async(self._cfg, ops.get_build(self._cfg, self.id, build_id)))
-
-    async def cancel_build(self, build_id: str | None = None) -> BuildInfo:
-        flow = ops.cancel_build(self._cfg, self.id, self._build_id(build_id))
-        return self._took(await _once_async(self._cfg, flow))
-
     def stream_build_logs(self, build_id: str | None = None, follow: bool = True) -> AsyncIterator[BuildLogLine]:
-        """`async for line in template.stream_build_logs(): ...`"""
-        return _iter_once_async(self._cfg, ops.build_logs(self._cfg, self.id, self._build_id(build_id),
-                                                          follow=follow))
-
-    async def wait_until_ready(self, timeout_seconds: float | None = None,
-                               on_log: LogCallback | None = None) -> None:
-        """As `Template.wait_until_ready`; `on_log` may be a coroutine function."""
-        flow = ops.wait_for_build(self._cfg, self.id, self._latest_id(),
-                                  _deadline(timeout_seconds))
-        async with _async_client(self._cfg) as client:
-            self._waited(await run_async(client, flow, on_log))
-
-
-__all__ = ["AsyncTemplate", "BuildInfo", "BuildLogLine", "EnvStep", "RunStep", "Step", "Template", "TemplateInfo",
-           "UserStep", "WorkdirStep"]
+        """As `Template.stream_build_logs`: `async for line in template.stream_build_logs(): ...`"""
+        return iterate_awaited(self._session, self._logs(build_id, follow))

@@ -11,7 +11,7 @@ from pydantic import AfterValidator, Base64Bytes, BaseModel, ConfigDict, Field, 
 from hutch.egress.rules import MAX_RULES, parse_allow, parse_cidr, parse_domain
 from hutch.errors import BuildFailure
 from hutch.guest.protocol import PROXY_PORT, path_problem
-from hutch.store import SandboxStatus
+from hutch.store import BuildStatus, SandboxStatus
 
 MAX_METADATA_KEYS = 64
 MAX_ENV_VARS = 256
@@ -486,7 +486,7 @@ class BuildInfo(BaseModel):
     id: str
     template_id: str
     template: str
-    status: Literal["queued", "running", "ready", "failed", "cancelled"]
+    status: BuildStatus
     error: BuildErrorInfo | None = None
     steps_total: int
     steps_cached: int

@@ -1,0 +1,432 @@
+"""The SDK's wire types: what the server answers (SandboxInfo, EntryInfo, BuildInfo, ...) and the
+few things sent as they are (NetworkConfig, the template steps), each with how it is read off JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from hutch.sdk.codes import ServerCode
+from hutch.sdk.errors import ValidationError
+
+BUILD_ENDED = ("ready", "failed", "cancelled")
+
+
+def _time(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+def _stamped(d: dict[str, Any]) -> dict[str, Any]:
+    """A log entry's fields, its `at` read as a datetime."""
+    return {**d, "at": datetime.fromisoformat(d["at"])}
+
+
+# --- sandboxes ------------------------------------------------------------------------------------
+
+@dataclass
+class NetworkConfig:
+    """Egress rules. `allow_out`: CIDRs and domains ("*.example.com" matches any name below it,
+    not the apex); `deny_out`: CIDRs. Allow wins over deny, so `deny_out=["0.0.0.0/0"]` with an
+    allow list lets only that list out. Private, loopback and link-local ranges (169.254.169.254
+    too) and the server's own addresses are denied whatever the rules say."""
+
+    allow_out: list[str] = field(default_factory=list)
+    deny_out: list[str] = field(default_factory=list)
+
+
+@dataclass
+class NetworkLogEntry:
+    id: int
+    at: datetime
+    host: str
+    port: int
+    ip: str | None
+    verdict: str  # "allowed", "denied", or "failed" (allowed, but it could not be made)
+    rule: str  # what decided: "default", "allow_out:*.example.com", "deny_out:0.0.0.0/0", "always_denied:..."
+    bytes_out: int
+    bytes_in: int
+    error: str | None = None
+    secrets: list[str] | None = None  # the secrets swapped into its requests
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> NetworkLogEntry:
+        return cls(**_stamped(d))
+
+
+@dataclass
+class NetworkLogPage:
+    entries: list[NetworkLogEntry]
+    next_before: int | None  # pass as `before` for older entries; None at the end
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> NetworkLogPage:
+        return cls([NetworkLogEntry.from_json(e) for e in d["entries"]], d["next_before"])
+
+
+@dataclass
+class SecretBinding:
+    """A secret bound to an env var of a sandbox (the box sees only a stand-in)."""
+
+    env: str
+    secret: str
+    revoked: bool  # the secret was deleted: its stand-in is not swapped any more
+    created_at: datetime
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SecretBinding:
+        return cls(d["env"], d["secret"], d["revoked"], datetime.fromisoformat(d["created_at"]))
+
+
+@dataclass
+class SandboxInfo:
+    """The server's view of a sandbox at the moment it was asked."""
+
+    id: str
+    name: str
+    status: str
+    template: str
+    metadata: dict[str, str]
+    timeout_seconds: int | None
+    auto_delete_seconds: int | None
+    vcpu_count: int
+    memory_mib: int
+    created_at: datetime
+    updated_at: datetime
+    failure: str | None = None
+    network: NetworkConfig | None = None
+    secrets: list[SecretBinding] = field(default_factory=list)
+    preview_access: str = "public"  # what a port published without an access of its own gets
+    preview_url_template: str = ""  # a published port's URL, "{port}" standing for the port
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SandboxInfo:
+        return cls(
+            id=d["id"], name=d["name"], status=d["status"], template=d["template"], metadata=d["metadata"],
+            timeout_seconds=d.get("timeout_seconds"), auto_delete_seconds=d.get("auto_delete_seconds"),
+            vcpu_count=d["vcpu_count"], memory_mib=d["memory_mib"],
+            created_at=datetime.fromisoformat(d["created_at"]), updated_at=datetime.fromisoformat(d["updated_at"]),
+            failure=d.get("failure"),
+            network=NetworkConfig(**d["network"]) if d.get("network") else None,
+            secrets=[SecretBinding.from_json(b) for b in d.get("secrets", ())],
+            preview_access=d.get("preview_access", "public"), preview_url_template=d.get("preview_url_template", ""),
+        )
+
+
+@dataclass
+class AuditEntry:
+    """A command or file operation on a sandbox."""
+
+    id: int
+    at: datetime
+    actor: str  # the client's address and what it calls itself (HUTCH_ACTOR, else its User-Agent)
+    op: str  # exec, exit, spawn, signal, file_write, file_read, dir_download, file_remove, file_move, dir_make
+    detail: str  # the command, or the path
+    exit_code: int | None  # a command's, once it ended
+    outcome: str  # "ok", or the error code the call ended with
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> AuditEntry:
+        return cls(**_stamped(d))
+
+
+@dataclass
+class AuditPage:
+    entries: list[AuditEntry]
+    next_before: int | None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> AuditPage:
+        return cls([AuditEntry.from_json(e) for e in d["entries"]], d["next_before"])
+
+
+@dataclass
+class PreviewPort:
+    port: int
+    access: str  # "public" or "private"
+    url: str
+    created_at: datetime
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PreviewPort:
+        return cls(d["port"], d["access"], d["url"], datetime.fromisoformat(d["created_at"]))
+
+
+# --- commands, processes and files ----------------------------------------------------------------
+
+@dataclass
+class CommandResult:
+    stdout: str
+    stderr: str
+    exit_code: int
+
+
+@dataclass
+class ProcessInfo:
+    """A spawned process that is still running."""
+
+    pid: int
+    command: str
+    user: str
+    pty: bool
+    started_at: datetime
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ProcessInfo:
+        return cls(pid=d["pid"], command=d["command"], user=d["user"], pty=d["pty"],
+                   started_at=datetime.fromisoformat(d["started_at"]))
+
+
+@dataclass
+class EntryInfo:
+    """A file, directory or link in the box, as lstat sees it (a link is described, not followed)."""
+
+    name: str
+    path: str
+    type: str  # "file", "dir", "symlink" or "other"
+    size: int
+    mode: int  # permission bits, e.g. 0o644
+    permissions: str  # as ls shows them: "-rw-r--r--"
+    owner: str
+    group: str
+    modified_time: datetime
+    symlink_target: str | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> EntryInfo:
+        return cls(d["name"], d["path"], d["type"], d["size"], d["mode"], d["permissions"], d["owner"], d["group"],
+                   datetime.fromisoformat(d["modified_time"]), d.get("symlink_target"))
+
+
+@dataclass
+class FilesystemEvent:
+    """A change in a watched directory; `name` is relative to it."""
+
+    name: str
+    type: str  # "create", "write", "remove", "rename" or "chmod"
+
+
+# --- secrets --------------------------------------------------------------------------------------
+
+@dataclass
+class SecretAuth:
+    """Where clients send the credential: a header, and its value with "{value}" for the
+    credential ("Bearer {value}"). The stand-in is swapped only there."""
+
+    header: str
+    format: str = "{value}"
+
+
+@dataclass
+class SecretInfo:
+    name: str
+    provider: str | None
+    allowed_hosts: list[str]
+    auth: SecretAuth
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SecretInfo:
+        return cls(d["name"], d.get("provider"), d["allowed_hosts"], SecretAuth(**d["auth"]), d["version"],
+                   datetime.fromisoformat(d["created_at"]), datetime.fromisoformat(d["updated_at"]))
+
+
+@dataclass
+class ProviderInfo:
+    """A service whose auth scheme and hosts a secret takes by name (`provider="openai"`)."""
+
+    name: str
+    description: str
+    allowed_hosts: list[str]
+    auth: SecretAuth
+    env: str  # the variable its client libraries read
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ProviderInfo:
+        return cls(**{**d, "auth": SecretAuth(**d["auth"])})
+
+
+@dataclass
+class SecretAuditEntry:
+    id: int
+    at: datetime
+    sandbox_id: str
+    env: str
+    host: str
+    method: str
+    path: str
+    status: int | None  # None: no answer came
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SecretAuditEntry:
+        return cls(**_stamped(d))
+
+
+@dataclass
+class SecretAuditPage:
+    entries: list[SecretAuditEntry]
+    next_before: int | None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SecretAuditPage:
+        return cls([SecretAuditEntry.from_json(e) for e in d["entries"]], d["next_before"])
+
+
+# --- templates ------------------------------------------------------------------------------------
+
+@dataclass
+class RunStep:
+    """Run a shell command (as root unless a UserStep came before)."""
+
+    run: str
+
+
+@dataclass
+class EnvStep:
+    """Set a variable for the later steps and the template's boxes."""
+
+    key: str
+    value: str
+
+
+@dataclass
+class WorkdirStep:
+    """The directory later steps, and the boxes' commands, start in (made if missing)."""
+
+    workdir: str
+
+
+@dataclass
+class UserStep:
+    """Switch the later steps and the boxes' commands to a user: the box knows "user" (uid 1000,
+    commands' default) and "root". `sudo` is in the contract; this server takes only False."""
+
+    name: str
+    sudo: bool = False
+
+
+Step = RunStep | EnvStep | WorkdirStep | UserStep
+
+
+def step_body(step: Step | dict[str, Any]) -> dict[str, Any]:
+    """A step as the contract's object of exactly one key; a ValidationError for a wrong type."""
+    if isinstance(step, dict):
+        step = step_from_json(step)
+    if isinstance(step, RunStep) and isinstance(step.run, str):
+        return {"run": step.run}
+    if isinstance(step, EnvStep) and isinstance(step.key, str) and isinstance(step.value, str):
+        return {"env": {"key": step.key, "value": step.value}}
+    if isinstance(step, WorkdirStep) and isinstance(step.workdir, str):
+        return {"workdir": step.workdir}
+    if isinstance(step, UserStep) and isinstance(step.name, str) and isinstance(step.sudo, bool):
+        return {"user": {"name": step.name, "sudo": step.sudo}}
+    raise ValidationError(f"a step is a RunStep, EnvStep, WorkdirStep or UserStep of strings, not {step!r}",
+                          code=ServerCode.INVALID_SPEC)
+
+
+def step_from_json(d: dict[str, Any]) -> Step:
+    try:
+        (kind, value), = d.items()
+        if kind == "run":
+            return RunStep(value)
+        if kind == "env":
+            return EnvStep(value["key"], value["value"])
+        if kind == "workdir":
+            return WorkdirStep(value)
+        if kind == "user":
+            return UserStep(value["name"], value.get("sudo", False))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        pass
+    raise ValidationError(f"a step sets exactly one of run, env, workdir, user; not {d!r}", code=ServerCode.INVALID_SPEC)
+
+
+@dataclass
+class BuildErrorInfo:
+    code: str  # step_failed, image_not_found, image_pull_failed, ready_timeout, cancelled, build_failed, ...
+    message: str
+    step: int | None = None  # the index (from 0) into the template's steps of the one at fault; None: none's
+    exit_code: int | None = None  # that step's command's
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None) -> BuildErrorInfo | None:
+        return None if d is None else cls(d["code"], d["message"], d.get("step"), d.get("exit_code"))
+
+
+@dataclass
+class BuildInfo:
+    id: str
+    template_id: str
+    template: str  # its name
+    status: str  # queued, running, ready, failed, cancelled
+    error: BuildErrorInfo | None
+    steps_total: int
+    steps_cached: int  # taken from an earlier build's layers instead of run again
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @property
+    def ended(self) -> bool:
+        return self.status in BUILD_ENDED
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> BuildInfo:
+        return cls(d["id"], d["template_id"], d["template"], d["status"], BuildErrorInfo.from_json(d.get("error")),
+                   d["steps_total"], d["steps_cached"], datetime.fromisoformat(d["created_at"]),
+                   _time(d.get("started_at")), _time(d.get("finished_at")))
+
+
+@dataclass
+class TemplateInfo:
+    """The server's view of a template when it was asked. `status` is "ready" once any build
+    succeeded (a rebuild keeps it so), else "building" or "failed" as its latest build."""
+
+    id: str
+    name: str
+    system: bool  # hutch/base and the like: every team's, never deleted
+    status: str
+    from_: str | None  # None: a system template, built by the server itself
+    steps: list[Step]
+    start_cmd: str | None
+    ready_cmd: str | None
+    ready_timeout_seconds: int
+    vcpu: int
+    memory_mib: int
+    disk_mib: int
+    env: dict[str, str]  # what its boxes start with (from the last successful build)
+    workdir: str | None
+    user: str | None
+    created_at: datetime
+    latest_build: BuildInfo | None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TemplateInfo:
+        latest = d.get("latest_build")
+        return cls(d["id"], d["name"], d.get("system", False), d["status"], d.get("from"),
+                   [step_from_json(s) for s in d.get("steps") or ()], d.get("start_cmd"), d.get("ready_cmd"),
+                   d["ready_timeout_seconds"], d["vcpu"], d["memory_mib"], d["disk_mib"], d.get("env") or {},
+                   d.get("workdir"), d.get("user"), datetime.fromisoformat(d["created_at"]),
+                   None if latest is None else BuildInfo.from_json(latest))
+
+
+@dataclass
+class BuildLogLine:
+    seq: int  # rises by one a line, from 1
+    time: datetime
+    step: int | None  # the index (from 0) of the step it belongs to; None: the builder's own lines
+    stream: str  # system, stdout, stderr
+    text: str
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> BuildLogLine:
+        return cls(d["seq"], datetime.fromisoformat(d["time"]), d.get("step"), d["stream"], d["text"])
+
+
+@dataclass
+class BuildEnd:
+    """The last line of a build's log: how it ended."""
+
+    status: str
+    error: BuildErrorInfo | None
