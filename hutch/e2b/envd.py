@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from starlette.requests import Request
 
 from hutch.e2b.common import StateGetter
 from hutch.e2b.connect import invalid, parse_json
+from hutch.errors import ApiError, Code
 from hutch.server import audit
 from hutch.server.auth import authorize_box
 from hutch.server.models import User
@@ -55,11 +57,27 @@ class Call:
 
 
 def sandbox_of(get_state: StateGetter, request: Request) -> tuple[State, SandboxRecord]:
-    """The sandbox the request names, if it lives (its token is checked by `authorize`)."""
+    """The sandbox the request names, opened by its token (hutch's `authorize_box`): a wrong or
+    missing token is the same 401 whether or not the box exists; a killed box, to a caller whose
+    token was good for it, is E2B's proxy answer."""
     st = get_state()
     sandbox_id = request.headers.get("e2b-sandbox-id") or ""
-    rec = st.store.get_sandbox(sandbox_id) if sandbox_id else None
-    if rec is None:
+    try:
+        return st, authorize_box(st, sandbox_id, request.headers.get("x-access-token"))
+    except ApiError as e:
+        if e.code == Code.NOT_FOUND:
+            raise SandboxGone(sandbox_id[:64]) from None
+        raise
+
+
+def signed_sandbox_of(get_state: StateGetter, request: Request, check: Callable[[str], None]) -> tuple[State, SandboxRecord]:
+    """The sandbox of a signed link: `check` is given the box's token to verify the signature
+    with (a made-up one when there is no such box, so the answer is the same 401)."""
+    st = get_state()
+    sandbox_id = request.headers.get("e2b-sandbox-id") or ""
+    rec = st.store.get_sandbox(sandbox_id, include_deleted=True)
+    check(st.signer.token(sandbox_id, rec.token_generation if rec else 0))
+    if rec is None or rec.status == SandboxStatus.DELETED:
         raise SandboxGone(sandbox_id[:64])
     return st, rec
 
@@ -70,12 +88,6 @@ def check_box(rec: SandboxRecord, request: Request) -> None:
         raise SandboxGone(rec.id)
     if (request.headers.get("e2b-sandbox-port") or ENVD_PORT) != ENVD_PORT:
         raise SandboxGone(rec.id, f"The sandbox is running but port is not open: only {ENVD_PORT} is served")
-
-
-def authorize(st: State, rec: SandboxRecord, token: str | None) -> SandboxRecord:
-    """hutch's data-plane check (`authorize_box`): the box's own token, or 401."""
-
-    return authorize_box(st, rec.id, token)
 
 
 def basic_user(request: Request) -> User | None:
@@ -102,6 +114,5 @@ def check_user(name: str | None) -> User | None:
 
 def call_of(get_state: StateGetter, request: Request, user: User | None) -> Call:
     st, rec = sandbox_of(get_state, request)
-    rec = authorize(st, rec, request.headers.get("x-access-token"))
     check_box(rec, request)
     return Call(st, rec, user, audit.actor(request))

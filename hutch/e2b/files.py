@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.types import Message
 
 from hutch.e2b.common import StateGetter, box_path
-from hutch.e2b.envd import Call, authorize, check_box, check_user, sandbox_of
+from hutch.e2b.envd import Call, check_box, check_user, sandbox_of, signed_sandbox_of
 from hutch.errors import ApiError, Code
 from hutch.server import audit, boxops
 
@@ -35,14 +35,13 @@ FORM_OVERHEAD = 1 * 2**20  # a multipart body's boundaries, part headers and nam
 
 
 def _call(get_state: StateGetter, request: Request, op: str) -> tuple[Call, str]:
-    st, rec = sandbox_of(get_state, request)
     q = request.query_params
     user = check_user(q.get("username"))
     path = q.get("path") or ""
     if q.get("signature") and not request.headers.get("x-access-token"):
-        _check_signature(st.sandboxes.access(rec).access_token, path, op, user, q)
+        st, rec = signed_sandbox_of(get_state, request, lambda token: _check_signature(token, path, op, user, q))
     else:
-        rec = authorize(st, rec, request.headers.get("x-access-token"))
+        st, rec = sandbox_of(get_state, request)
     check_box(rec, request)
     return Call(st, rec, user, audit.actor(request)), path
 

@@ -12,7 +12,7 @@ from fastapi import Depends, Header
 from hutch.errors import ApiError, Code, not_found
 from hutch.server import audit
 from hutch.server.state import State, StateDep
-from hutch.store import SandboxRecord
+from hutch.store import SandboxRecord, SandboxStatus
 
 
 def team(st: StateDep, authorization: Annotated[str | None, Header()] = None,
@@ -36,13 +36,17 @@ def sandbox_by_token(sandbox_id: str, st: StateDep,
 
 
 def authorize_box(st: State, sandbox_id: str, x_access_token: str | None) -> SandboxRecord:
-    rec = st.store.get_sandbox(sandbox_id)
-    if rec is None:
-        raise not_found("sandbox", sandbox_id)
+    """The box the token opens. A wrong token gets the same 401 whether or not the box exists (the
+    MAC is computed either way), so the data plane says nothing of other boxes; a killed box is a
+    404 only to a caller whose token was good for it."""
     if not x_access_token:
         raise ApiError(Code.UNAUTHORIZED, "the data plane needs the sandbox's access token (X-Access-Token)")
-    if not st.signer.verify(x_access_token, rec.id, rec.token_generation):
+    rec = st.store.get_sandbox(sandbox_id, include_deleted=True)
+    good = st.signer.verify(x_access_token, sandbox_id, rec.token_generation if rec else 0)
+    if rec is None or not good:
         raise ApiError(Code.INVALID_ACCESS_TOKEN, "the access token is not valid for this sandbox")
+    if rec.status == SandboxStatus.DELETED:
+        raise not_found("sandbox", sandbox_id)
     return rec
 
 

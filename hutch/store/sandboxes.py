@@ -21,8 +21,12 @@ class SandboxQueries(Database):
             for b in bindings:
                 c.execute(secret_bindings.insert().values(**b.to_row()))
 
-    def get_sandbox(self, sandbox_id: str, team_id: str | None = None) -> SandboxRecord | None:
-        q = sa.select(sandboxes).where(sandboxes.c.id == sandbox_id, sandboxes.c.status != SandboxStatus.DELETED)
+    def get_sandbox(self, sandbox_id: str, team_id: str | None = None,
+                    include_deleted: bool = False) -> SandboxRecord | None:
+        """A sandbox by id (within a team if given); a deleted one only when asked for."""
+        q = sa.select(sandboxes).where(sandboxes.c.id == sandbox_id)
+        if not include_deleted:
+            q = q.where(sandboxes.c.status != SandboxStatus.DELETED)
         if team_id is not None:
             q = q.where(sandboxes.c.team_id == team_id)
         with self._tx() as c:
