@@ -89,6 +89,25 @@ def _admin_key(store: Any, data_dir: Path, variable: str = "HUTCH_API_KEY") -> s
     return new_key
 
 
+OPEN_FILES = 65536  # sockets of every box's channel, egress and preview connections, and the store
+
+
+def raise_open_files(want: int = OPEN_FILES) -> None:
+    """Raise the open-files limit (a systemd service starts with 1024, which a few boxes' idle
+    connections exhaust): to `want` where root may, else to the hard limit. Said in the log."""
+    import logging
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), max(hard, want)))
+    except (ValueError, OSError):  # not root, or above fs.nr_open: take what the hard limit allows
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, hard), hard))
+    now = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    logging.getLogger("hutch.server").log(logging.INFO if now >= want else logging.WARNING,
+                                          "open files: %d (wanted %d)", now, want)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
 
@@ -124,6 +143,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
           f"  (also in {env_file})", flush=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per channel request is noise
+    raise_open_files()
     from hutch.server.attach import MAX_FRAME
 
     # A WebSocket frame is held whole before the app sees it: keep frames and the queue small.

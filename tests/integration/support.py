@@ -104,6 +104,7 @@ class Server:
     port: int
     args: tuple[str, ...] = ()  # more `hutch serve` options
     proc: subprocess.Popen[bytes] | None = None
+    preexec: Callable[[], None] | None = None  # run in the server's process before it starts (e.g. limits)
     log: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -129,7 +130,8 @@ class Server:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([*HUTCH, "--data-dir", str(self.data_dir), "serve", "--port", str(self.port),
                                           *self.args],
-                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         preexec_fn=self.preexec)
         deadline = time.monotonic() + 300  # the first start may build the base template
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"the server exited:\n{self.log.read_text()[-3000:]}"

@@ -4,6 +4,7 @@ in the middle of creates, a full disk. Each ends with nothing leaked and nothing
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import time
@@ -152,3 +153,20 @@ def test_a_full_disk_is_a_clear_error_and_loses_nothing(small_disk_server: Serve
     running.pause()
     running.resume()
     assert running.commands.run("cat /home/user/work.txt").stdout == "unsaved work"
+
+
+def test_the_server_raises_its_open_files_limit(env: Env) -> None:
+    """Started with the systemd default soft limit (1024), the server takes as many descriptors as
+    it may (65536, or the hard limit where it cannot raise that): a few boxes holding idle
+    connections must not leave it unable to accept."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    server = make_server("--warm-pool", "0")
+    server.preexec = partial(resource.setrlimit, resource.RLIMIT_NOFILE, (1024, hard))
+    server.start()
+    try:
+        assert server.proc is not None
+        limits = Path(f"/proc/{server.proc.pid}/limits").read_text()
+        soft = int(next(line for line in limits.splitlines() if line.startswith("Max open files")).split()[3])
+        assert soft >= min(65536, hard) and soft > 1024, limits
+    finally:
+        retire(server)
