@@ -1,0 +1,34 @@
+/**
+ * hutch's TypeScript SDK: sandboxes, their commands and files, secrets and templates.
+ *
+ *     import { Sandbox } from "@hutch/sdk"          // reads HUTCH_API_KEY and HUTCH_BASE_URL
+ *     const sandbox = await Sandbox.create({ name: "demo" })
+ *     const { stdout, exitCode } = await sandbox.commands.run("echo hello")
+ */
+
+export { Sandbox } from "./sandbox.js";
+export type { ListOptions, PageOptions, PauseOptions, SandboxCreateOptions, UpdateOptions } from "./sandbox.js";
+export { Commands } from "./commands.js";
+export type { ConnectOptions, RunOptions, SpawnOptions } from "./commands.js";
+export { Process, ProcessStdin } from "./process.js";
+export type { OutputCallback, PtySize, WaitOptions } from "./process.js";
+export { Files, WatchHandle } from "./files.js";
+export type { FileContent, ListOptions as FileListOptions, UserOptions, WatchOptions } from "./files.js";
+export { BASE_TEMPLATE, Template } from "./templates.js";
+export type { BuildLogOptions, TemplateCreateOptions, WaitUntilReadyOptions } from "./templates.js";
+export { Provider, Secret } from "./secrets.js";
+export type { SecretAuditOptions, SecretCreateOptions } from "./secrets.js";
+export {
+  AbortError, AuthenticationError, BuildError, ConflictError, NotFoundError, RateLimitError, SandboxError,
+  SandboxTimeoutError, SandboxTimeoutError as TimeoutError, ServerError, ValidationError,
+} from "./errors.js";
+export { BuildFailure, SdkCode, ServerCode } from "./codes.js";
+export { DEFAULT_BASE_URL, VERSION } from "./config.js";
+export type { CallOptions, ConnectionOptions } from "./config.js";
+export type {
+  AuditEntry, AuditPage, BoxUser, BuildErrorInfo, BuildInfo, BuildLogLine, BuildStatus, CommandResult, EntryInfo,
+  FilesystemEvent, NetworkConfig, NetworkLogEntry, NetworkLogPage, PreviewAccess, PreviewPort, PreviewToken,
+  ProcessInfo, ProviderInfo, SandboxInfo, SandboxStatus, SecretAuditEntry, SecretAuditPage, SecretAuth, SecretBinding,
+  SecretInfo, Step, TemplateInfo,
+} from "./types.js";
+export type { components as OpenApiComponents, paths as OpenApiPaths } from "./openapi.js";

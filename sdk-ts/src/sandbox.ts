@@ -1,0 +1,349 @@
+/**
+ * `Sandbox`: a long-lived, isolated Linux box. Its lifecycle (create, connect, list, pause,
+ * resume, kill), its settings, logs, bound secrets and preview ports are control-plane calls; its
+ * `commands` and `files` go to its data plane with its access token.
+ */
+
+import { Commands } from "./commands.js";
+import { type CallOptions, type ConnectionConfig, type ConnectionOptions, resolveConfig } from "./config.js";
+import { NotFoundError, ValidationError } from "./errors.js";
+import { Files } from "./files.js";
+import { call } from "./http.js";
+import { type DataPlane, connectAccess, controlHeaders, dataPlaneOf } from "./plane.js";
+import {
+  type AuditPage, type NetworkConfig, type NetworkLogPage, type PreviewAccess, type PreviewPort, type PreviewToken,
+  type SandboxInfo, type SandboxStatus, type Schemas, type SecretBinding, auditPage, networkBody, networkLogPage,
+  previewPort, sandboxInfo, secretBinding,
+} from "./types.js";
+
+export interface SandboxCreateOptions extends ConnectionOptions, CallOptions {
+  /** Default "sandbox". */
+  name?: string;
+  /** A Template, or a template's name or id (default hutch/base): the box takes its shape, env,
+   * workdir and user, and create waits for its readyCmd. */
+  fromTemplate?: string | { name: string };
+  /** Pause the box after this long active. */
+  timeoutSeconds?: number;
+  /** Delete the box once it has been paused this long (0: on pause). */
+  autoDeleteSeconds?: number;
+  metadata?: Record<string, string>;
+  /** Set in every process of the box (not for credentials: use `secrets`). */
+  envVars?: Record<string, string>;
+  /** Egress rules (default: any public address over HTTP(S); never private, loopback or link-local). */
+  network?: NetworkConfig;
+  /** Env var -> secret name: the box sees a stand-in token, swapped for the real value only on
+   * requests to the secret's hosts. */
+  secrets?: Record<string, string>;
+  /** What ports published later get by default ("public" unless set). */
+  previewAccess?: PreviewAccess;
+}
+
+export interface ListOptions extends ConnectionOptions, CallOptions {
+  /** Every pair must match. */
+  metadata?: Record<string, string>;
+  status?: SandboxStatus;
+}
+
+export interface UpdateOptions extends CallOptions {
+  /** Replaced, not merged. */
+  metadata?: Record<string, string> | null;
+  /** null clears it. */
+  timeoutSeconds?: number | null;
+  autoDeleteSeconds?: number | null;
+  /** Replaced; null: back to the default. Applies to the box's next connection. */
+  network?: NetworkConfig | null;
+}
+
+export interface PageOptions extends CallOptions {
+  /** 1-1000, default 100. */
+  limit?: number;
+  /** An entry id: only older entries (a page's `nextBefore`). */
+  before?: number;
+}
+
+export interface PauseOptions extends CallOptions {
+  /** Accepted for the seed's `pause({ wait: true })`: hutch's pause always resolves once the
+   * checkpoint is on disk. */
+  wait?: boolean;
+}
+
+const PREVIEW_RELAY_PORT = 3128; // the box's egress relay: never published
+
+function checkPort(port: number): number {
+  if (!Number.isInteger(port) || port < 1024 || port > 65535 || port === PREVIEW_RELAY_PORT) {
+    throw new ValidationError(`a preview port is an integer in 1024-65535 other than ${PREVIEW_RELAY_PORT}, not ${port}`,
+      { code: "invalid_port" });
+  }
+  return port;
+}
+
+export class Sandbox {
+  readonly commands: Commands;
+  readonly files: Files;
+  private info: SandboxInfo;
+
+  /** @internal */
+  constructor(access: Schemas["SandboxAccess"], private readonly cfg: ConnectionConfig,
+    private readonly dp: DataPlane = dataPlaneOf(cfg, access)) {
+    this.info = sandboxInfo(access);
+    this.commands = new Commands(() => this.dp);
+    this.files = new Files(() => this.dp);
+  }
+
+  get id(): string {
+    return this.info.id;
+  }
+
+  get name(): string {
+    return this.info.name;
+  }
+
+  /** As of the last call that read it: `getInfo()` asks the server. */
+  get status(): SandboxStatus {
+    return this.info.status;
+  }
+
+  get metadata(): Record<string, string> {
+    return { ...this.info.metadata };
+  }
+
+  /** The secrets bound to env vars, as of the last getInfo(), attach or detach. */
+  get secrets(): SecretBinding[] {
+    return [...this.info.secrets];
+  }
+
+  /** Create a sandbox; resolves once it is ready for commands. Never retried. */
+  static async create(options: SandboxCreateOptions = {}): Promise<Sandbox> {
+    const cfg = resolveConfig(options);
+    const template = options.fromTemplate;
+    const access = await call("post", "/v1/sandboxes", {
+      base: cfg.baseUrl, headers: controlHeaders(cfg), timeoutMs: cfg.requestTimeoutMs, signal: options.signal,
+      json: {
+        name: options.name ?? "sandbox",
+        from_template: typeof template === "object" ? template.name : template,
+        timeout_seconds: options.timeoutSeconds, auto_delete_seconds: options.autoDeleteSeconds,
+        metadata: options.metadata, env_vars: options.envVars,
+        network: options.network ? networkBody(options.network) : undefined,
+        secrets: options.secrets, preview_access: options.previewAccess,
+      },
+    });
+    return new Sandbox(access, cfg);
+  }
+
+  /** A sandbox by id, with a fresh access token; a paused one is resumed first (one still pausing too). */
+  static async connect(sandboxId: string, options: ConnectionOptions & CallOptions = {}): Promise<Sandbox> {
+    const cfg = resolveConfig(options);
+    return new Sandbox(await connectAccess(cfg, sandboxId, options.signal), cfg);
+  }
+
+  /** The team's sandboxes, filtered by status and by metadata (every pair must match). */
+  static async list(options: ListOptions = {}): Promise<SandboxInfo[]> {
+    const cfg = resolveConfig(options);
+    const metadata = options.metadata && Object.keys(options.metadata).length
+      ? new URLSearchParams(options.metadata).toString() : undefined;
+    const answer = await call("get", "/v1/sandboxes", {
+      base: cfg.baseUrl, headers: controlHeaders(cfg), timeoutMs: cfg.requestTimeoutMs, signal: options.signal,
+      query: { metadata, status: options.status },
+    });
+    return answer.map(sandboxInfo);
+  }
+
+  /** Delete a sandbox by id. Idempotent: one already gone is not an error. */
+  static async killById(sandboxId: string, options: ConnectionOptions & CallOptions = {}): Promise<void> {
+    await kill(resolveConfig(options), sandboxId, options.signal);
+  }
+
+  /** As `getNetworkLog`, without connecting (a paused box stays paused). */
+  static async getNetworkLogById(sandboxId: string, options: ConnectionOptions & PageOptions = {}): Promise<NetworkLogPage> {
+    return networkLog(resolveConfig(options), sandboxId, options);
+  }
+
+  /** As `getAuditLog`, without connecting (a paused box stays paused). */
+  static async getAuditLogById(sandboxId: string, options: ConnectionOptions & PageOptions = {}): Promise<AuditPage> {
+    return auditLog(resolveConfig(options), sandboxId, options);
+  }
+
+  /** The server's current view of the sandbox. */
+  async getInfo(options: CallOptions = {}): Promise<SandboxInfo> {
+    const answer = await call("get", "/v1/sandboxes/{sandbox_id}", {
+      base: this.cfg.baseUrl, params: { sandbox_id: this.id }, headers: controlHeaders(this.cfg),
+      timeoutMs: this.cfg.requestTimeoutMs, signal: options.signal,
+    });
+    this.info = sandboxInfo(answer);
+    return this.info;
+  }
+
+  /** Change what is given; null clears a lifetime or the network rules. Metadata and rules are
+   * replaced, not merged. */
+  async update(options: UpdateOptions): Promise<SandboxInfo> {
+    const json: Schemas["UpdateSandbox"] = {};
+    if (options.metadata !== undefined) json.metadata = options.metadata;
+    if (options.timeoutSeconds !== undefined) json.timeout_seconds = options.timeoutSeconds;
+    if (options.autoDeleteSeconds !== undefined) json.auto_delete_seconds = options.autoDeleteSeconds;
+    if (options.network !== undefined) json.network = options.network === null ? null : networkBody(options.network);
+    const answer = await call("patch", "/v1/sandboxes/{sandbox_id}", {
+      base: this.cfg.baseUrl, params: { sandbox_id: this.id }, headers: controlHeaders(this.cfg), json,
+      timeoutMs: this.cfg.requestTimeoutMs, signal: options.signal,
+    });
+    this.info = sandboxInfo(answer);
+    return this.info;
+  }
+
+  /** Checkpoint the whole box (memory, processes, files) to disk and free its memory; resolves
+   * once it is paused. Any later command, file call or connect resumes it. Idempotent. */
+  async pause(options: PauseOptions = {}): Promise<void> {
+    await call("post", "/v1/sandboxes/{sandbox_id}/pause", {
+      base: this.cfg.baseUrl, params: { sandbox_id: this.id }, headers: controlHeaders(this.cfg),
+      timeoutMs: this.cfg.requestTimeoutMs, signal: options.signal,
+    });
+    this.info = { ...this.info, status: "paused" };
+  }
+
+  /** Restore a paused box exactly where it was (a no-op if it is active); its access token
+   * rotates, and this object takes the new one. */
+  async resume(options: CallOptions = {}): Promise<void> {
+    const access = await call("post", "/v1/sandboxes/{sandbox_id}/resume", {
+      base: this.cfg.baseUrl, params: { sandbox_id: this.id }, headers: controlHeaders(this.cfg),
+      timeoutMs: this.cfg.requestTimeoutMs, signal: options.signal,
+    });
+    this.info = sandboxInfo(access);
+    this.dp.url = access.data_plane_url;
+    this.dp.token = access.access_token;
+  }
+
+  /** Delete the sandbox and everything in it. Idempotent. */
+  async kill(options: CallOptions = {}): Promise<void> {
+    await kill(this.cfg, this.id, options.signal);
+  }
+
+  /** The box's connection attempts, newest first; `page.nextBefore` asks for older ones. */
+  async getNetworkLog(options: PageOptions = {}): Promise<NetworkLogPage> {
+    return networkLog(this.cfg, this.id, options);
+  }
+
+  /** Every command and file operation on the box, newest first: who, when, what, exit code. */
+  async getAuditLog(options: PageOptions = {}): Promise<AuditPage> {
+    return auditLog(this.cfg, this.id, options);
+  }
+
+  /** Bind a secret to an env var (active or paused box); commands started afterwards see its
+   * stand-in. Replaces a binding the variable had. */
+  async attachSecret(env: string, secret: string, options: CallOptions = {}): Promise<SecretBinding[]> {
+    const answer = await call("put", "/v1/sandboxes/{sandbox_id}/secrets/{env}", {
+      base: this.cfg.baseUrl, params: { sandbox_id: this.id, env }, headers: controlHeaders(this.cfg),
+      json: { secret }, timeoutMs: this.cfg.requestTimeoutMs, signal: options.signal,
+    });
+    return this.bound(answer);
+  }
+
+  /** Commands started afterwards no longer get the variable. */
+  async detachSecret(env: string, options: CallOptions = {}): Promise<SecretBinding[]> {
+    const answer = await call("delete", "/v1/sandboxes/{sandbox_id}/secrets/{env}", {
+      base: this.cfg.baseUrl, params: { sandbox_id: this.id, env }, headers: controlHeaders(this.cfg),
+      timeoutMs: this.cfg.requestTimeoutMs, signal: options.signal,
+    });
+    return this.bound(answer);
+  }
+
+  private bound(bindings: Schemas["SecretBinding"][]): SecretBinding[] {
+    this.info = { ...this.info, secrets: bindings.map(secretBinding) };
+    return this.secrets;
+  }
+
+  // --- preview ports ------------------------------------------------------------------------------
+
+  /** The URL of a port at the preview proxy; no request is made (publish the port to make it answer). */
+  getPreviewUrl(port: number): string {
+    return this.info.previewUrlTemplate.replace("{port}", String(checkPort(port)));
+  }
+
+  /** Serve a port of the box at its preview URL. `access`: "public" (anyone with the URL) or
+   * "private" (a signed link, its cookie, or the port's token); default: the sandbox's
+   * `previewAccess`. Publishing again changes the access. */
+  async publishPreviewPort(port: number, options: CallOptions & { access?: PreviewAccess } = {}): Promise<PreviewPort> {
+    const answer = await call("post", "/v1/sandboxes/{sandbox_id}/preview-ports", {
+      base: this.cfg.baseUrl, params: { sandbox_id: this.id }, headers: controlHeaders(this.cfg),
+      json: { port: checkPort(port), access: options.access }, timeoutMs: this.cfg.requestTimeoutMs,
+      signal: options.signal,
+    });
+    return previewPort(answer);
+  }
+
+  /** The proxy refuses the port again, and its open connections are cut. */
+  async unpublishPreviewPort(port: number, options: CallOptions = {}): Promise<void> {
+    await call("delete", "/v1/sandboxes/{sandbox_id}/preview-ports/{port}", {
+      base: this.cfg.baseUrl, params: { sandbox_id: this.id, port: checkPort(port) }, headers: controlHeaders(this.cfg),
+      timeoutMs: this.cfg.requestTimeoutMs, signal: options.signal,
+    });
+  }
+
+  async listPreviewPorts(options: CallOptions = {}): Promise<PreviewPort[]> {
+    const answer = await call("get", "/v1/sandboxes/{sandbox_id}/preview-ports", {
+      base: this.cfg.baseUrl, params: { sandbox_id: this.id }, headers: controlHeaders(this.cfg),
+      timeoutMs: this.cfg.requestTimeoutMs, signal: options.signal,
+    });
+    return answer.map(previewPort);
+  }
+
+  /** A link to a private port: opened in a browser before it expires (default 60 s), it is
+   * exchanged for a cookie for this port only. */
+  async getSignedPreviewUrl(port: number, options: CallOptions & { expiresInSeconds?: number } = {}): Promise<string> {
+    const answer = await call("post", "/v1/sandboxes/{sandbox_id}/preview-ports/{port}/signed-url", {
+      base: this.cfg.baseUrl, params: { sandbox_id: this.id, port: checkPort(port) }, headers: controlHeaders(this.cfg),
+      json: { expires_in_seconds: options.expiresInSeconds ?? 60 }, timeoutMs: this.cfg.requestTimeoutMs,
+      signal: options.signal,
+    });
+    return answer.url;
+  }
+
+  /** A credential for machine clients: send `{ [credential.header]: credential.token }`. Valid until rotated. */
+  async getPreviewToken(port: number, options: CallOptions = {}): Promise<PreviewToken> {
+    const answer = await call("get", "/v1/sandboxes/{sandbox_id}/preview-ports/{port}/token", {
+      base: this.cfg.baseUrl, params: { sandbox_id: this.id, port: checkPort(port) }, headers: controlHeaders(this.cfg),
+      timeoutMs: this.cfg.requestTimeoutMs, signal: options.signal,
+    });
+    return { token: answer.token, header: answer.header };
+  }
+
+  /** Void the port's links, cookies and token at once (and cut its open connections). */
+  async rotatePreviewToken(port: number, options: CallOptions = {}): Promise<PreviewPort> {
+    const answer = await call("post", "/v1/sandboxes/{sandbox_id}/preview-ports/{port}/rotate", {
+      base: this.cfg.baseUrl, params: { sandbox_id: this.id, port: checkPort(port) }, headers: controlHeaders(this.cfg),
+      timeoutMs: this.cfg.requestTimeoutMs, signal: options.signal,
+    });
+    return previewPort(answer);
+  }
+
+  toJSON(): { id: string; name: string; status: SandboxStatus } {
+    return { id: this.id, name: this.name, status: this.status }; // never the token
+  }
+}
+
+async function kill(cfg: ConnectionConfig, sandboxId: string, signal: AbortSignal | undefined): Promise<void> {
+  try {
+    await call("delete", "/v1/sandboxes/{sandbox_id}", {
+      base: cfg.baseUrl, params: { sandbox_id: sandboxId }, headers: controlHeaders(cfg),
+      timeoutMs: cfg.requestTimeoutMs, signal,
+    });
+  } catch (error) {
+    if (!(error instanceof NotFoundError)) throw error;
+  }
+}
+
+async function networkLog(cfg: ConnectionConfig, sandboxId: string, options: PageOptions): Promise<NetworkLogPage> {
+  const answer = await call("get", "/v1/sandboxes/{sandbox_id}/network-log", {
+    base: cfg.baseUrl, params: { sandbox_id: sandboxId }, headers: controlHeaders(cfg),
+    query: { limit: options.limit ?? 100, before: options.before }, timeoutMs: cfg.requestTimeoutMs,
+    signal: options.signal,
+  });
+  return networkLogPage(answer);
+}
+
+async function auditLog(cfg: ConnectionConfig, sandboxId: string, options: PageOptions): Promise<AuditPage> {
+  const answer = await call("get", "/v1/sandboxes/{sandbox_id}/audit", {
+    base: cfg.baseUrl, params: { sandbox_id: sandboxId }, headers: controlHeaders(cfg),
+    query: { limit: options.limit ?? 100, before: options.before }, timeoutMs: cfg.requestTimeoutMs,
+    signal: options.signal,
+  });
+  return auditPage(answer);
+}
