@@ -60,7 +60,7 @@ async def download(get_state: StateGetter, request: Request) -> StreamingRespons
     call, path = _call(get_state, request, "read")
     if not path:
         raise ApiError(Code.INVALID_REQUEST, "path is required")
-    size, body = await boxops.read_file(call.st, call.rec, call.who, box_path(path, call.user))
+    size, body = await boxops.read_file(call.st, call.rec, call.who, box_path(path, call.user), call.user)
     headers = {"Content-Length": str(size)} if size is not None else None
     return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
 

@@ -18,9 +18,9 @@ import contextlib
 import shlex
 import signal as signals
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from starlette.requests import Request
@@ -54,6 +54,8 @@ SIGNALS = {"SIGNAL_UNSPECIFIED": 0, "SIGNAL_SIGTERM": 15, "SIGNAL_SIGKILL": 9}
 MAX_KNOWN = 1000  # processes remembered per box, for List's config and tags
 SWEEP_EVERY = 60.0  # seconds between looks for boxes that are gone
 PAUSED_RETRY = 5.0  # a deadline that passes while the box is paused is tried again this often
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -130,21 +132,18 @@ class Processes:
             raise invalid("process.pid must be a positive number")
         return pid
 
-    async def _call(self, call: Call, pid: int, action: str, **kwargs: Any) -> dict[str, Any]:
+    @staticmethod
+    async def _call(pid: int, work: Awaitable[T]) -> T:
+        """A call on a process, a missing one as Connect's not_found."""
         try:
-            return await call.st.data.process_call(call.rec, pid, action, **kwargs)
+            return await work
         except ApiError as e:
             if e.code == Code.PROCESS_NOT_FOUND:
                 raise ConnectError("not_found", f"process with pid {pid} not found") from None
             raise
 
     async def signal(self, call: Call, pid: int, sig: int) -> bool:
-        try:
-            done = await boxops.signal(call.st, call.rec, call.who, pid, sig)
-        except ApiError as e:
-            if e.code == Code.PROCESS_NOT_FOUND:
-                raise ConnectError("not_found", f"process with pid {pid} not found") from None
-            raise
+        done = await self._call(pid, boxops.signal(call.st, call.rec, call.who, pid, sig))
         if done and (k := self.known(call.rec.id, pid)):
             k.signalled = sig
         return done
@@ -241,7 +240,7 @@ class Processes:
         self.remember(call.st, call.rec.id, pid, known)
         if stdin is False and pty is None:
             with contextlib.suppress(ApiError):
-                await self._call(call, pid, protocol.PROC_STDIN_CLOSE)
+                await self._call(pid, call.st.data.close_stdin(call.rec, pid))
         deadline_ms = header_number(request, "connect-timeout-ms")
         if deadline_ms:
             known.timer = self._kill_at(call, pid, deadline_ms / 1000)
@@ -278,10 +277,11 @@ class Processes:
             data = get(given, "pty")
         if data is None:
             raise invalid("input: stdin or pty is required")
-        await self._call(call, pid, protocol.PROC_STDIN, content=b64decode(data))
+        await self._call(pid, call.st.data.write_stdin(call.rec, pid, b64decode(data)))
 
     async def close_stdin(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
-        await self._call(call, self.pid(call, msg), protocol.PROC_STDIN_CLOSE)
+        pid = self.pid(call, msg)
+        await self._call(pid, call.st.data.close_stdin(call.rec, pid))
         return {}
 
     async def send_signal(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
@@ -297,7 +297,8 @@ class Processes:
         pid = self.pid(call, msg)
         size = get(get(msg, "pty"), "size")
         if isinstance(size, dict):
-            await self._call(call, pid, protocol.PROC_RESIZE, json=_pty_size(size).model_dump())
+            pty = _pty_size(size)
+            await self._call(pid, call.st.data.resize_pty(call.rec, pid, pty.rows, pty.cols))
         return {}
 
     async def stream_input(self, call: Call, request: Request) -> Response:

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 try:
@@ -37,6 +37,9 @@ except ImportError:  # in the box: run as a script beside its modules, without t
     from procs import Proc, ProcError, ProcTable, parse_resize, parse_signal  # type: ignore[import-not-found, no-redef]
     from relay import Relay, pipe  # type: ignore[import-not-found, no-redef]
     from spawner import Spawner  # type: ignore[import-not-found, no-redef]
+
+if TYPE_CHECKING:
+    import zipfile  # imported where it is used: it is slow to import, and boots must be fast
 
 SPAWNER: Spawner  # set by serve()
 PROCS: ProcTable
@@ -207,16 +210,14 @@ class Handler(http1.Handler):
     # --- files ----------------------------------------------------------------------------------
 
     def _read_file(self) -> None:
+        """The file's bytes, read as the box user (the kernel checking each step, so a link the
+        user planted leads nowhere the user could not read) unless user=root."""
         path = self._path_arg()
         if path is None:
             return
-        try:
-            # O_NONBLOCK: opening a FIFO must not hang the agent waiting for a writer
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except (FileNotFoundError, NotADirectoryError):
-            return self._error(404, p.ERR_NOT_FOUND, f"no such file: {path}")
-        except OSError as e:
-            return self._error(400, p.ERR_IO, f"{path}: {e.strerror}")
+        fd = self._fs_call(lambda trust: fsops.open_file(path, trust), self._query().get("user"), path)
+        if fd is None:
+            return
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
@@ -293,41 +294,34 @@ class Handler(http1.Handler):
         return None
 
     def _zip_dir(self) -> None:
+        """A zip of the directory's tree as the box user sees it (walked with the user's rights:
+        what the user may not read is left out) unless user=root; links are never followed."""
         path = self._path_arg()
         if path is None:
             return
-        if not os.path.isdir(path):
-            code = p.ERR_NOT_DIR if os.path.exists(path) else p.ERR_NOT_FOUND
-            return self._error(404 if code == p.ERR_NOT_FOUND else 400, code, f"not a directory: {path}")
+        user = self._query().get("user")
+        top = self._fs_call(lambda trust: fsops.open_tree(path, trust), user, path)
+        if top is None:
+            return
         import zipfile  # only here: it is slow to import, and boots must be fast
 
-        self._start_chunked("application/zip")
-        out = _ChunkWriter(self)
-        with zipfile.ZipFile(cast(IO[bytes], out), "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
-            for top, dirs, files in os.walk(path):
-                dirs.sort()
-                rel_top = os.path.relpath(top, path)
-                if rel_top != ".":
-                    zf.writestr(rel_top + "/", b"")
-                for name in sorted(files):
-                    full = os.path.join(top, name)
-                    try:
-                        # one open, without following links and without blocking on a FIFO, then
-                        # fstat: swapping the file after a check cannot make the zip read forever
-                        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-                    except OSError:
-                        continue
-                    if not stat.S_ISREG(os.fstat(fd).st_mode):
-                        os.close(fd)
-                        continue  # devices and pipes could never end
-                    with open(fd, "rb") as f:
-                        info = zipfile.ZipInfo.from_file(full, os.path.normpath(os.path.join(rel_top, name)))
-                        info.compress_type = zipfile.ZIP_DEFLATED
-                        with zf.open(info, "w") as dst:
+        try:
+            with fsops.acting_as(*((0, 0) if user == "root" else (p.BOX_UID, p.BOX_GID))):
+                self._start_chunked("application/zip")
+                out = _ChunkWriter(self)
+                with zipfile.ZipFile(cast(IO[bytes], out), "w", compression=zipfile.ZIP_DEFLATED,
+                                     compresslevel=1) as zf:
+                    for name, fd, st in fsops.walk_files(top):
+                        if fd is None:
+                            zf.writestr(_zip_info(name, st), b"")
+                            continue
+                        with open(fd, "rb") as f, zf.open(_zip_info(name, st), "w") as dst:
                             while data := f.read(CHUNK):
                                 dst.write(data)
-        out.flush_all()
-        self._end_chunked()
+                out.flush_all()
+                self._end_chunked()
+        finally:
+            os.close(top)
         return None
 
     # --- filesystem operations (fsops.py says how each user's are kept safe) ---------------------
@@ -587,6 +581,20 @@ class _ChunkWriter:
 
     def seekable(self) -> bool:
         return False
+
+
+def _zip_info(name: str, st: os.stat_result) -> zipfile.ZipInfo:
+    """A zip entry for a file or directory, from its fstat (never a second look by path)."""
+    import zipfile
+
+    is_dir = stat.S_ISDIR(st.st_mode)
+    when = max(time.localtime(st.st_mtime)[:6], (1980, 1, 1, 0, 0, 0))  # zip's dates start in 1980
+    info = zipfile.ZipInfo(name + "/" if is_dir else name, when)
+    info.external_attr = (st.st_mode & 0xFFFF) << 16 | (0x10 if is_dir else 0)  # 0x10: MS-DOS's directory bit
+    if not is_dir:
+        info.compress_type = zipfile.ZIP_DEFLATED
+        info.file_size = st.st_size  # so a file past 2 GiB is written as zip64
+    return info
 
 
 _UnsafePath = fsops.UnsafePath

@@ -1,4 +1,4 @@
-"""Filesystem operations of the agent: stat, list, mkdir -p, move, remove and watch (inotify).
+"""Filesystem operations of the agent: read, stat, list, mkdir -p, move, remove and watch (inotify).
 
 Standard library only. Two ways of acting, and why each is safe against a box user who swaps path
 components for links while a call runs:
@@ -151,6 +151,73 @@ def open_parent(path: str, trust_all: bool, make: tuple[int, int] | None = None)
     if not parts:
         return os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), ""
     return open_dir(parts[:-1], trust_all, make), parts[-1]
+
+
+_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC  # O_NONBLOCK: opening a FIFO must not wait for a writer
+
+
+def open_file(path: str, trust_all: bool) -> int:
+    """A descriptor to read what `path` leads to (a file, or anything: the caller looks with
+    fstat). With `trust_all` (the thread acting as the user) the kernel follows every link with
+    the user's rights; else the walk follows only root's links, the last name's too."""
+    if trust_all:
+        return os.open(path, _READ)
+    parts = parts_of(path)
+    for _ in range(40):
+        if not parts:
+            return os.open("/", _READ)
+        fd = open_dir(parts[:-1], trust_all=False)
+        try:
+            st = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISLNK(st.st_mode):
+                try:  # O_NOFOLLOW: a name swapped for a link since the check fails here
+                    return os.open(parts[-1], _READ | os.O_NOFOLLOW, dir_fd=fd)
+                except OSError as e:
+                    if e.errno == errno.ELOOP:
+                        raise UnsafePath(parts[-1]) from None
+                    raise
+            if st.st_uid != 0:
+                raise UnsafePath(parts[-1])
+            target = os.readlink(parts[-1], dir_fd=fd)
+        finally:
+            os.close(fd)
+        parts = parts_of(target) if target.startswith("/") else [*parts[:-1], *parts_of(target)]
+    raise OSError(errno.ELOOP, "too many levels of links")
+
+
+def open_tree(path: str, trust_all: bool) -> int:
+    """The directory `path` leads to, opened for listing (so a directory the acting user may not
+    read fails here, before anything is sent), walked as open_dir walks."""
+    top = open_dir(parts_of(path), trust_all)
+    try:
+        return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=top)
+    finally:
+        os.close(top)
+
+
+def walk_files(top: int) -> Iterator[tuple[str, int | None, os.stat_result]]:
+    """Everything under the directory `top` (a descriptor), parents first, sorted by name: for a
+    directory (name relative to top, None, its stat), for a regular file (name, a descriptor
+    the caller closes, its stat). Nothing is followed: each directory is opened relative to its
+    parent and checked to be what was listed (os.fwalk), each file with O_NOFOLLOW, so a link
+    swapped in anywhere leads nowhere. What cannot be opened, links, devices and pipes are left
+    out."""
+    for dirpath, dirs, files, dir_fd in os.fwalk(".", dir_fd=top):
+        dirs.sort()
+        rel = os.path.normpath(dirpath)
+        if rel != ".":
+            yield rel, None, os.fstat(dir_fd)
+        for name in sorted(files):
+            try:
+                fd = os.open(name, _READ | os.O_NOFOLLOW, dir_fd=dir_fd)
+            except OSError:
+                continue
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                continue
+            os.set_blocking(fd, True)
+            yield os.path.normpath(os.path.join(rel, name)), fd, st
 
 
 # --- entries -------------------------------------------------------------------------------------

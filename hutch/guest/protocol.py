@@ -28,8 +28,8 @@ BOX_HOME = "/home/user"
 # Routes of the agent.
 HEALTH = f"/v{VERSION}/health"
 EXEC = f"/v{VERSION}/exec"
-FILES = f"/v{VERSION}/files"
-DIR_ZIP = f"/v{VERSION}/dir-zip"
+FILES = f"/v{VERSION}/files"  # GET ?path=&user=: read as the box user unless user=root; PUT ?path=&user=: write
+DIR_ZIP = f"/v{VERSION}/dir-zip"  # GET ?path=&user=: a zip of the tree the acting user can read, links not followed
 PROCS = f"/v{VERSION}/procs"  # spawned processes: POST to start, GET to list, /{pid}/... below
 PROC_EVENTS = "events"  # GET /procs/{pid}/events?after=SEQ: replay what is buffered, then follow
 PROC_STDIN = "stdin"  # POST raw bytes

@@ -1,12 +1,10 @@
-"""The node runtime: starts, finds, watches and stops the boxes on this host.
+"""The node runtime: starts, finds, watches and stops the boxes on this host (the
+`hutch.node.api.NodeRuntime` of a single host, in the server's process).
 
-A box is a detached `runsc` sandbox whose PID 1 is the guest agent, listening on a Unix socket in
-a per-box host directory. The node holds one keep-alive HTTP client per box for that socket.
-
-The channel directory is writable from inside the box, so the node never connects by path: it
-opens the socket once without following links, checks it is a socket, and connects through that
-open file ever after. A link planted in its place cannot send the host's requests to another box
-or to a host service.
+A box is a detached container of the node's driver (runsc by default) whose PID 1 is the guest
+agent, listening on a Unix socket in a per-box host directory. The node holds one agent client per
+box for that socket (hutch.node.agent), pinned once: the channel directory is writable from inside
+the box, so a link planted in the socket's place cannot send the host's requests elsewhere.
 """
 
 from __future__ import annotations
@@ -19,19 +17,18 @@ import logging
 import os
 import secrets
 import shutil
-import stat
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import httpx
-
-from hutch.egress.proxy import EgressProxy
 from hutch.guest import protocol
-from hutch.node import disks, mounts
-from hutch.node.runsc import Runsc, RunscError
+from hutch.node import agent, disks, mounts
+from hutch.node.agent import AgentClient
+from hutch.node.api import BoxAgent, BoxRef, BoxStartError, Capacity, ChannelError, NoSpaceError
+from hutch.node.driver import Driver, DriverError
+from hutch.node.runsc import Runsc, RunscConfig
 from hutch.node.spec import AgentRuntime, Limits, box_spec
 
 log = logging.getLogger("hutch.node")
@@ -39,32 +36,20 @@ log = logging.getLogger("hutch.node")
 AGENT_DIR = Path(protocol.__file__).parent
 BOOT_TIMEOUT = 30.0
 
-
-class BoxStartError(RuntimeError):
-    """The box did not come up; nothing of it is left behind."""
-
-
-class ChannelError(RuntimeError):
-    """The box's channel directory holds something other than the agent's socket."""
-
-
-class NoSpaceError(OSError):
-    """Not enough disk for a box's checkpoint; the box was not touched."""
-
-
-class TunnelError(RuntimeError):
-    """The agent would not open a tunnel to a port in the box."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-TUNNEL_TIMEOUT = 10.0
-
-
 MEDIUM_FILE = "hutch-medium"  # in a checkpoint's directory: "disk" or "memory", what it was made with
 CHECKPOINT_SLACK = 32 * 2**20  # beyond the sandbox's resident memory, which bounds its image
+
+# The drivers by name, as uvicorn names its HTTP implementations; each is made from the same config.
+DRIVERS: dict[str, Callable[[RunscConfig], Driver]] = {"runsc": Runsc}
+DEFAULT_DRIVER = "runsc"
+
+
+class Egress(Protocol):
+    """The egress proxy's listeners, one per box (hutch.egress.proxy.EgressProxy)."""
+
+    async def listen(self, key: str, path: Path) -> None: ...
+
+    async def close(self, key: str) -> None: ...
 
 
 @dataclass
@@ -72,60 +57,31 @@ class Box:
     runtime_id: str
     dir: Path
     on_disk: bool = False  # its writes go to its own disk (hutch.node.disks), not its memory
-    _agent: httpx.AsyncClient | None = None
-    _socket_fd: int | None = None
+    _agent: AgentClient | None = None
 
     @property
-    def agent(self) -> httpx.AsyncClient:
+    def agent(self) -> AgentClient:
         if self._agent is None:
             raise ChannelError(f"box {self.runtime_id} has no pinned channel")
         return self._agent
 
-    def pin_socket(self) -> bool:
-        """Open the agent's socket (never a link) and talk through it from now on. False while
-        the agent has not made it yet."""
-        try:
-            fd = os.open(self.socket, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return False
-        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise ChannelError(f"box {self.runtime_id}'s channel holds something other than a socket")
-        self._socket_fd = fd
-        self._agent = agent_client(f"/proc/self/fd/{fd}")
-        return True
+    @property
+    def ref(self) -> BoxRef:
+        return BoxRef(self.runtime_id, self.dir.name)
 
-    async def open_tunnel(self, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A byte stream to 127.0.0.1:`port` inside the box, through the agent (preview URLs)."""
-        if self._socket_fd is None:
-            raise ChannelError(f"box {self.runtime_id} has no pinned channel")
-        reader, writer = await asyncio.open_unix_connection(f"/proc/self/fd/{self._socket_fd}")
-        try:
-            writer.write(f"POST {protocol.TUNNEL}?port={int(port)} HTTP/1.1\r\nHost: agent\r\n"
-                         f"Content-Length: 0\r\n\r\n".encode())
-            head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TUNNEL_TIMEOUT)).decode("latin-1")
-            status = head.split(" ", 2)[1] if head.count(" ") >= 2 else ""
-            if status == "200":
-                return reader, writer
-            length = next((int(line.split(":", 1)[1]) for line in head.split("\r\n")
-                           if line.lower().startswith("content-length:")), 0)
-            body = await asyncio.wait_for(reader.readexactly(min(length, 4096)), TUNNEL_TIMEOUT)
-            try:
-                err = json.loads(body)
-                raise TunnelError(str(err["code"]), str(err["message"])[:500])
-            except (ValueError, KeyError, TypeError):
-                raise TunnelError("agent_error", f"the agent answered {status or 'nothing'}") from None
-        except BaseException:
-            writer.close()
-            raise
+    def pin_socket(self) -> bool:
+        """Pin the agent's socket (never a link) and talk through it from now on. False while
+        the agent has not made it yet."""
+        client = agent.pin(self.socket)
+        if client is None:
+            return False
+        self._agent = client
+        return True
 
     async def release(self) -> None:
         if self._agent is not None:
-            await self._agent.aclose()
-            self._agent = None
-        if self._socket_fd is not None:
-            os.close(self._socket_fd)
-            self._socket_fd = None
+            client, self._agent = self._agent, None
+            await client.aclose()
 
     @property
     def channel_dir(self) -> Path:
@@ -155,23 +111,32 @@ def _existing(path: Path) -> Path:
     return path
 
 
+def _meminfo() -> dict[str, int]:
+    """The host's /proc/meminfo, in bytes (empty if it cannot be read)."""
+    try:
+        text = Path("/proc/meminfo").read_text()
+    except OSError:
+        return {}
+    found = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        parts = value.split()
+        if parts and parts[0].isdigit():
+            found[name] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    return found
+
+
 def new_runtime_id() -> str:
     # Fixed length and random: runsc ids must never be prefixes of one another.
     return "h" + secrets.token_hex(12)
 
 
-def agent_client(socket: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        transport=httpx.AsyncHTTPTransport(uds=socket, verify=False),  # plain HTTP: no CA bundle to load
-        base_url="http://agent",
-        timeout=httpx.Timeout(60.0, connect=5.0),
-    )
-
-
 class Node:
-    def __init__(self, run_dir: Path, runsc: Runsc, runtime: AgentRuntime,
-                 on_exit: Callable[[str], None] | None = None, trust_dir: Path | None = None,
-                 disks_dir: Path | None = None) -> None:
+    """The boxes of this host, run by `driver`, each with its agent's client and its egress
+    listener (a hutch.node.api.NodeRuntime)."""
+
+    def __init__(self, run_dir: Path, driver: Driver, runtime: AgentRuntime, trust_dir: Path | None = None,
+                 disks_dir: Path | None = None, egress: Egress | None = None) -> None:
         self.disks_dir = disks_dir  # boxes' disk images (hutch.node.disks): on the host's disk, not in run_dir
         self.trust_dir = trust_dir  # what TLS in every box trusts (hutch.egress.ca), mounted read-only
         # CPU caps need a cgroup per box; a host that refuses runsc one (a container without
@@ -180,23 +145,23 @@ class Node:
         self.disk_caps = True  # likewise disks: loop devices may be missing in a container
         self.boxes_dir = run_dir / "boxes"
         self.boxes_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.runsc = runsc
+        self.driver = driver
         self.runtime = runtime
-        self.on_exit = on_exit  # called with a runtime id when a box ends without being stopped
+        self.on_exit: Callable[[str], None] | None = None  # called with a runtime id when a box ends unstopped
         self._boxes: dict[str, Box] = {}
         self._watch_fds: dict[str, int] = {}
         self._stopping: set[str] = set()
         mounts.become_subreaper()
         self._reaper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
-        self.egress: EgressProxy | None = None  # each box's way out; None: boxes have none
+        self.egress = egress  # each box's way out; None: boxes have none
 
     def reap(self) -> None:
         """Collect the exit of every adopted runsc process that has ended: a box's sandbox and
-        gofer (runsc re-executes itself, so their name is "exe"). Never a runsc call of ours: the
+        gofer (runsc re-executes itself, so their name is "exe"). Never a driver call of ours: the
         event loop waits for those itself, and (under uvloop) would wait for ever if its exit
-        status were taken here; it may not be in `runsc.running` yet, so go by its name too."""
-        for pid in mounts.adopted_children() - self.runsc.running:
+        status were taken here; it may not be in `driver.running` yet, so go by its name too."""
+        for pid in mounts.adopted_children() - self.driver.running:
             if mounts.process_name(pid) != "exe":
                 continue
             try:
@@ -213,41 +178,54 @@ class Node:
         if self._reaper is None:
             self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
 
-    def get(self, runtime_id: str) -> Box | None:
-        return self._boxes.get(runtime_id)
+    def notify_exits(self, callback: Callable[[str], None]) -> None:
+        self.on_exit = callback
 
-    # --- start, restore ---------------------------------------------------------------------------
+    def holds(self, runtime_id: str) -> bool:
+        return runtime_id in self._boxes
 
-    async def start(self, key: str, rootfs: Path, limits: Limits, writable_root: bool = False) -> Box:
+    def agent(self, runtime_id: str) -> BoxAgent | None:
+        box = self._boxes.get(runtime_id)
+        return None if box is None else box.agent
+
+    def capacity(self) -> Capacity:
+        memory = _meminfo()
+        return Capacity(boxes=len(self._boxes), cpus=os.cpu_count() or 1, memory_bytes=memory.get("MemTotal", 0),
+                        memory_available_bytes=memory.get("MemAvailable", 0), cpu_caps=self.cpu_caps,
+                        disk_caps=self.disk_caps and self.disks_dir is not None)
+
+    # --- boot, restore ----------------------------------------------------------------------------
+
+    async def boot(self, key: str, rootfs: Path, limits: Limits, writable_root: bool = False) -> BoxRef:
         """Boot a box from a template root. `key` names its host directory for its whole life,
         across pauses (each run of it gets a new runtime id). With `writable_root` (a template
         build), what the box writes lands in `rootfs` itself; such a box is never paused."""
         box = Box(new_runtime_id(), self.boxes_dir / key)
 
-        async def boot() -> None:
+        async def start() -> None:
             self._prepare(box, rootfs, limits)
             await self._open_egress(box)
             overlay = "none" if writable_root else await self._make_disk(box, limits.disk_mib)
-            await self.runsc.run_detached(box.runtime_id, box.dir, box.dir / "runsc.err", box.dir / "sandbox.pid",
-                                          overlay=overlay)
+            await self.driver.run_detached(box.runtime_id, box.dir, box.dir / "runsc.err", box.dir / "sandbox.pid",
+                                           overlay=overlay)
 
         try:
-            return await self._launch(box, boot())
+            return (await self._launch(box, start())).ref
         except BoxStartError as e:
             if not (limits.cpus and self.cpu_caps and "cgroup" in str(e).lower()):
                 raise
             log.warning("runsc could not make a cgroup for a box (%s): boxes run without CPU caps", e)
             self.cpu_caps = False
-            return await self.start(key, rootfs, limits, writable_root)
+            return await self.boot(key, rootfs, limits, writable_root)
 
-    async def restore(self, key: str, rootfs: Path, limits: Limits, image_dir: Path) -> Box:
+    async def restore(self, key: str, rootfs: Path, limits: Limits, image_dir: Path) -> BoxRef:
         """Bring a paused box back from its checkpoint, under a new runtime id, on the kind of
         disk it was checkpointed with (runsc restores no other): its own disk of `limits.disk_mib`,
         or its memory (so was every box paused before boxes had disks)."""
         box = Box(new_runtime_id(), self.boxes_dir / key)
         on_disk = (image_dir / MEDIUM_FILE).exists() and (image_dir / MEDIUM_FILE).read_text() == "disk"
 
-        async def boot() -> None:
+        async def start() -> None:
             self._prepare(box, rootfs, limits, wake=True)
             await self._open_egress(box)
             if on_disk:
@@ -256,12 +234,12 @@ class Node:
                                         size + disks.RESTORE_SLACK_MIB)
                 box.on_disk = True
             overlay = f"root:dir={box.disk_dir}" if on_disk else "root:memory"
-            await self.runsc.restore_detached(box.runtime_id, box.dir, image_dir, box.dir / "runsc.err",
-                                              box.dir / "sandbox.pid", overlay=overlay)
+            await self.driver.restore_detached(box.runtime_id, box.dir, image_dir, box.dir / "runsc.err",
+                                               box.dir / "sandbox.pid", overlay=overlay)
             if on_disk:
                 await asyncio.to_thread(disks.fill_to, box.disk_dir, size)
 
-        return await self._launch(box, boot())
+        return (await self._launch(box, start())).ref
 
     async def _make_disk(self, box: Box, size_mib: int) -> str:
         """The box's disk, if it has a size and the node keeps disks; the runsc overlay to use. A
@@ -312,10 +290,10 @@ class Node:
         if self.egress is not None:
             await self.egress.close(box.dir.name)
 
-    async def _launch(self, box: Box, boot: Awaitable[None], wake: bool = False) -> Box:
+    async def _launch(self, box: Box, start: Awaitable[None], wake: bool = False) -> Box:
         runtime_id = box.runtime_id
         try:
-            await boot
+            await start
             self._watch(runtime_id, int((box.dir / "sandbox.pid").read_text()))
             await self._wait_for_agent(box, wake=wake)
             self._boxes[runtime_id] = box
@@ -327,7 +305,7 @@ class Node:
             err_file = box.dir / "runsc.err"
             err = err_file.read_text(errors="replace")[-1000:] if err_file.exists() else ""
             await self._remove(box)
-            if isinstance(e, (RunscError, OSError, TimeoutError, RuntimeError)):  # ChannelError too
+            if isinstance(e, (DriverError, OSError, TimeoutError, RuntimeError)):  # ChannelError too
                 raise BoxStartError(f"{e} {err}".strip()) from e
             raise
         return box
@@ -344,17 +322,13 @@ class Node:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the agent did not listen within {timeout:.0f} s")
             if wake and time.monotonic() >= next_wake:
-                await self.runsc.kill(box.runtime_id, "USR1")
+                await self.driver.kill(box.runtime_id, "USR1")
                 next_wake = time.monotonic() + 0.25
             await asyncio.sleep(0.002)
-        while True:
-            try:
-                (await box.agent.get(protocol.HEALTH, timeout=2.0)).raise_for_status()
-                return
-            except httpx.HTTPError:  # no answer, or a wrong one (something else on the socket)
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the agent's socket never answered") from None
-                await asyncio.sleep(0.002)
+        while not await box.agent.health(timeout=2.0):  # no answer, or a wrong one (something else on the socket)
+            if time.monotonic() > deadline:
+                raise TimeoutError("the agent's socket never answered")
+            await asyncio.sleep(0.002)
 
     # --- pause ----------------------------------------------------------------------------------
 
@@ -370,7 +344,7 @@ class Node:
         free = shutil.disk_usage(_existing(image_dir)).free
         if free < needed:
             raise NoSpaceError(f"{free // 2**20} MiB free where the checkpoint needs about {needed // 2**20} MiB")
-        (await box.agent.post(protocol.QUIESCE)).raise_for_status()
+        await box.agent.quiesce()
         await box.release()
         deadline = time.monotonic() + 10
         while os.path.lexists(box.socket):
@@ -385,7 +359,7 @@ class Node:
             shutil.rmtree(image_dir, ignore_errors=True)
             image_dir.mkdir(parents=True, mode=0o700)
             (image_dir / MEDIUM_FILE).write_text("disk" if box.on_disk else "memory")  # what a restore must use
-            await self.runsc.checkpoint(runtime_id, image_dir)
+            await self.driver.checkpoint(runtime_id, image_dir)
         except BaseException:
             self._stopping.discard(runtime_id)
             state = await self._state(runtime_id)
@@ -406,19 +380,22 @@ class Node:
         task.add_done_callback(self._background.discard)
 
     def stop_later(self, runtime_id: str, key: str) -> None:
-        """stop(), without waiting for it: for callers that must not block on runsc."""
+        """stop(), without waiting for it: for callers that must not block on the driver."""
         self._in_background(self.stop(runtime_id, key))
 
     async def _forget(self, runtime_id: str) -> None:
         try:
-            await self.runsc.delete(runtime_id)
-        except RunscError as e:
-            log.warning("runsc delete %s after its checkpoint: %s", runtime_id, e)
+            await self.driver.delete(runtime_id)
+        except DriverError as e:
+            log.warning("delete %s after its checkpoint: %s", runtime_id, e)
         finally:
             self._stopping.discard(runtime_id)
 
     async def _relisten(self, box: Box) -> None:
         await self._wait_for_agent(box, wake=True)
+
+    async def wake(self, runtime_id: str) -> None:
+        await self.driver.kill(runtime_id, "USR1")
 
     # --- watch ----------------------------------------------------------------------------------
 
@@ -452,20 +429,19 @@ class Node:
         return runtime_id in self._boxes and runtime_id in self._watch_fds
 
     async def _state(self, runtime_id: str) -> dict[str, Any] | None:
-        """runsc's state of a box, or None when runsc does not know it or cannot say."""
+        """The driver's state of a box, or None when it does not know it or cannot say."""
         try:
-            return await self.runsc.state(runtime_id)
-        except RunscError as e:
-            log.warning("runsc state %s: %s", runtime_id, e)
+            return await self.driver.state(runtime_id)
+        except DriverError as e:
+            log.warning("state %s: %s", runtime_id, e)
             return None
 
     async def is_alive(self, runtime_id: str) -> bool:
-        """False only when runsc says the box is gone or stopped; in doubt, alive."""
         try:
-            state = await self.runsc.state(runtime_id)
-        except RunscError:
+            state = await self.driver.state(runtime_id)
+        except DriverError:
             return True
-        return bool(state) and state.get("status") == "running"  # type: ignore[union-attr]
+        return state is not None and state.get("status") == "running"
 
     # --- stop -----------------------------------------------------------------------------------
 
@@ -483,9 +459,9 @@ class Node:
         await box.release()
         await self._close_egress(box)
         try:
-            await self.runsc.delete(box.runtime_id)
-        except RunscError as e:  # e.g. a timeout on a starved host: the box is still to go, later
-            log.warning("runsc delete %s: %s; trying again in the background", box.runtime_id, e)
+            await self.driver.delete(box.runtime_id)
+        except DriverError as e:  # e.g. a timeout on a starved host: the box is still to go, later
+            log.warning("delete %s: %s; trying again in the background", box.runtime_id, e)
             self._in_background(self._remove_later(box))
             return
         await self._forget_dir(box)
@@ -494,9 +470,9 @@ class Node:
         for attempt in range(tries):
             await asyncio.sleep(2.0 * (attempt + 1))
             try:
-                await self.runsc.delete(box.runtime_id)
-            except RunscError as e:
-                log.warning("runsc delete %s, try %d: %s", box.runtime_id, attempt + 2, e)
+                await self.driver.delete(box.runtime_id)
+            except DriverError as e:
+                log.warning("delete %s, try %d: %s", box.runtime_id, attempt + 2, e)
                 continue
             await self._forget_dir(box)
             return
@@ -511,7 +487,7 @@ class Node:
             box = Box(runtime_id, self.boxes_dir / key)
             box.on_disk = mounts.is_mount(box.disk_dir)
             state = await self._state(runtime_id)
-            ok = bool(state) and state.get("status") == "running"  # type: ignore[union-attr]
+            ok = state is not None and state.get("status") == "running"
             if ok and state:
                 self._watch(runtime_id, int(state.get("pid") or 0))
                 try:
@@ -530,8 +506,8 @@ class Node:
         taken = await asyncio.gather(*(take(r, k) for r, k in running.items()))
         alive = {r for r, ok in zip(running, taken, strict=True) if ok}
         try:
-            strays = set(await self.runsc.list_ids()) - alive
-        except RunscError:
+            strays = set(await self.driver.list_ids()) - alive
+        except DriverError:
             strays = set()
         for runtime_id in strays:
             await self.stop(runtime_id)

@@ -14,21 +14,20 @@ import logging
 import secrets
 from pathlib import Path
 
-import httpx
-
-from hutch.guest import protocol
-from hutch.node.node import Box, Node
+from hutch.errors import ApiError
+from hutch.node.api import BoxRef, ChannelError, Command, NodeRuntime
 from hutch.node.spec import Limits
 
 log = logging.getLogger("hutch.pool")
 
 RETRY_SECONDS = 5.0
+WARM_UP_SECONDS = 10.0
 
 
 class WarmPool:
-    def __init__(self, node: Node, size: int, rootfs: Path, limits: Limits) -> None:
+    def __init__(self, node: NodeRuntime, size: int, rootfs: Path, limits: Limits) -> None:
         self.node, self.size, self.rootfs, self.limits = node, size, rootfs, limits
-        self._ready: list[Box] = []
+        self._ready: list[BoxRef] = []
         self._wanted = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -39,7 +38,7 @@ class WarmPool:
         if self.size > 0 and self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._fill())
 
-    async def claim(self, rootfs: Path, limits: Limits) -> Box | None:
+    async def claim(self, rootfs: Path, limits: Limits) -> BoxRef | None:
         """A ready box for this root and these limits that answers now, or None (then boot one
         as usual). A box is taken out of the pool before it is checked, so no two claims get it."""
         if rootfs != self.rootfs or limits != self.limits:
@@ -49,31 +48,38 @@ class WarmPool:
                 box = self._ready.pop(0)
                 if self.node.is_running(box.runtime_id) and await self._answers(box):
                     return box
-                self.node.stop_later(box.runtime_id, box.dir.name)
+                self.node.stop_later(box.runtime_id, box.key)
             return None
         finally:
             self._wanted.set()
 
-    @staticmethod
-    async def _warm_up(box: Box) -> None:
-        """Run one command, so the claimer's first one finds the shell and the spawner paged in."""
-        try:
-            await box.agent.post(protocol.EXEC, json={"cmd": "true"}, timeout=10.0)
-        except httpx.HTTPError:
-            pass  # the claim's health check decides
+    async def _warm_up(self, box: BoxRef) -> None:
+        """Run one command, so the claimer's first one finds the shell and the spawner paged in.
+        Its answer is read to its end, so its connection stays open for the claimer's calls."""
+        agent = self.node.agent(box.runtime_id)
+        if agent is None:
+            return  # it ended: the claim's check finds out
 
-    @staticmethod
-    async def _answers(box: Box) -> bool:
-        try:
-            return (await box.agent.get(protocol.HEALTH, timeout=1.0)).is_success
-        except httpx.HTTPError:
-            return False
+        async def run_true() -> None:
+            events = await agent.exec(Command("true"), None)
+            try:
+                async for _ in events:
+                    pass
+            finally:
+                await events.aclose()
+
+        with contextlib.suppress(ApiError, ChannelError, TimeoutError):
+            await asyncio.wait_for(run_true(), WARM_UP_SECONDS)
+
+    async def _answers(self, box: BoxRef) -> bool:
+        agent = self.node.agent(box.runtime_id)
+        return agent is not None and await agent.health(timeout=1.0)
 
     async def _fill(self) -> None:
         while True:
             while len(self._ready) < self.size:
                 try:
-                    box = await self.node.start(f"pool-{secrets.token_hex(8)}", self.rootfs, self.limits)
+                    box = await self.node.boot(f"pool-{secrets.token_hex(8)}", self.rootfs, self.limits)
                 except Exception as e:  # BoxStartError, or the host refused a mount: try later
                     log.error("the warm pool could not boot a box: %s", e)
                     await asyncio.sleep(RETRY_SECONDS)
@@ -81,7 +87,7 @@ class WarmPool:
                 try:
                     await self._warm_up(box)
                 except BaseException:  # cancelled at shutdown: it is in no list yet, so stop it here
-                    await asyncio.shield(self.node.stop(box.runtime_id, box.dir.name))
+                    await asyncio.shield(self.node.stop(box.runtime_id, box.key))
                     raise
                 self._ready.append(box)
             self._wanted.clear()
@@ -95,4 +101,4 @@ class WarmPool:
                 await self._task
         while self._ready:
             box = self._ready.pop()
-            await self.node.stop(box.runtime_id, box.dir.name)
+            await self.node.stop(box.runtime_id, box.key)

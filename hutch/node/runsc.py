@@ -1,4 +1,5 @@
-"""The gVisor driver: every `runsc` call the node makes, each one bounded by a timeout."""
+"""The gVisor driver (hutch.node.driver): every `runsc` call the node makes, each one bounded by a
+timeout."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hutch.node.driver import DriverError
 
-class RunscError(RuntimeError):
+
+class RunscError(DriverError):
     """runsc failed or hung; the message carries what it printed."""
 
 

@@ -5,9 +5,19 @@ kind, the sandbox, the port, the port's generation and, for links and cookies, a
 is stored; rotating a port bumps its generation, which voids every link, cookie and token of that
 port at once. A credential names one port of one sandbox and opens nothing else.
 
-    link    ?hutch_preview=<expires>.<mac>        short-lived, exchanged for a cookie
-    cookie  hutch_preview_<port>=<expires>.<mac>  HttpOnly, SameSite=Lax, on that host only
-    token   X-Hutch-Preview-Token: hpt_<mac>       for machine clients; until rotated
+    link    ?hutch_preview=<expires>.<mac>                 short-lived, exchanged for a cookie
+    cookie  __Host-hutch-preview-<port>=<expires>.<mac>    HttpOnly, SameSite=Lax, Path=/, no Domain,
+            (hutch-preview-<port> over plain http)          Secure: that host only, over https only
+    token   X-Hutch-Preview-Token: hpt_<mac>                for machine clients; until rotated
+
+The `__Host-` prefix makes browsers keep the cookie only if the host itself set it, over https,
+with Path=/ and no Domain: a sibling box's page (all preview hosts share a registrable domain)
+cannot plant or overwrite one, nor can a plain-http answer. A prefixed cookie must be Secure, and
+a site served over plain http cannot set Secure cookies (browsers drop them), so over http the
+name has no prefix. What holds on both: the value is a MAC over this sandbox and port (a planted
+value opens nothing), every cookie of that name is tried (a planted one cannot shadow the real
+one), the box's answers cannot set a cookie with any of hutch's names (headers.py), and the box
+never sees one. The old name, hutch_preview_<port>, opens nothing.
 """
 
 from __future__ import annotations
@@ -23,8 +33,25 @@ TOKEN_PREFIX = "hpt_"
 COOKIE_SECONDS = 24 * 3600
 
 
-def cookie_name(port: int) -> str:
-    return f"hutch_preview_{port}"
+_COOKIE = "hutch-preview-"
+_HOST_PREFIX = "__Host-"
+# names hutch uses or used, as a browser may send them back (prefixes and case aside)
+_OURS = (_COOKIE, "hutch_preview")
+_PREFIXES = ("__host-", "__secure-")
+
+
+def cookie_name(port: int, https: bool) -> str:
+    """The name of a port's cookie: `__Host-` prefixed where the site is served over https."""
+    return f"{_HOST_PREFIX if https else ''}{_COOKIE}{port}"
+
+
+def is_ours(name: str) -> bool:
+    """Whether a cookie name is one of hutch's, whatever its port, prefix or case: the box must
+    neither see nor set those."""
+    name = name.strip().lower()
+    for prefix in _PREFIXES:
+        name = name.removeprefix(prefix)
+    return name.startswith(_OURS)
 
 
 class PreviewKeys:

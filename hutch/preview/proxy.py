@@ -9,13 +9,18 @@ bytes both ways. Every request on a kept-alive connection is checked again, and 
 same port of the same box as the first. Rotating or unpublishing a port cuts its open connections.
 
 Hostile: everything the client sends (Host, cookies, the query, headers, bodies) and everything
-the box's server answers. hutch's own cookie, link parameter and token header never reach the box.
+the box's server answers. hutch's own cookie, link parameter and token header never reach the box,
+and the box cannot set hutch's cookie (headers.py). A private port is never framed by a page of
+another origin. One box or one client cannot hold the connections every other preview needs
+(PreviewLimits).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import resource
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,13 +30,28 @@ import h11
 
 from hutch import http_relay
 from hutch.http_relay import Answer, Forward, Upstream
-from hutch.preview import access
+from hutch.preview import access, headers
 from hutch.preview.access import PreviewKeys
 
 log = logging.getLogger("hutch.preview")
 
 MAX_CONNECTIONS = 1024
 MAX_PER_CLIENT = 128  # one client address cannot hold every connection
+MAX_PER_BOX = 64  # nor can one sandbox's visitors (a browser opens 6 a host): the rest stay for other boxes
+IDLE_SECONDS = 300.0  # no next request, no byte of a body or an upgraded connection, a client not reading
+FDS_PER_CONNECTION = 8  # a connection holds 2 descriptors (client, tunnel): at most a quarter of the process'
+
+
+@dataclass(frozen=True)
+class PreviewLimits:
+    """How much of the server the preview listener may hold. Past `connections` or `per_client`
+    a connection is closed at once; past `per_box`, its first request is answered 503."""
+
+    connections: int = MAX_CONNECTIONS  # and never more than the descriptors allow (FDS_PER_CONNECTION)
+    per_client: int = MAX_PER_CLIENT
+    per_box: int = MAX_PER_BOX
+    head_seconds: float = http_relay.HEAD_TIMEOUT  # a whole request head: no slow drip (slowloris)
+    idle_seconds: float = IDLE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -73,28 +93,29 @@ class PreviewSite:
         return sandbox_id, int(port)
 
 
-def _from_another_site(request: h11.Request) -> bool:
-    """A request another site's page made (browsers say so in Sec-Fetch-Site), other than a
-    link followed to a page: the cookie must not let one box's page drive another's port."""
-    fetch = {k: v.lower() for k, v in request.headers if k in (b"sec-fetch-site", b"sec-fetch-mode")}
-    site = fetch.get(b"sec-fetch-site", b"none")
-    navigation = fetch.get(b"sec-fetch-mode") == b"navigate" and request.method in (b"GET", b"HEAD")
-    return site in (b"same-site", b"cross-site") and not navigation
-
-
 OpenTunnel = Callable[[str, int], Awaitable[Upstream]]  # raises Answer when the box cannot be reached
+
+
+def _descriptor_budget() -> int:
+    """The connections the process' open-file limit leaves room for (FDS_PER_CONNECTION each)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return MAX_CONNECTIONS if soft == resource.RLIM_INFINITY else soft // FDS_PER_CONNECTION
 
 
 class PreviewProxy:
     def __init__(self, site: PreviewSite, lookup: Callable[[str, int], Published | None], keys: PreviewKeys,
-                 open_tunnel: OpenTunnel) -> None:
-        self.site, self.lookup, self.keys, self.open_tunnel = site, lookup, keys, open_tunnel
+                 open_tunnel: OpenTunnel, limits: PreviewLimits = PreviewLimits()) -> None:
+        self.site, self.lookup, self.keys, self.open_tunnel, self.limits = site, lookup, keys, open_tunnel, limits
+        self.max_connections = limits.connections
         self._server: asyncio.Server | None = None
         self._live: dict[tuple[str, int], set[asyncio.Task[None]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._per_client: dict[str, int] = {}
+        self._per_box: dict[str, int] = {}
 
     async def start(self, host: str, port: int) -> None:
+        # read at start: the server may have raised its limit by then
+        self.max_connections = min(self.limits.connections, _descriptor_budget())
         self._server = await asyncio.start_server(self._accept, host, port, limit=http_relay.MAX_HEAD)
 
     async def close(self) -> None:
@@ -112,11 +133,11 @@ class PreviewProxy:
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         client = str(peer[0]) if peer else "-"
-        if len(self._tasks) >= MAX_CONNECTIONS or self._per_client.get(client, 0) >= MAX_PER_CLIENT:
+        if len(self._tasks) >= self.max_connections or self._per_client.get(client, 0) >= self.limits.per_client:
             writer.close()
             return
         self._per_client[client] = self._per_client.get(client, 0) + 1
-        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
+        task = asyncio.get_running_loop().create_task(self._serve(reader, writer, client))
         self._tasks.add(task)
 
         def done(t: asyncio.Task[None]) -> None:
@@ -127,7 +148,7 @@ class PreviewProxy:
 
         task.add_done_callback(done)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: str) -> None:
         bound: Published | None = None
         upstream: Upstream | None = None
         me = asyncio.current_task()
@@ -144,11 +165,15 @@ class PreviewProxy:
                 raise Answer(404, f"port {wanted[1]} of this sandbox is not published")
             if bound is not None and (bound.sandbox_id, bound.port) != (published.sandbox_id, published.port):
                 raise Answer(421, "one connection serves one port of one sandbox")
-            headers = self._admit(request, published, host or "")
+            to_box = self._admit(request, published, host or "", client)
             if bound is None:
+                if self._per_box.get(published.sandbox_id, 0) >= self.limits.per_box:
+                    raise Answer(503, f"this sandbox has {self.limits.per_box} preview connections open already: "
+                                      "close some and try again")
                 bound = published
+                self._per_box[published.sandbox_id] = self._per_box.get(published.sandbox_id, 0) + 1
                 self._live.setdefault((published.sandbox_id, published.port), set()).add(me)
-            return Forward(headers)
+            return Forward(to_box, answer_headers=functools.partial(headers.from_box, private=published.private))
 
         async def opened() -> Upstream:
             nonlocal upstream
@@ -157,7 +182,8 @@ class PreviewProxy:
             return upstream
 
         try:
-            await http_relay.relay(reader, writer, prepare, opened)
+            await http_relay.relay(reader, writer, prepare, opened, idle_timeout=self.limits.idle_seconds,
+                                   head_timeout=self.limits.head_seconds, stall_timeout=self.limits.idle_seconds)
         except (ConnectionError, asyncio.CancelledError):
             pass
         except Exception:  # never let one connection take the proxy down
@@ -165,19 +191,23 @@ class PreviewProxy:
         finally:
             if bound is not None:
                 self._live.get((bound.sandbox_id, bound.port), set()).discard(me)
+                left = self._per_box.pop(bound.sandbox_id, 1) - 1
+                if left:
+                    self._per_box[bound.sandbox_id] = left
             for w in (upstream[1] if upstream else None, writer):
                 if w is not None:
                     w.close()
 
-    def _admit(self, request: h11.Request, port: Published, host: str) -> http_relay.Headers:
+    def _admit(self, request: h11.Request, port: Published, host: str, client: str) -> http_relay.Headers:
         """The headers to send on, once the request may go (a private port's credential checked and
         taken off); or an Answer: a refusal, or the redirect that turns a signed link into a cookie."""
+        if port.private and headers.framed_from_elsewhere(request.headers):
+            raise Answer(403, "a private preview port is framed only by its own pages")
         path, _, query = request.target.decode("latin-1").partition("?")
         params = parse_qsl(query, keep_blank_values=True)
         link = next((v for k, v in params if k == access.LINK_PARAM), None)
-        cookie_name = access.cookie_name(port.port)
-        cookies = [c.strip() for k, v in request.headers if k == b"cookie" for c in v.decode("latin-1").split(";")]
-        ours = [c.partition("=")[2] for c in cookies if c.partition("=")[0] == cookie_name]
+        cookie_name = access.cookie_name(port.port, self.site.https)
+        ours = [v for n, _, v in (c.partition("=") for c in headers.cookie_pairs(request.headers)) if n == cookie_name]
         tokens = [v.decode("latin-1") for k, v in request.headers if k == access.TOKEN_HEADER.encode()]
         if link is not None:
             if not self.keys.check_expiring("link", link, port.sandbox_id, port.port, port.generation):
@@ -197,12 +227,6 @@ class PreviewProxy:
                             for c in ours)
             if not (by_token or by_cookie):
                 raise Answer(401, "this preview port is private: open a signed link, or send X-Hutch-Preview-Token")
-            if not by_token and _from_another_site(request):
+            if not by_token and headers.from_another_site(request.headers, request.method):
                 raise Answer(403, "a private preview port takes its cookie only from its own pages and links")
-        kept_cookies = "; ".join(c for c in cookies if c and c.partition("=")[0] != cookie_name)
-        headers = [(k, v) for k, v in request.headers if k not in (b"cookie", access.TOKEN_HEADER.encode())]
-        if kept_cookies:
-            headers.append((b"cookie", kept_cookies.encode("latin-1")))
-        headers += [(b"x-forwarded-host", host.encode("latin-1")),
-                    (b"x-forwarded-proto", b"https" if self.site.https else b"http")]
-        return headers
+        return headers.to_box(request.headers, client, host, self.site.https)

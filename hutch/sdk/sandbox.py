@@ -298,19 +298,20 @@ class _FilesBase:
         return files.write_file(self._dp, path, content, user)
 
     @call
-    def read(self, path: str) -> Flow[bytes]:
-        """A file's bytes."""
-        return files.read_file(self._dp, path)
+    def read(self, path: str, *, user: str | None = None) -> Flow[bytes]:
+        """A file's bytes, read as the box user (with its rights) unless user="root"."""
+        return files.read_file(self._dp, path, user)
 
     @call
-    def read_text(self, path: str, encoding: str = "utf-8") -> Flow[str]:
-        """A file, decoded."""
-        return mapped(files.read_file(self._dp, path), lambda data: data.decode(encoding))
+    def read_text(self, path: str, encoding: str = "utf-8", *, user: str | None = None) -> Flow[str]:
+        """A file, decoded; read as the box user unless user="root"."""
+        return mapped(files.read_file(self._dp, path, user), lambda data: data.decode(encoding))
 
     @call
-    def download_dir(self, path: str) -> Flow[bytes]:
-        """A directory and everything under it, as the bytes of a zip archive."""
-        return files.download_dir(self._dp, path)
+    def download_dir(self, path: str, *, user: str | None = None) -> Flow[bytes]:
+        """A directory and everything under it, as the bytes of a zip archive (as the box user
+        sees it, unless user="root")."""
+        return files.download_dir(self._dp, path, user)
 
     @call
     def list(self, path: str, depth: int = 1, *, user: str | None = None) -> Flow[builtins.list[EntryInfo]]:

@@ -111,7 +111,7 @@ class Attachment:
         request_id: Any = None
         try:
             if raw_bytes is not None:
-                await self.data.process_call(self.rec, self.pid, protocol.PROC_STDIN, content=raw_bytes)
+                await self.data.write_stdin(self.rec, self.pid, raw_bytes)
                 return True
             request = json.loads(raw_text or "")
             if not isinstance(request, dict):
@@ -129,25 +129,27 @@ class Attachment:
         return True
 
     async def _control(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Carry out one control frame; the agent's answer (e.g. {"signalled": true})."""
+        """Carry out one control frame; what its ack says besides (a signal's {"signalled": bool})."""
         kind = request.get("t")
         body = {k: v for k, v in request.items() if k not in ("t", "id")}
         try:
             if kind == "stdin":
-                data = StdinFrame.model_validate(body).data()
-                return await self.data.process_call(self.rec, self.pid, protocol.PROC_STDIN, content=data)
+                await self.data.write_stdin(self.rec, self.pid, StdinFrame.model_validate(body).data())
+                return {}
             if kind == "close_stdin":
-                return await self.data.process_call(self.rec, self.pid, protocol.PROC_STDIN_CLOSE)
+                await self.data.close_stdin(self.rec, self.pid)
+                return {}
             if kind == "resize":
                 size = PtySize.model_validate(body)
-                return await self.data.process_call(self.rec, self.pid, protocol.PROC_RESIZE, json=size.model_dump())
+                await self.data.resize_pty(self.rec, self.pid, size.rows, size.cols)
+                return {}
             if kind == "signal":
                 sig = SignalProcess.model_validate(body)
                 if self.audit is None:
-                    return await self.data.process_call(self.rec, self.pid, protocol.PROC_SIGNAL, json=sig.model_dump())
+                    return {"signalled": await self.data.signal_process(self.rec, self.pid, sig.signal)}
                 async with self.audit.record(self.rec, actor(self.ws), "signal",
                                              f"signal {sig.signal} to process {self.pid}"):
-                    return await self.data.process_call(self.rec, self.pid, protocol.PROC_SIGNAL, json=sig.model_dump())
+                    return {"signalled": await self.data.signal_process(self.rec, self.pid, sig.signal)}
         except PydanticValidationError as e:
             problem = e.errors()[0]
             where = ".".join(str(p) for p in problem.get("loc", ()))

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from hutch.guest import protocol
 from hutch.server import audit
 from hutch.server.models import FsEntry, ProcessInfo, SpawnCommand
 from hutch.server.state import State
@@ -22,17 +21,17 @@ async def write_file(st: State, rec: SandboxRecord, who: str, path: str, body: A
         return await st.data.write_file(rec, path, body, user)
 
 
-async def read_file(st: State, rec: SandboxRecord, who: str, path: str) -> tuple[int | None, AsyncIterator[bytes]]:
+async def read_file(st: State, rec: SandboxRecord, who: str, path: str,
+                    user: str | None) -> tuple[int | None, AsyncIterator[bytes]]:
     """The file's size if the agent said it, and its bytes as they stream from the box."""
-    async with st.audit.record(rec, who, "file_read", path):
-        resp, body = await st.data.read_file(rec, path)
-    size = resp.headers.get("content-length")
-    return (int(size) if size is not None and size.isdigit() else None), body
+    async with st.audit.record(rec, who, "file_read", path + audit.acting(user)):
+        head, body = await st.data.read_file(rec, path, user)
+    return head.size, body
 
 
-async def zip_dir(st: State, rec: SandboxRecord, who: str, path: str) -> AsyncIterator[bytes]:
-    async with st.audit.record(rec, who, "dir_download", path):
-        _resp, body = await st.data.zip_dir(rec, path)
+async def zip_dir(st: State, rec: SandboxRecord, who: str, path: str, user: str | None) -> AsyncIterator[bytes]:
+    async with st.audit.record(rec, who, "dir_download", path + audit.acting(user)):
+        _head, body = await st.data.zip_dir(rec, path, user)
     return body
 
 
@@ -59,5 +58,4 @@ async def spawn(st: State, rec: SandboxRecord, who: str, req: SpawnCommand) -> P
 async def signal(st: State, rec: SandboxRecord, who: str, pid: int, sig: int) -> bool:
     """Signal a spawned process' group; False if it had already ended."""
     async with st.audit.record(rec, who, "signal", f"signal {sig} to process {pid}"):
-        answer = await st.data.process_call(rec, pid, protocol.PROC_SIGNAL, json={"signal": sig})
-    return answer.get("signalled") is True
+        return await st.data.signal_process(rec, pid, sig)

@@ -3,14 +3,13 @@ the node (is this port published, and a tunnel to it)."""
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import time
 from urllib.parse import quote
 
 from hutch.errors import ApiError, Code
 from hutch.http_relay import Answer, Upstream
-from hutch.node.node import ChannelError, TunnelError
+from hutch.node.api import AgentUnreachable, ChannelError
 from hutch.preview import access
 from hutch.preview.access import PreviewKeys
 from hutch.preview.proxy import PreviewProxy, PreviewSite, Published
@@ -85,11 +84,16 @@ class Previews:
         if rec is None:
             raise Answer(404, f"port {port} of this sandbox is not published")
         try:
-            box = await self.sandboxes.running_box(rec)
-            return await box.open_tunnel(port)
+            agent = await self.sandboxes.running_box(rec)
         except ApiError as e:
             raise Answer(503 if e.status >= 500 else e.status, e.message, reason=e.code) from None
-        except TunnelError as e:
-            raise Answer(502, str(e), reason=e.code) from None
-        except (ChannelError, OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
+        except ChannelError as e:
+            raise Answer(502, f"the sandbox could not be reached: {e}") from None
+        try:
+            return await agent.open_tunnel(port)
+        except AgentUnreachable as e:
+            raise Answer(502, e.message) from None
+        except ApiError as e:  # the agent's refusal (nothing listens on the port, say)
+            raise Answer(502, e.message, reason=e.code) from None
+        except ChannelError as e:
             raise Answer(502, f"the sandbox could not be reached: {e}") from None

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hutch.errors import ApiError, BuildFailure, Code, not_found
 from hutch.node import boxcmd
-from hutch.node.node import Box, BoxStartError, Node, NoSpaceError
+from hutch.node.api import BoxAgent, BoxRef, BoxStartError, NodeRuntime, NoSpaceError
 from hutch.node.pool import WarmPool
 from hutch.node.spec import Limits
 from hutch.preview.proxy import PreviewSite
@@ -52,7 +52,8 @@ DISK_RESERVE = 64 * 2**20  # below this much free space in the data dir, a faile
 
 
 class Sandboxes:
-    def __init__(self, config: ServerConfig, store: Store, node: Node, signer: TokenSigner, secrets: Secrets) -> None:
+    def __init__(self, config: ServerConfig, store: Store, node: NodeRuntime, signer: TokenSigner,
+                 secrets: Secrets) -> None:
         self.config, self.store, self.node, self.signer, self.secrets = config, store, node, signer, secrets
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._starting = 0
@@ -61,7 +62,7 @@ class Sandboxes:
         self.preview_site = PreviewSite(config.preview_domain, None if config.preview_https else config.preview_port,
                                         config.preview_https)
         self.metrics = Metrics()
-        node.on_exit = self._box_ended
+        node.notify_exits(self._box_ended)
 
     # --- views ----------------------------------------------------------------------------------
 
@@ -186,13 +187,13 @@ class Sandboxes:
             try:
                 box = await self.pool.claim(rootfs, limits) if self.pool else None
                 source = "warm_pool" if box else "boot"
-                box = box or await self.node.start(rec.id, rootfs, limits)
+                box = box or await self.node.boot(rec.id, rootfs, limits)
             except BoxStartError as e:
                 log.error("a box failed to start: %s", e)
                 raise ApiError(Code.BOOT_FAILED, f"the sandbox could not start: {e}") from e
             finally:
                 self._starting -= 1
-            rec.runtime_id, rec.box_key = box.runtime_id, box.dir.name
+            rec.runtime_id, rec.box_key = box.runtime_id, box.key
             try:
                 self.store.insert_sandbox(rec, bindings)
             except BaseException:
@@ -207,12 +208,15 @@ class Sandboxes:
         self.metrics.create_seconds.labels(source).observe(time.perf_counter() - started)
         return rec
 
-    async def _start_template(self, rec: SandboxRecord, box: Box, template: TemplateRecord) -> None:
+    async def _start_template(self, rec: SandboxRecord, box: BoxRef, template: TemplateRecord) -> None:
         """Start the template's start command and wait until its probe passes; a box that does
         not become ready is removed, and the create fails."""
         spec = template.spec
         try:
-            await boxcmd.start_and_wait_ready(box, spec.get("start_cmd"), spec.get("ready_cmd"),
+            agent = self.node.agent(box.runtime_id)
+            if agent is None:
+                raise boxcmd.StartError(BuildFailure.START_FAILED, "the box ended as it started")
+            await boxcmd.start_and_wait_ready(agent, spec.get("start_cmd"), spec.get("ready_cmd"),
                                               self.defaults(rec, template), spec["ready_timeout_seconds"])
         except BaseException as e:
             await asyncio.shield(self.kill(None, rec.id))
@@ -283,7 +287,7 @@ class Sandboxes:
                 raise ApiError(Code.INSUFFICIENT_STORAGE, f"the server's disk has no room for this sandbox's "
                                f"checkpoint ({e}); it runs on") from e
             except Exception as e:
-                alive = await self.node.is_alive(rec.runtime_id) and self.node.get(rec.runtime_id) is not None
+                alive = await self.node.is_alive(rec.runtime_id) and self.node.holds(rec.runtime_id)
                 log.error("pausing %s failed: %s", rec.id, e)
                 if alive:  # try again later, not every second: a pause cuts the box's streams
                     self.store.update_sandbox(rec.id, status=SandboxStatus.ACTIVE, pause_at=self._deadline(PAUSE_RETRY_SECONDS)
@@ -359,16 +363,17 @@ class Sandboxes:
 
     # --- the data plane's view ------------------------------------------------------------------
 
-    async def running_box(self, rec: SandboxRecord) -> Box:
-        """The live box behind a record, resumed first if it is paused (or pausing, or resuming:
-        the lock makes this wait for that to finish)."""
+    async def running_box(self, rec: SandboxRecord) -> BoxAgent:
+        """The agent of the live box behind a record, resumed first if it is paused (or pausing,
+        or resuming: the lock makes this wait for that to finish). Raises ChannelError if a pause
+        takes the box meanwhile."""
         current = self.get(None, rec.id)  # the caller's record may be older than a pause
         if current.status != SandboxStatus.ACTIVE:
             current = await self.resume(None, rec.id)  # a failed box raises here
-        box = self.node.get(current.runtime_id) if current.runtime_id else None
-        if box is None:
+        agent = self.node.agent(current.runtime_id) if current.runtime_id else None
+        if agent is None:
             raise ApiError(Code.SANDBOX_NOT_RUNNING, f"sandbox {rec.id} is {current.status}")
-        return box
+        return agent
 
     async def box_unreachable(self, rec: SandboxRecord) -> ApiError:
         """The agent did not answer: find out whether the box died, and record it if so.
@@ -459,7 +464,7 @@ class Sandboxes:
             self.store.update_sandbox(rec.id, status=SandboxStatus.PAUSED, runtime_id=None, pause_at=None,
                                       delete_at=self._deadline(rec.auto_delete_seconds))
         elif rec.runtime_id and await self.node.is_alive(rec.runtime_id):
-            await self.node.runsc.kill(rec.runtime_id, "USR1")  # it may have quiesced: listen again
+            await self.node.wake(rec.runtime_id)  # it may have quiesced: listen again
             shutil.rmtree(image, ignore_errors=True)
             self.store.update_sandbox(rec.id, status=SandboxStatus.ACTIVE)
         else:

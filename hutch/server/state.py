@@ -14,9 +14,10 @@ from hutch.egress.host import HostAddresses
 from hutch.egress.proxy import EgressProxy, Interception, LogEntry, Policy, Resolver, load_hosts_file
 from hutch.egress.rules import NetworkRules
 from hutch.node import base_image
-from hutch.node.node import Node
+from hutch.node.api import NodeRuntime
+from hutch.node.node import DEFAULT_DRIVER, DRIVERS, Node
 from hutch.node.pool import WarmPool
-from hutch.node.runsc import Runsc, RunscConfig, find_runsc
+from hutch.node.runsc import RunscConfig, find_runsc
 from hutch.node.spec import AgentRuntime
 from hutch.preview.access import PreviewKeys
 from hutch.secrets.vault import Vault
@@ -44,19 +45,19 @@ class State:
         binary = find_runsc()
         if binary is None:
             raise RuntimeError("runsc (gVisor) is not installed: see the README's set-up command")
-        runsc = Runsc(RunscConfig(config.run_dir / "runsc", binary=binary, platform=config.runsc_platform,
-                                  checkpoint_compression=config.checkpoint_compression))
+        driver = DRIVERS[DEFAULT_DRIVER](RunscConfig(config.run_dir / "runsc", binary=binary,
+                                                     platform=config.runsc_platform,
+                                                     checkpoint_compression=config.checkpoint_compression))
         self.secrets = Secrets(self.store, Vault(config.data_dir / "secrets.key"))
         ca = CertificateAuthority(config.data_dir / "ca")
         box_trust = config.data_dir / "ca" / "box"  # mounted read-only in every box at /.hutch/ca
         ca.write_box_trust(box_trust, base_root / "etc/ssl/certs/ca-certificates.crt", list(config.trust_ca))
-        self.node = Node(config.run_dir, runsc, AgentRuntime.find(base_root), trust_dir=box_trust,
-                         disks_dir=config.data_dir / "disks")
         hosts = load_hosts_file(config.egress_hosts) if config.egress_hosts else None
         interception = Interception(ca, upstream_context(list(config.trust_ca)), self.secrets.reveal, self.secrets.record)
         self.egress = EgressProxy(Resolver(hosts, system=config.egress_system_dns), self._egress_policy,
                                   self._egress_record, HostAddresses().get, interception)
-        self.node.egress = self.egress
+        self.node: NodeRuntime = Node(config.run_dir, driver, AgentRuntime.find(base_root), trust_dir=box_trust,
+                                      disks_dir=config.data_dir / "disks", egress=self.egress)
         server_key = load_or_create_key(config.data_dir / "server.key")
         self.signer = TokenSigner(server_key)
         self.templates = Templates(config, self.store, self.node)

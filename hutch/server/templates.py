@@ -29,7 +29,7 @@ from hutch.egress.proxy import Policy
 from hutch.egress.rules import NetworkRules
 from hutch.errors import ApiError, BuildFailure, Code
 from hutch.node import base_image, mounts
-from hutch.node.node import Node
+from hutch.node.api import NodeRuntime
 from hutch.server.config import ServerConfig
 from hutch.server.models import BuildErrorInfo, BuildInfo, CreateTemplate, TemplateInfo, timestamp
 from hutch.store import BuildRecord, Store, TemplateRecord
@@ -48,7 +48,7 @@ BUILD_TIMEOUT = 4 * 3600.0  # a whole build
 
 
 class Templates:
-    def __init__(self, config: ServerConfig, store: Store, node: Node) -> None:
+    def __init__(self, config: ServerConfig, store: Store, node: NodeRuntime) -> None:
         self.config, self.store = config, store
         self.layers = LayerCache(config.cache_dir / "layers", config.run_dir.name)
         self.images_dir = config.cache_dir / "images"

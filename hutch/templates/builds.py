@@ -20,11 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from hutch.errors import BuildFailure
+from hutch.errors import ApiError, BuildFailure
 from hutch.node import boxcmd, mounts
-from hutch.node.node import BoxStartError, Node
+from hutch.node.api import BoxAgent, BoxStartError, ChannelError, NodeRuntime
 from hutch.node.spec import Limits
 from hutch.templates.buildlog import BuildLog
 from hutch.templates.layers import LayerCache, chain_key, flatten, stack_key
@@ -74,7 +72,7 @@ def describe(step: dict[str, Any]) -> str:
 
 
 class Builder:
-    def __init__(self, node: Node, layers: LayerCache, roots_dir: Path, work_dir: Path, pids: int) -> None:
+    def __init__(self, node: NodeRuntime, layers: LayerCache, roots_dir: Path, work_dir: Path, pids: int) -> None:
         self.node, self.layers, self.roots_dir, self.work_dir, self.pids = node, layers, roots_dir, work_dir, pids
         self.claimed: dict[str, str] = {}  # build id -> the root directory it made or reuses (kept from removal)
 
@@ -175,24 +173,31 @@ class Builder:
     async def _in_box(self, key: str, root: Path, limits: Limits, command: str, defaults: boxcmd.Defaults,
                       log: BuildLog, index: int) -> int | None:
         try:
-            box = await self.node.start(key, root, limits, writable_root=True)
+            box = await self.node.boot(key, root, limits, writable_root=True)
         except BoxStartError as e:
             raise BuildFailed(BuildFailure.BUILD_FAILED, f"the build box did not start: {e}", step=index) from e
         try:
             # the agent ends the command at STEP_TIMEOUT; root in the box could stop it doing so
-            return await asyncio.wait_for(boxcmd.run(box, command, defaults, STEP_TIMEOUT,
+            return await asyncio.wait_for(boxcmd.run(self._agent(box.runtime_id), command, defaults, STEP_TIMEOUT,
                                                      lambda stream, text: log.output(stream, text, index)),
                                           STEP_TIMEOUT + 60)
         except TimeoutError:
             return None
         except boxcmd.CommandError as e:
             raise BuildFailed(BuildFailure.STEP_FAILED, f"step {index + 1} could not start: {e}", step=index) from e
-        except (httpx.HTTPError, boxcmd.AgentProtocolError) as e:
+        except (ApiError, ChannelError) as e:
             raise BuildFailed(BuildFailure.STEP_FAILED, f"the build box stopped during step {index + 1} (out of memory?): {e}",
                               step=index) from e
         finally:
             log.flush()
             await asyncio.shield(self.node.stop(box.runtime_id, key))
+
+    def _agent(self, runtime_id: str) -> BoxAgent:
+        """A build's box, just booted; one that ended since is a channel gone."""
+        agent = self.node.agent(runtime_id)
+        if agent is None:
+            raise ChannelError("the box ended as it started")
+        return agent
 
     async def _check_start(self, build_id: str, spec: dict[str, Any], built: Built, limits: Limits,
                            log: BuildLog) -> None:
@@ -200,13 +205,15 @@ class Builder:
         log.system("checking the start command and readiness probe in a box of the new template")
         key = f"build-{build_id[:12]}-check"
         try:
-            box = await self.node.start(key, built.rootfs, limits)
+            box = await self.node.boot(key, built.rootfs, limits)
         except BoxStartError as e:
             raise BuildFailed(BuildFailure.BUILD_FAILED, f"a box of the new template did not start: {e}") from e
         try:
             defaults = boxcmd.Defaults(env=built.env, cwd=built.workdir, user=built.user)
-            await boxcmd.start_and_wait_ready(box, spec.get("start_cmd"), spec.get("ready_cmd"), defaults,
-                                              spec["ready_timeout_seconds"], lambda text: log.system(text))
+            await boxcmd.start_and_wait_ready(self._agent(box.runtime_id), spec.get("start_cmd"), spec.get("ready_cmd"),
+                                              defaults, spec["ready_timeout_seconds"], lambda text: log.system(text))
+        except ChannelError as e:
+            raise BuildFailed(BuildFailure.START_FAILED, f"a box of the new template stopped: {e}") from e
         except boxcmd.StartError as e:
             raise BuildFailed(e.code, str(e)) from e
         finally:

@@ -145,11 +145,11 @@ def test_a_private_port_wants_a_credential_for_that_port_only(app: Any, sdk: Any
     exchanged = get(env, url, path)
     assert exchanged.status_code == 303 and exchanged.headers["location"] == "/"
     cookie = exchanged.headers["set-cookie"]
-    assert cookie.startswith("hutch_preview_8000=") and "HttpOnly" in cookie and "SameSite=Lax" in cookie
+    assert cookie.startswith("hutch-preview-8000=") and "HttpOnly" in cookie and "SameSite=Lax" in cookie
     jar = {"Cookie": cookie.split(";")[0]}
     assert get(env, url, headers=jar).status_code == 200
     assert get(env, url, "/asset.js", headers=jar).status_code == 200, "the cookie covers assets"
-    assert "hutch_preview" not in get(env, url, "/headers", headers=jar).json()["headers"].get("cookie", "")
+    assert "hutch-preview" not in get(env, url, "/headers", headers=jar).json()["headers"].get("cookie", "")
     assert get(env, other, headers={"Cookie": cookie.split(";")[0].replace("8000", "8001")}).status_code == 401
     assert get(env, other, path).status_code == 403, "a link for one port opens no other"
 

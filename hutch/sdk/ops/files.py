@@ -35,15 +35,15 @@ def write_file(dp: DataPlane, path: str, content: str | bytes, user: str | None)
                                           timeout=FILE_TIMEOUT))
 
 
-def read_file(dp: DataPlane, path: str) -> Flow[bytes]:
-    reply = yield from send_data(dp, lambda: Call("GET", f"{dp.url}/files", dp.headers(), params={"path": path},
-                                                  timeout=FILE_TIMEOUT))
+def read_file(dp: DataPlane, path: str, user: str | None) -> Flow[bytes]:
+    reply = yield from send_data(dp, lambda: Call("GET", f"{dp.url}/files", dp.headers(),
+                                                  params={"path": path, **_user(user)}, timeout=FILE_TIMEOUT))
     return reply.body
 
 
-def download_dir(dp: DataPlane, path: str) -> Flow[bytes]:
-    reply = yield from send_data(dp, lambda: Call("GET", f"{dp.url}/files/zip", dp.headers(), params={"path": path},
-                                                  timeout=FILE_TIMEOUT))
+def download_dir(dp: DataPlane, path: str, user: str | None) -> Flow[bytes]:
+    reply = yield from send_data(dp, lambda: Call("GET", f"{dp.url}/files/zip", dp.headers(),
+                                                  params={"path": path, **_user(user)}, timeout=FILE_TIMEOUT))
     return reply.body
 
 

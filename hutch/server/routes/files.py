@@ -26,19 +26,23 @@ async def write_file(request: Request, rec: BoxDep, st: StateDep, who: ActorDep,
 
 @router.get("/files", response_class=StreamingResponse,
             responses={200: {"content": {"application/octet-stream": {}}}})
-async def read_file(rec: BoxDep, st: StateDep, who: ActorDep, path: Annotated[str, Query(max_length=4096)]) -> Any:
-    size, body = await boxops.read_file(st, rec, who, path)
+async def read_file(rec: BoxDep, st: StateDep, who: ActorDep, path: Annotated[str, Query(max_length=4096)],
+                    user: User | None = None) -> Any:
+    """A file's bytes, read as the box user (its rights, its links) unless user=root."""
+    size, body = await boxops.read_file(st, rec, who, path, user)
     headers = {"Content-Length": str(size)} if size is not None else None
     return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
 
 
 @router.get("/files/zip", response_class=StreamingResponse,
             responses={200: {"content": {"application/zip": {}}}})
-async def download_dir(rec: BoxDep, st: StateDep, who: ActorDep, path: Annotated[str, Query(max_length=4096)]) -> Any:
-    return StreamingResponse(await boxops.zip_dir(st, rec, who, path), media_type="application/zip")
+async def download_dir(rec: BoxDep, st: StateDep, who: ActorDep, path: Annotated[str, Query(max_length=4096)],
+                       user: User | None = None) -> Any:
+    """A directory and everything under it as a zip, as the box user sees it unless user=root."""
+    return StreamingResponse(await boxops.zip_dir(st, rec, who, path, user), media_type="application/zip")
+
 
 # filesystem operations: as the box user unless user=root (the agent keeps each to its rights)
-
 
 @router.get("/files/stat", response_model=FsEntry)
 async def stat_file(rec: BoxDep, st: StateDep, path: Annotated[str, Query(max_length=4096)],

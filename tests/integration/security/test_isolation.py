@@ -145,12 +145,13 @@ def test_a_link_planted_in_the_channel_cannot_redirect_the_host(env: Env) -> Non
     try:
         a.files.write("/tmp/who", "a")
         b.files.write("/tmp/who", "b")
-        rec_b = env.server.record(b.id)
-        assert rec_b.runtime_id
-        b_socket = env.server.config.run_dir / "boxes" / rec_b.runtime_id / "chan/agent.sock"
+        b_socket = env.server.box_dir(b.id) / "chan/agent.sock"  # by box key: where B's agent really listens
+        assert b_socket.is_socket(), f"B's channel socket is not at {b_socket}: the link would dangle, proving nothing"
         r = a.commands.run(f"rm -f /.hutch/chan/agent.sock && ln -s {b_socket} /.hutch/chan/agent.sock && echo planted",
                            user="root")
         assert r.stdout == "planted\n"
+        planted = env.server.box_dir(a.id) / "chan/agent.sock"  # as the host sees A's channel now
+        assert planted.is_symlink() and planted.readlink() == b_socket and planted.resolve().is_socket()
         # several at once, so the server opens new connections rather than reuse a pooled one
         with ThreadPoolExecutor(4) as pool:
             answers = list(pool.map(lambda _: a.commands.run("sleep 0.5; cat /tmp/who").stdout, range(4)))

@@ -1,0 +1,486 @@
+"""The one client of a box's guest agent: a method per agent route, over the box's channel socket.
+
+Nothing else opens the channel. Everything the agent sends is hostile input (root in a box can put
+its own agent on the socket): every reply is read with a cap, streams are split into lines in
+linear time with a cap per line, JSON too deep to parse is a malformed reply, and every field is
+checked before it leaves this module. The agent's error answers become `ApiError`s here, under the
+catalogue's code when it is one the agent may give, else `agent_error`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import stat
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, Generic, TypeVar, cast
+
+import httpx
+
+from hutch.errors import ApiError, Code, code_of
+from hutch.guest import protocol
+from hutch.node.api import (
+    AgentProtocolError,
+    AgentUnreachable,
+    ChannelError,
+    Command,
+    Entry,
+    Event,
+    FsChange,
+    ProcessDesc,
+    Tunnel,
+)
+
+T = TypeVar("T")
+
+# The agent pings every 10 s while a command runs: three missed pings mean the box is gone.
+EXEC_TIMEOUT = httpx.Timeout(connect=5.0, read=35.0, write=35.0, pool=10.0)
+FILE_TIMEOUT = httpx.Timeout(connect=5.0, read=120.0, write=120.0, pool=10.0)
+DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
+TUNNEL_TIMEOUT = 10.0
+
+MAX_EVENT_BYTES = 8 * 2**20  # one event line (the agent sends at most 256 KiB of output in one)
+MAX_REPLY_BYTES = 64 * 2**10  # an error body or a small JSON answer
+MAX_LIST_REPLY = 16 * 2**20  # the agent stops a listing at 10,000 entries or 8 MiB of them
+MAX_LIST_ENTRIES = 10_000
+MAX_PROCESSES = 1000
+MAX_TUNNEL_ERROR = 4096
+MAX_MESSAGE = 2000  # of an agent's error message, passed on
+MAX_TEXT = 8192  # a name or path in an entry
+
+# what datetime.fromtimestamp takes (years 1 to 9999)
+MIN_TIME, MAX_TIME = -62_135_596_800, 253_402_300_798
+
+
+# the agent's codes that are passed on (under the catalogue's status); any other is an agent_error
+AGENT_CODES = frozenset(code for code in Code if code in {
+    protocol.ERR_BAD_PATH, protocol.ERR_NOT_FOUND, protocol.ERR_IS_DIR, protocol.ERR_NOT_DIR, protocol.ERR_NOT_REGULAR,
+    protocol.ERR_BAD_REQUEST, protocol.ERR_BAD_CWD, protocol.ERR_IO, protocol.ERR_UNSAFE_PATH, protocol.ERR_NO_PROCESS,
+    protocol.ERR_NOT_TTY, protocol.ERR_STDIN_CLOSED, protocol.ERR_TOO_MANY_PROCS, protocol.ERR_STDIN_FULL,
+    protocol.ERR_PERMISSION, protocol.ERR_EXISTS, protocol.ERR_TOO_MANY_ENTRIES, protocol.ERR_PORT_CLOSED})
+
+_ENTRY_TYPES = ("file", "dir", "symlink", "other")
+_CHANGE_TYPES = ("create", "write", "remove", "rename", "chmod")
+_USERS = (protocol.BOX_USER, "root")
+
+
+# --- reading what the agent sends (no I/O: each takes bytes, or an iterator of them) --------------
+
+async def read_capped(chunks: AsyncIterator[bytes], limit: int = MAX_REPLY_BYTES) -> bytes:
+    body = bytearray()
+    async for chunk in chunks:
+        body += chunk
+        if len(body) > limit:
+            raise AgentProtocolError("the agent's answer is too long")
+    return bytes(body)
+
+
+async def lines(chunks: AsyncIterator[bytes], limit: int = MAX_EVENT_BYTES) -> AsyncIterator[bytes]:
+    """The lines of a stream, none longer than `limit`. Each byte is looked at once, however the
+    stream is cut (a buffer split anew at each chunk is quadratic on 1-byte chunks)."""
+    pending = bytearray()
+    async for chunk in chunks:
+        start = 0
+        while (end := chunk.find(b"\n", start)) != -1:
+            if pending:
+                pending += chunk[start:end]
+                line = bytes(pending)
+                pending.clear()
+            else:
+                line = chunk[start:end]
+            if len(line) > limit:
+                raise AgentProtocolError("an event line from the agent is too long")
+            yield line
+            start = end + 1
+        pending += chunk[start:]
+        if len(pending) > limit:
+            raise AgentProtocolError("an event line from the agent is too long")
+    if pending:
+        yield bytes(pending)
+
+
+def loads(data: bytes) -> Any:
+    """JSON from the agent; malformed or too deeply nested to parse is a protocol error."""
+    try:
+        return json.loads(data.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        raise AgentProtocolError("the agent sent malformed JSON") from None
+
+
+def parse_event(line: bytes) -> Event:
+    """One exec or process event, checked: its kind is known and its fields have their types."""
+    ev = loads(line)
+    try:
+        kind = ev["t"]
+        if "s" in ev and type(ev["s"]) is not int:
+            ok = False
+        elif kind in (protocol.EVENT_STDOUT, protocol.EVENT_STDERR):
+            ok = isinstance(ev["d"], str)
+        elif kind == protocol.EVENT_EXIT:
+            ok = (ev["code"] is None or type(ev["code"]) is int) and isinstance(ev["timed_out"], bool)
+        elif kind == protocol.EVENT_START:
+            ok = type(ev["pid"]) is int
+        elif kind == protocol.EVENT_ERROR:
+            ok = isinstance(ev["code"], str) and isinstance(ev["message"], str)
+        elif kind == protocol.EVENT_DROPPED:
+            ok = type(ev["chars"]) is int
+        else:
+            ok = kind == protocol.EVENT_PING
+    except (KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise AgentProtocolError("the agent sent a malformed event")
+    return cast(Event, ev)
+
+
+def parse_change(line: bytes) -> FsChange | None:
+    """One line of a watch: a change, or None for the agent's keep-alive."""
+    ev = loads(line)
+    try:
+        if ev["t"] == protocol.EVENT_PING:
+            return None
+        if ev["t"] == protocol.EVENT_FS and ev["type"] in _CHANGE_TYPES:
+            return FsChange(name=_text(ev["name"]), type=ev["type"])
+    except (KeyError, TypeError):
+        pass
+    raise AgentProtocolError("the agent sent a malformed watch event")
+
+
+def _text(value: Any, limit: int = MAX_TEXT) -> str:
+    if not isinstance(value, str) or len(value) > limit:
+        raise TypeError
+    return value
+
+
+def _time(value: Any) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value) or not MIN_TIME <= value <= MAX_TIME:
+        raise TypeError
+    return float(value)
+
+
+def check_entry(d: Any) -> Entry:
+    """An entry from the agent, checked field by field."""
+    try:
+        if not isinstance(d, dict) or d["type"] not in _ENTRY_TYPES:
+            raise TypeError
+        size, mode, target = d["size"], d["mode"], d.get("target")
+        if type(size) is not int or size < 0 or type(mode) is not int or not 0 <= mode <= 0o7777:
+            raise TypeError
+        return Entry(name=_text(d["name"]), path=_text(d["path"]), type=d["type"], size=size, mode=mode,
+                     permissions=_text(d["permissions"], 16), owner=_text(d["owner"], 256),
+                     group=_text(d["group"], 256), mtime=_time(d["mtime"]),
+                     target=None if target is None else _text(target))
+    except (KeyError, TypeError):
+        raise AgentProtocolError("a malformed file entry from the sandbox's agent") from None
+
+
+def check_process(d: Any) -> ProcessDesc:
+    """A process description from the agent, checked field by field."""
+    try:
+        if not isinstance(d, dict) or d["user"] not in _USERS:
+            raise TypeError
+        pid, pty, code = d["pid"], d["pty"], d.get("exit_code")
+        if type(pid) is not int or not isinstance(pty, bool) or not (code is None or type(code) is int):
+            raise TypeError
+        return ProcessDesc(pid=pid, command=_text(d["command"], MAX_REPLY_BYTES), user=d["user"], pty=pty,
+                           started_at=_time(d["started_at"]), exit_code=code)
+    except (KeyError, TypeError):
+        raise AgentProtocolError("a malformed process description from the sandbox's agent") from None
+
+
+def error_of(status: int, body: bytes) -> ApiError:
+    """The agent's error answer ({"code", "message"} under a 4xx or 5xx) as an ApiError: its code
+    if the agent may give it, else agent_error."""
+    try:
+        err = json.loads(body.decode("utf-8", "replace"))
+        code, message = err["code"], err["message"]
+        if not (isinstance(code, str) and isinstance(message, str)) or not 400 <= status < 600:
+            raise TypeError
+    except (ValueError, RecursionError, KeyError, TypeError):
+        return AgentProtocolError(f"the sandbox's agent answered {status or 'nothing'}")
+    known = code_of(code)
+    if known in AGENT_CODES:  # the agent's word: only codes it may give
+        return ApiError(known, message[:MAX_MESSAGE])
+    return ApiError(Code.AGENT_ERROR, message[:MAX_MESSAGE])
+
+
+def tunnel_head(head: bytes) -> tuple[int, int]:
+    """The status and Content-Length of the agent's answer to a tunnel request (0 for either
+    that is missing or not a number)."""
+    status_line, *fields = head.decode("latin-1").split("\r\n")
+    parts = status_line.split(" ", 2)
+    status = int(parts[1]) if len(parts) >= 2 and parts[1].isascii() and parts[1].isdigit() and len(parts[1]) == 3 else 0
+    length = 0
+    for line in fields:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            value = value.strip()
+            length = int(value) if value.isascii() and value.isdigit() and len(value) < 12 else 0
+    return status, length
+
+
+# --- streams --------------------------------------------------------------------------------------
+
+class AgentStream(Generic[T]):
+    """An open stream of the agent's: its items, checked, until it ends. `aclose` is safe while
+    another task reads it (that read ends too)."""
+
+    def __init__(self, resp: httpx.Response, items: AsyncGenerator[T, None]) -> None:
+        self._resp, self._items = resp, items
+
+    def __aiter__(self) -> AsyncGenerator[T, None]:
+        return self._items
+
+    async def aclose(self) -> None:
+        try:
+            await self._resp.aclose()
+        finally:
+            try:
+                await self._items.aclose()
+            except RuntimeError:  # being read elsewhere: it ends with the response
+                pass
+
+
+class AgentDownload(AgentStream[bytes]):
+    """A file's or a zip's bytes, as they come."""
+
+    def __init__(self, resp: httpx.Response, items: AsyncGenerator[bytes, None]) -> None:
+        super().__init__(resp, items)
+        length = resp.headers.get("content-length")
+        self._size = int(length) if length is not None and length.isascii() and length.isdigit() else None
+
+    @property
+    def size(self) -> int | None:
+        return self._size
+
+
+async def _items(resp: httpx.Response, parse: Callable[[bytes], T]) -> AsyncGenerator[T, None]:
+    try:
+        async for line in lines(resp.aiter_raw()):
+            if line:
+                yield parse(line)
+    except httpx.TransportError as e:
+        raise AgentUnreachable(f"the sandbox's agent stopped answering: {e}") from None
+    except httpx.StreamError:
+        pass  # closed while it was read: it ends
+    finally:
+        await resp.aclose()
+
+
+async def _chunks(resp: httpx.Response) -> AsyncGenerator[bytes, None]:
+    try:
+        async for chunk in resp.aiter_raw():
+            yield chunk
+    except httpx.TransportError as e:
+        raise AgentUnreachable(f"the sandbox's agent stopped answering: {e}") from None
+    finally:
+        await resp.aclose()
+
+
+# --- the client -----------------------------------------------------------------------------------
+
+def pin(socket: Path) -> AgentClient | None:
+    """A client of the agent's socket at `socket`, opened once without following links (the
+    channel directory is the box's to write) and talked to through that open file ever after.
+    None while the agent has not made it; ChannelError if something other than a socket is there."""
+    try:
+        fd = os.open(socket, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ChannelError("the box's channel holds something other than a socket")
+    return AgentClient(f"/proc/self/fd/{fd}", on_close=lambda: os.close(fd))
+
+
+class AgentClient:
+    """One box's agent over HTTP/1.1 on its socket: the `hutch.node.api.BoxAgent` of the node.
+    `transport` replaces the socket's (tests); `on_close` runs once the client is closed."""
+
+    def __init__(self, socket: str, transport: httpx.AsyncBaseTransport | None = None,
+                 on_close: Callable[[], None] | None = None) -> None:
+        self.socket = socket
+        self._on_close = on_close
+        self._http: httpx.AsyncClient | None = httpx.AsyncClient(
+            # plain HTTP: no CA bundle to load
+            transport=transport or httpx.AsyncHTTPTransport(uds=socket, verify=False),
+            base_url="http://agent", timeout=DEFAULT_TIMEOUT)
+
+    async def aclose(self) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            try:
+                await http.aclose()
+            finally:
+                if self._on_close is not None:
+                    self._on_close()
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            raise ChannelError("the box's channel is closed")
+        return self._http
+
+    async def _open(self, method: str, route: str, timeout: httpx.Timeout, **kwargs: Any) -> httpx.Response:
+        """The agent's answer to a request, its head read; anything but a 200 raises."""
+        http = self._client()
+        try:
+            resp = await http.send(http.build_request(method, route, timeout=timeout, **kwargs), stream=True)
+        except httpx.TransportError as e:
+            raise AgentUnreachable(f"the sandbox's agent did not answer: {e}") from None
+        if resp.status_code != 200:
+            try:
+                body = await read_capped(resp.aiter_raw())
+            except (AgentProtocolError, httpx.TransportError, httpx.StreamError):
+                body = b""
+            finally:
+                await resp.aclose()
+            raise error_of(resp.status_code, body)
+        return resp
+
+    async def _ask(self, method: str, route: str, timeout: httpx.Timeout = EXEC_TIMEOUT,
+                   limit: int = MAX_REPLY_BYTES, **kwargs: Any) -> dict[str, Any]:
+        """A request with a small JSON answer, an object."""
+        resp = await self._open(method, route, timeout, **kwargs)
+        try:
+            answer = loads(await read_capped(resp.aiter_raw(), limit))
+        except (httpx.TransportError, httpx.StreamError) as e:
+            raise AgentProtocolError(f"a malformed answer from the sandbox's agent: {e}") from None
+        finally:
+            await resp.aclose()
+        if not isinstance(answer, dict):
+            raise AgentProtocolError("a malformed answer from the sandbox's agent: not an object")
+        return answer
+
+    async def _stream(self, parse: Callable[[bytes], T], method: str, route: str, **kwargs: Any) -> AgentStream[T]:
+        resp = await self._open(method, route, EXEC_TIMEOUT, **kwargs)
+        return AgentStream(resp, _items(resp, parse))
+
+    async def _download(self, route: str, path: str, root: bool) -> AgentDownload:
+        resp = await self._open("GET", route, FILE_TIMEOUT, params={"path": path, **self._as(root)})
+        return AgentDownload(resp, _chunks(resp))
+
+    # --- health, quiesce ------------------------------------------------------------------------
+
+    async def health(self, timeout: float) -> bool:
+        try:
+            await self._ask("GET", protocol.HEALTH, httpx.Timeout(timeout))
+        except (ApiError, ChannelError):
+            return False
+        return True
+
+    async def quiesce(self) -> None:
+        await self._ask("POST", protocol.QUIESCE, DEFAULT_TIMEOUT)
+
+    # --- commands and processes -----------------------------------------------------------------
+
+    @staticmethod
+    def _command(command: Command) -> dict[str, Any]:
+        return {"cmd": command.cmd, "cwd": command.cwd, "env": command.env, "user": command.user}
+
+    async def exec(self, command: Command, timeout: float | None) -> AgentStream[Event]:
+        return await self._stream(parse_event, "POST", protocol.EXEC, json={**self._command(command), "timeout": timeout})
+
+    async def spawn(self, command: Command, pty: tuple[int, int] | None) -> ProcessDesc:
+        size = {"rows": pty[0], "cols": pty[1]} if pty else None
+        return check_process(await self._ask("POST", protocol.PROCS, json={**self._command(command), "pty": size}))
+
+    async def processes(self) -> list[ProcessDesc]:
+        procs = (await self._ask("GET", protocol.PROCS)).get("procs")
+        if not isinstance(procs, list):
+            raise AgentProtocolError("a malformed process list from the sandbox's agent")
+        return [check_process(d) for d in procs[:MAX_PROCESSES]]
+
+    async def process(self, pid: int) -> ProcessDesc:
+        return check_process(await self._ask("GET", f"{protocol.PROCS}/{int(pid)}"))
+
+    async def signal(self, pid: int, signal: int) -> bool:
+        answer = await self._ask("POST", f"{protocol.PROCS}/{int(pid)}/{protocol.PROC_SIGNAL}", json={"signal": signal})
+        return answer.get("signalled") is True
+
+    async def write_stdin(self, pid: int, data: bytes) -> None:
+        await self._ask("POST", f"{protocol.PROCS}/{int(pid)}/{protocol.PROC_STDIN}", content=data)
+
+    async def close_stdin(self, pid: int) -> None:
+        await self._ask("POST", f"{protocol.PROCS}/{int(pid)}/{protocol.PROC_STDIN_CLOSE}")
+
+    async def resize(self, pid: int, rows: int, cols: int) -> None:
+        await self._ask("POST", f"{protocol.PROCS}/{int(pid)}/{protocol.PROC_RESIZE}", json={"rows": rows, "cols": cols})
+
+    async def follow(self, pid: int, after: int | None) -> AgentStream[Event]:
+        params = {"after": str(int(after))} if after is not None else None
+        return await self._stream(parse_event, "GET", f"{protocol.PROCS}/{int(pid)}/{protocol.PROC_EVENTS}",
+                                  params=params)
+
+    # --- files ----------------------------------------------------------------------------------
+
+    async def write_file(self, path: str, body: AsyncIterator[bytes], root: bool) -> int:
+        params = {"path": path, **({"user": "root"} if root else {})}
+        size = (await self._ask("PUT", protocol.FILES, FILE_TIMEOUT, params=params, content=body)).get("size")
+        if type(size) is not int:
+            raise AgentProtocolError("a malformed answer to a file write")
+        return size
+
+    async def read_file(self, path: str, root: bool) -> AgentDownload:
+        return await self._download(protocol.FILES, path, root)
+
+    async def zip_dir(self, path: str, root: bool) -> AgentDownload:
+        return await self._download(protocol.DIR_ZIP, path, root)
+
+    @staticmethod
+    def _as(root: bool) -> dict[str, str]:
+        return {"user": "root"} if root else {}  # else the box user
+
+    async def stat(self, path: str, root: bool) -> Entry:
+        return check_entry(await self._ask("GET", protocol.FS_STAT, params={"path": path, **self._as(root)}))
+
+    async def list_dir(self, path: str, depth: int, root: bool) -> list[Entry]:
+        params = {"path": path, "depth": str(int(depth)), **self._as(root)}
+        entries = (await self._ask("GET", protocol.FS_LIST, FILE_TIMEOUT, MAX_LIST_REPLY, params=params)).get("entries")
+        if not isinstance(entries, list) or len(entries) > MAX_LIST_ENTRIES:
+            raise AgentProtocolError("a malformed listing from the sandbox's agent")
+        return [check_entry(d) for d in entries]
+
+    async def make_dir(self, path: str, root: bool) -> tuple[Entry, bool]:
+        answer = await self._ask("POST", protocol.FS_MKDIR, json={"path": path, **self._as(root)})
+        if not isinstance(answer.get("created"), bool):
+            raise AgentProtocolError("a malformed answer to a mkdir")
+        return check_entry(answer.get("entry")), answer["created"]
+
+    async def move(self, source: str, destination: str, root: bool) -> Entry:
+        body = {"source": source, "destination": destination, **self._as(root)}
+        return check_entry(await self._ask("POST", protocol.FS_MOVE, json=body))
+
+    async def remove(self, path: str, root: bool) -> None:
+        await self._ask("POST", protocol.FS_REMOVE, FILE_TIMEOUT, json={"path": path, **self._as(root)})
+
+    async def watch(self, path: str, recursive: bool) -> AgentStream[FsChange | None]:
+        params = {"path": path, "recursive": "true" if recursive else "false"}
+        return await self._stream(parse_change, "GET", protocol.FS_WATCH, params=params)
+
+    # --- tunnels --------------------------------------------------------------------------------
+
+    async def open_tunnel(self, port: int) -> Tunnel:
+        """The connection becomes the tunnel once the agent answers 200; its own socket, not the
+        client's keep-alive pool, since it never goes back to HTTP."""
+        self._client()
+        try:
+            reader, writer = await asyncio.open_unix_connection(self.socket)
+        except OSError as e:
+            raise AgentUnreachable(f"the sandbox could not be reached: {e}") from None
+        try:
+            writer.write(f"POST {protocol.TUNNEL}?port={int(port)} HTTP/1.1\r\nHost: agent\r\n"
+                         f"Content-Length: 0\r\n\r\n".encode())
+            status, length = tunnel_head(await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TUNNEL_TIMEOUT))
+            if status == 200:
+                return reader, writer
+            body = await asyncio.wait_for(reader.readexactly(min(length, MAX_TUNNEL_ERROR)), TUNNEL_TIMEOUT)
+            raise error_of(status, body)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
+            writer.close()
+            raise AgentUnreachable(f"the sandbox could not be reached: {e}") from None
+        except BaseException:
+            writer.close()
+            raise

@@ -1,0 +1,292 @@
+"""The seam between the control plane and the node: all the server may ask of the boxes on a host.
+
+`NodeRuntime` is the node (boot, adopt, pause, resume, stop, watch, capacity); `BoxAgent` is one
+box's guest agent (commands, processes, files, tunnels). `hutch.node.node.Node` and
+`hutch.node.agent.AgentClient` implement them in the server's process today; a node behind a
+network implements the same. So everything that crosses is what a wire could carry: plain data in,
+plain data or streams out, boxes named by runtime id, failures as `hutch.errors.ApiError`s.
+
+What an agent sends is checked before it crosses (root in a box can replace the agent): events,
+entries and process descriptions arrive here with every field of the type these types say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, NotRequired, Protocol, TypedDict, TypeVar
+
+from hutch.errors import ApiError, Code
+from hutch.node.spec import Limits
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+# --- failures -------------------------------------------------------------------------------------
+
+class BoxStartError(RuntimeError):
+    """The box did not come up; nothing of it is left behind."""
+
+
+class NoSpaceError(OSError):
+    """Not enough disk for a box's checkpoint; the box was not touched."""
+
+
+class ChannelError(RuntimeError):
+    """The box's channel is not open (the box is being paused: find it again and call again), or
+    holds something other than the agent's socket."""
+
+
+class AgentUnreachable(ApiError):
+    """The agent did not take the call: no answer, or the connection dropped. Whether the box
+    died is the caller's to find out."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(Code.SANDBOX_UNREACHABLE, message)
+
+
+class AgentProtocolError(ApiError):
+    """The agent answered with something that is not the protocol: a 502."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(Code.AGENT_ERROR, message)
+
+
+# --- what crosses ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BoxRef:
+    """A box the node runs: this run of it (`runtime_id`, new at each resume) and its key (its
+    host directory, the same for its whole life)."""
+
+    runtime_id: str
+    key: str
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the node can say of its room: the boxes it holds and the host they share."""
+
+    boxes: int
+    cpus: int
+    memory_bytes: int
+    memory_available_bytes: int
+    cpu_caps: bool  # whether boxes get CPU caps (a host that refuses runsc a cgroup: no)
+    disk_caps: bool  # whether boxes get disks of their own (no loop devices: no)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A shell command for the agent; None: the agent's default (the box user, their home)."""
+
+    cmd: str
+    cwd: str | None = None
+    env: dict[str, str] | None = None
+    user: str | None = None  # "root", or the box user
+
+
+# An exec or process event: "t" is one of hutch.guest.protocol's EVENT_*, its fields of their types
+# (stdout/stderr "d": str; exit "code": int | None, "timed_out": bool; start "pid": int; error
+# "code", "message": str; dropped "chars": int; a process' events "s": int too).
+Event = dict[str, Any]
+
+
+class Entry(TypedDict):
+    """A file, directory or link in the box as lstat sees it, each field checked."""
+
+    name: str
+    path: str
+    type: Literal["file", "dir", "symlink", "other"]
+    size: int
+    mode: int
+    permissions: str
+    owner: str
+    group: str
+    mtime: float  # a time datetime can hold
+    target: NotRequired[str | None]
+
+
+class ProcessDesc(TypedDict):
+    """A spawned process, as the agent describes it, each field checked."""
+
+    pid: int
+    command: str
+    user: Literal["user", "root"]
+    pty: bool
+    started_at: float  # a time datetime can hold
+    exit_code: int | None
+
+
+class FsChange(TypedDict):
+    """One change a watch saw, relative to the watched directory."""
+
+    name: str
+    type: Literal["create", "write", "remove", "rename", "chmod"]
+
+
+class Stream(Protocol[T_co]):
+    """Items as they come from the box, until it ends; `aclose` lets it go, read or not."""
+
+    def __aiter__(self) -> AsyncIterator[T_co]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Download(Stream[bytes], Protocol):
+    """A file's (or a zip's) bytes out of the box; `size` when the agent said it beforehand."""
+
+    @property
+    def size(self) -> int | None: ...
+
+
+Tunnel = tuple[asyncio.StreamReader, asyncio.StreamWriter]  # bytes to and from a port in the box
+
+
+# --- the box's agent ------------------------------------------------------------------------------
+
+class BoxAgent(Protocol):
+    """One box's agent. Every call raises ChannelError if the box is being paused (nothing was
+    sent), AgentUnreachable if the agent did not take it, and an ApiError with the catalogue's
+    code for what the agent refused or answered wrongly."""
+
+    async def health(self, timeout: float) -> bool:
+        """Whether the agent answers, within `timeout` seconds. Never raises."""
+        ...
+
+    async def quiesce(self) -> None:
+        """Close every host socket (before a checkpoint)."""
+        ...
+
+    async def exec(self, command: Command, timeout: float | None) -> Stream[Event]:
+        """Run a command; its events from "start" (or "error") to "exit", with pings meanwhile.
+        `timeout`: the agent ends it after that many seconds."""
+        ...
+
+    async def spawn(self, command: Command, pty: tuple[int, int] | None) -> ProcessDesc:
+        """Start a long-lived process (on a terminal of (rows, cols), if given)."""
+        ...
+
+    async def processes(self) -> list[ProcessDesc]:
+        """The spawned processes that still run."""
+        ...
+
+    async def process(self, pid: int) -> ProcessDesc:
+        """One spawned process, ended or not."""
+        ...
+
+    async def signal(self, pid: int, signal: int) -> bool:
+        """Signal a process' group; False if it had already ended."""
+        ...
+
+    async def write_stdin(self, pid: int, data: bytes) -> None: ...
+
+    async def close_stdin(self, pid: int) -> None: ...
+
+    async def resize(self, pid: int, rows: int, cols: int) -> None: ...
+
+    async def follow(self, pid: int, after: int | None) -> Stream[Event]:
+        """A process' buffered output (past sequence number `after`), then its live output."""
+        ...
+
+    async def write_file(self, path: str, body: AsyncIterator[bytes], root: bool) -> int:
+        """Write `body` to `path` (as root, or the box user); the size written."""
+        ...
+
+    async def read_file(self, path: str, root: bool) -> Download: ...
+
+    async def zip_dir(self, path: str, root: bool) -> Download: ...
+
+    async def stat(self, path: str, root: bool) -> Entry: ...
+
+    async def list_dir(self, path: str, depth: int, root: bool) -> list[Entry]: ...
+
+    async def make_dir(self, path: str, root: bool) -> tuple[Entry, bool]:
+        """mkdir -p; False if it was a directory already."""
+        ...
+
+    async def move(self, source: str, destination: str, root: bool) -> Entry:
+        """Rename; the destination's entry."""
+        ...
+
+    async def remove(self, path: str, root: bool) -> None: ...
+
+    async def watch(self, path: str, recursive: bool) -> Stream[FsChange | None]:
+        """A directory's changes (None: the agent's keep-alive, every 10 s of quiet)."""
+        ...
+
+    async def open_tunnel(self, port: int) -> Tunnel:
+        """A byte stream to 127.0.0.1:`port` inside the box (preview URLs)."""
+        ...
+
+
+# --- the node -------------------------------------------------------------------------------------
+
+class NodeRuntime(Protocol):
+    """The boxes on one host. A box's egress listener is the node's own business: opened when
+    the box boots, resumes or is adopted, closed with every connection when it pauses or stops."""
+
+    def start_reaping(self) -> None:
+        """Start collecting the exits of the node's processes (once, in the running loop)."""
+        ...
+
+    def notify_exits(self, callback: Callable[[str], None]) -> None:
+        """Call `callback(runtime_id)` when a box ends without being stopped (memory limit,
+        crash, an outside kill)."""
+        ...
+
+    async def boot(self, key: str, rootfs: Path, limits: Limits, writable_root: bool = False) -> BoxRef:
+        """Boot a box from a template root; its agent answers when this returns. `key` names its
+        host directory for its whole life. With `writable_root` (a template build) its writes land
+        in `rootfs` itself, and it is never paused. Raises BoxStartError."""
+        ...
+
+    async def restore(self, key: str, rootfs: Path, limits: Limits, image_dir: Path) -> BoxRef:
+        """Resume a paused box from its checkpoint, under a new runtime id."""
+        ...
+
+    async def pause(self, runtime_id: str, image_dir: Path) -> None:
+        """Quiesce the box's agent, checkpoint the box to `image_dir` and free it; if that fails
+        the box runs on. Raises NoSpaceError (before touching the box) when the disk is short."""
+        ...
+
+    async def wake(self, runtime_id: str) -> None:
+        """Tell a box's agent to listen again (after a quiesce that no checkpoint followed)."""
+        ...
+
+    async def stop(self, runtime_id: str, key: str | None = None) -> None:
+        """Destroy a box and everything the host held for it. Idempotent."""
+        ...
+
+    def stop_later(self, runtime_id: str, key: str) -> None:
+        """stop(), without waiting for it."""
+        ...
+
+    def holds(self, runtime_id: str) -> bool:
+        """Whether the node has this box (booted, restored or adopted, and not stopped)."""
+        ...
+
+    def is_running(self, runtime_id: str) -> bool:
+        """Whether the node holds this box and has not seen it end."""
+        ...
+
+    async def is_alive(self, runtime_id: str) -> bool:
+        """False only when the driver says the box is gone or stopped; in doubt, alive."""
+        ...
+
+    def agent(self, runtime_id: str) -> BoxAgent | None:
+        """The agent of a box the node holds (None: it holds none of that id). Raises
+        ChannelError while the box is being paused."""
+        ...
+
+    async def adopt(self, running: dict[str, str]) -> set[str]:
+        """After a restart: take back the boxes still running (runtime id -> key), remove every
+        other box of the node's. Returns the runtime ids taken back."""
+        ...
+
+    def capacity(self) -> Capacity: ...
+
+    async def close(self) -> None:
+        """Let go of the boxes without stopping them: they outlive the server."""
+        ...
