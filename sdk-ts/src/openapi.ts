@@ -86,7 +86,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Read File */
+        /**
+         * Read File
+         * @description A file's bytes, read as the box user (its rights, its links) unless user=root.
+         */
         get: operations["read_file_data_v1_sandboxes__sandbox_id__files_get"];
         /** Write File */
         put: operations["write_file_data_v1_sandboxes__sandbox_id__files_put"];
@@ -209,7 +212,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Download Dir */
+        /**
+         * Download Dir
+         * @description A directory and everything under it as a zip, as the box user sees it unless user=root.
+         */
         get: operations["download_dir_data_v1_sandboxes__sandbox_id__files_zip_get"];
         put?: never;
         post?: never;
@@ -1937,6 +1943,7 @@ export interface operations {
         parameters: {
             query: {
                 path: string;
+                user?: ("user" | "root") | null;
             };
             header?: {
                 "x-access-token"?: string | null;
@@ -2801,6 +2808,7 @@ export interface operations {
         parameters: {
             query: {
                 path: string;
+                user?: ("user" | "root") | null;
             };
             header?: {
                 "x-access-token"?: string | null;
