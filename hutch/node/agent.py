@@ -44,6 +44,9 @@ TUNNEL_TIMEOUT = 10.0
 
 MAX_EVENT_BYTES = 8 * 2**20  # one event line (the agent sends at most 256 KiB of output in one)
 MAX_REPLY_BYTES = 64 * 2**10  # an error body or a small JSON answer
+# A reply's body, once its head is in, arrives whole within this (httpx bounds each read, not the
+# sum: an agent root replaced could trickle a byte a second for days).
+REPLY_DEADLINE = 60.0
 MAX_LIST_REPLY = 16 * 2**20  # the agent stops a listing at 10,000 entries or 8 MiB of them
 MAX_LIST_ENTRIES = 10_000
 MAX_PROCESSES = 1000
@@ -332,8 +335,9 @@ class AgentClient:
             raise AgentUnreachable(f"the sandbox's agent did not answer: {e}") from None
         if resp.status_code != 200:
             try:
-                body = await read_capped(resp.aiter_raw())
-            except (AgentProtocolError, httpx.TransportError, httpx.StreamError):
+                async with asyncio.timeout(REPLY_DEADLINE):
+                    body = await read_capped(resp.aiter_raw())
+            except (AgentProtocolError, httpx.TransportError, httpx.StreamError, TimeoutError):
                 body = b""
             finally:
                 await resp.aclose()
@@ -345,9 +349,12 @@ class AgentClient:
         """A request with a small JSON answer, an object."""
         resp = await self._open(method, route, timeout, **kwargs)
         try:
-            answer = loads(await read_capped(resp.aiter_raw(), limit))
+            async with asyncio.timeout(REPLY_DEADLINE):
+                answer = loads(await read_capped(resp.aiter_raw(), limit))
         except (httpx.TransportError, httpx.StreamError) as e:
             raise AgentProtocolError(f"a malformed answer from the sandbox's agent: {e}") from None
+        except TimeoutError:
+            raise AgentProtocolError("the sandbox's agent did not finish its answer in time") from None
         finally:
             await resp.aclose()
         if not isinstance(answer, dict):
@@ -365,14 +372,23 @@ class AgentClient:
     # --- health, quiesce ------------------------------------------------------------------------
 
     async def health(self, timeout: float) -> bool:
+        """Whether the agent answers, all of it within `timeout` (a start, an adopt and the pool
+        wait on this, so a trickling agent must not hold them)."""
         try:
-            await self._ask("GET", protocol.HEALTH, httpx.Timeout(timeout))
-        except (ApiError, ChannelError):
+            async with asyncio.timeout(timeout):
+                await self._ask("GET", protocol.HEALTH, httpx.Timeout(timeout))
+        except (ApiError, ChannelError, TimeoutError):
             return False
         return True
 
     async def quiesce(self) -> None:
-        await self._ask("POST", protocol.QUIESCE, DEFAULT_TIMEOUT)
+        """Close the agent's host connections for a checkpoint; the whole call within the
+        default timeout (the lifetime scheduler pauses boxes in turn)."""
+        try:
+            async with asyncio.timeout(DEFAULT_TIMEOUT.read or 60.0):
+                await self._ask("POST", protocol.QUIESCE, DEFAULT_TIMEOUT)
+        except TimeoutError:
+            raise AgentProtocolError("the sandbox's agent did not quiesce in time") from None
 
     # --- commands and processes -----------------------------------------------------------------
 

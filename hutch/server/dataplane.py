@@ -117,8 +117,10 @@ class ProcessStream:
     stream: Stream[Event]
 
     async def aclose(self) -> None:
-        await self.events.aclose()
-        await self.stream.aclose()
+        try:
+            await self.events.aclose()
+        finally:
+            await self.stream.aclose()
 
 
 @dataclass
@@ -214,7 +216,12 @@ class DataPlane:
     async def spawn(self, rec: SandboxRecord, req: SpawnCommand) -> ProcessInfo:
         command = self._command(rec, req)
         pty = (req.pty.rows, req.pty.cols) if req.pty else None
-        return _process_info(await self._call(rec, lambda agent: agent.spawn(command, pty)))
+        try:
+            return _process_info(await self._call(rec, lambda agent: agent.spawn(command, pty)))
+        except ApiError as e:
+            if e.code == Code.IO_ERROR:  # it could not start (out of pids, say), as commands.run says it
+                raise ApiError(Code.COMMAND_START_FAILED, e.message) from None
+            raise
 
     async def list_processes(self, rec: SandboxRecord) -> list[ProcessInfo]:
         return [_process_info(d) for d in await self._call(rec, lambda agent: agent.processes())]

@@ -426,3 +426,23 @@ def test_a_refused_tunnel_is_an_api_error_with_a_catalogue_code(short_dir: Path,
     with pytest.raises(ApiError) as e:
         run(fake_agent(short_dir / "s", answer, refused))
     assert e.value.code == code
+
+
+async def trickle() -> AsyncIterator[bytes]:
+    """An answer that never ends: a byte now and then, each well within httpx's read timeout."""
+    yield b"{"
+    while True:
+        await asyncio.sleep(0.05)
+        yield b" "
+
+
+def test_a_trickling_health_answer_is_no_answer_within_its_timeout() -> None:
+    started = time.monotonic()
+    assert run(client(answering(200, trickle())).health(0.5)) is False
+    assert time.monotonic() - started < 5, "the whole answer is bounded, not only each read"
+
+
+def test_a_trickling_reply_is_cut_at_the_reply_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(agent, "REPLY_DEADLINE", 0.3)
+    with pytest.raises(AgentProtocolError):
+        run(client(answering(200, trickle())).processes())
