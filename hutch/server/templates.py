@@ -32,7 +32,7 @@ from hutch.node import base_image, mounts
 from hutch.node.api import NodeRuntime
 from hutch.server.config import ServerConfig
 from hutch.server.models import BuildErrorInfo, BuildInfo, CreateTemplate, TemplateInfo, timestamp
-from hutch.store import BuildRecord, Store, TemplateRecord
+from hutch.store import BuildRecord, BuildStatus, Store, TemplateRecord
 from hutch.templates import oci
 from hutch.templates.buildlog import BuildLog, follow
 from hutch.templates.builds import Builder, BuildFailed, Built, Parent
@@ -85,7 +85,8 @@ class Templates:
     def info(self, rec: TemplateRecord, latest: BuildRecord | None) -> TemplateInfo:
         status: Literal["building", "ready", "failed"] = "ready"
         if not rec.rootfs:
-            status = "failed" if latest is not None and latest.status in ("failed", "cancelled") else "building"
+            ended = latest is not None and latest.status in (BuildStatus.FAILED, BuildStatus.CANCELLED)
+            status = "failed" if ended else "building"
         spec = rec.spec
         return TemplateInfo(
             id=rec.id, name=rec.name, system=rec.team_id is None, status=status, **{"from": spec.get("from")},
@@ -170,7 +171,7 @@ class Templates:
         return rec, self._queue(rec, no_cache)
 
     def _queue(self, rec: TemplateRecord, no_cache: bool) -> BuildRecord:
-        build = BuildRecord(id=str(uuid.uuid4()), template_id=rec.id, status="queued", spec=rec.spec,
+        build = BuildRecord(id=str(uuid.uuid4()), template_id=rec.id, status=BuildStatus.QUEUED, spec=rec.spec,
                             no_cache=no_cache, steps_total=len(rec.spec.get("steps", [])))
         self.store.insert_build(build)
         self._start(build)
@@ -183,7 +184,7 @@ class Templates:
     async def cancel(self, team_id: str, ref: str, build_id: str) -> BuildRecord:
         _rec, build = self.get_build(team_id, ref, build_id)
         task = self._tasks.get(build.id)
-        if build.status not in ("queued", "running") or task is None:
+        if build.status not in (BuildStatus.QUEUED, BuildStatus.RUNNING) or task is None:
             raise ApiError(Code.BUILD_FINISHED, f"build {build.id} has already ended ({build.status})")
         task.cancel()
         await asyncio.wait({task})
@@ -197,7 +198,7 @@ class Templates:
             raise ApiError(Code.TEMPLATE_IN_USE, f"a build of another template builds on {rec.name!r}")
         if rec.id in self.store.templates_in_use():
             raise ApiError(Code.TEMPLATE_IN_USE, f"sandboxes boot from {rec.name!r}: kill them first")
-        for build in self.store.list_builds(rec.id, statuses=("queued", "running")):
+        for build in self.store.list_builds(rec.id, statuses=(BuildStatus.QUEUED, BuildStatus.RUNNING)):
             task = self._tasks.get(build.id)
             if task is not None:
                 task.cancel()
@@ -225,19 +226,19 @@ class Templates:
             blog = BuildLog(self._log_path(build.id))
         except OSError as e:
             log.error("build %s: its log cannot be written: %s", build.id, e)
-            self.store.update_build(build.id, status="failed", finished_at=time.time(),
+            self.store.update_build(build.id, status=BuildStatus.FAILED, finished_at=time.time(),
                                     error={"code": BuildFailure.BUILD_FAILED, "message": "the build's log cannot be written"})
             self._tasks.pop(build.id, None)
             return
         self._live[build.id] = blog
-        status, error = "failed", None
+        status, error = BuildStatus.FAILED, None
         try:
             blog.system("queued")
             async with self._slots:
-                self.store.update_build(build.id, status="running", started_at=time.time())
+                self.store.update_build(build.id, status=BuildStatus.RUNNING, started_at=time.time())
                 blog.system(f"building from {build.spec.get('from')}")
                 built = await asyncio.wait_for(self._build(build, blog), BUILD_TIMEOUT)
-                self.store.update_build(build.id, status="ready", finished_at=time.time(), rootfs=str(built.rootfs),
+                self.store.update_build(build.id, status=BuildStatus.READY, finished_at=time.time(), rootfs=str(built.rootfs),
                                         env=built.env, workdir=built.workdir, user=built.user,
                                         steps_cached=built.steps_cached)
                 current = self.store.get_template(build.template_id)
@@ -245,7 +246,7 @@ class Templates:
                 if not newest or newest.created_at <= build.created_at:  # an older build never wins
                     self.store.update_template(build.template_id, rootfs=str(built.rootfs), build_id=build.id,
                                                env=built.env, workdir=built.workdir, user=built.user)
-                status = "ready"
+                status = BuildStatus.READY
                 blog.system(f"ready: {built.steps_cached} of {build.steps_total} step(s) from the cache")
         except BuildFailed as e:
             error = e.info()
@@ -255,10 +256,10 @@ class Templates:
             blog.system(f"failed: {error['message']}")
         except asyncio.CancelledError:
             if self._closing:
-                status = "queued"
+                status = BuildStatus.QUEUED
                 blog.system("the server is stopping: the build starts again when it is back")
             else:
-                status, error = "cancelled", {"code": BuildFailure.CANCELLED, "message": "the build was cancelled"}
+                status, error = BuildStatus.CANCELLED, {"code": BuildFailure.CANCELLED, "message": "the build was cancelled"}
                 blog.system("cancelled")
         except Exception as e:  # a bug or the host (disk full, a mount refused): the build fails, not the server
             log.exception("build %s failed", build.id)
@@ -267,11 +268,11 @@ class Templates:
         finally:
             self._building_from.pop(build.id, None)
             self._parent_roots.pop(build.id, None)
-            if status == "queued":
-                self.store.update_build(build.id, status="queued", started_at=None)
-            elif status != "ready":
+            if status == BuildStatus.QUEUED:
+                self.store.update_build(build.id, status=BuildStatus.QUEUED, started_at=None)
+            elif status != BuildStatus.READY:
                 self.store.update_build(build.id, status=status, error=error, finished_at=time.time())
-            if status != "queued":
+            if status != BuildStatus.QUEUED:
                 blog.finish(status, error)
             self._live.pop(build.id, None)
             self._tasks.pop(build.id, None)
@@ -350,14 +351,14 @@ class Templates:
         """At start: builds a stopped server was running failed (their logs say so); queued ones
         are queued again; what running builds left on the host is removed."""
         await asyncio.to_thread(self._clear_work)
-        for build in self.store.list_builds(statuses=("running",), limit=10_000):
+        for build in self.store.list_builds(statuses=(BuildStatus.RUNNING,), limit=10_000):
             error = {"code": BuildFailure.BUILD_FAILED, "message": "the server stopped during the build"}
-            self.store.update_build(build.id, status="failed", error=error, finished_at=time.time())
+            self.store.update_build(build.id, status=BuildStatus.FAILED, error=error, finished_at=time.time())
             try:
-                BuildLog(self._log_path(build.id)).finish("failed", error)
+                BuildLog(self._log_path(build.id)).finish(BuildStatus.FAILED, error)
             except OSError as e:
                 log.warning("build %s: its log cannot be ended: %s", build.id, e)
-        for build in reversed(self.store.list_builds(statuses=("queued",), limit=10_000)):
+        for build in reversed(self.store.list_builds(statuses=(BuildStatus.QUEUED,), limit=10_000)):
             self._start(build)
         await self.collect_roots()
 
