@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from pyroute2 import IPRoute
 
@@ -21,12 +22,14 @@ class HostAddresses:
         self._read_at = -ttl
         self._addresses: frozenset[IPAddress] = frozenset()
         self._lock = asyncio.Lock()
+        # a thread of its own: every egress connection waits for this read, never behind disk work
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="hutch-egress-host")
 
     async def get(self) -> frozenset[IPAddress]:
         async with self._lock:
             if time.monotonic() - self._read_at >= self.ttl:
                 # pyroute2 runs an event loop of its own: on a thread, never inside ours
-                self._addresses = await asyncio.to_thread(_read)
+                self._addresses = await asyncio.get_running_loop().run_in_executor(self._pool, _read)
                 self._read_at = time.monotonic()
         return self._addresses
 

@@ -82,10 +82,12 @@ def swap_headers(headers: list[tuple[bytes, bytes]], injections: list[Injection]
 
 async def relay(box_reader: asyncio.StreamReader, box_writer: asyncio.StreamWriter,
                 upstream: http_relay.Upstream, host: str, port: int, injections: list[Injection], reveal: Reveal,
-                swapped: Callable[[Swap], None], counted: http_relay.Counted) -> None:
+                swapped: Callable[[Swap], None], counted: http_relay.Counted,
+                idle_timeout: float = http_relay.IDLE_TIMEOUT) -> None:
     """Relay the box's requests to the host until either side closes, swapping stand-ins in."""
 
     async def prepare(request: h11.Request) -> http_relay.Forward:
+        counted(0, 0)  # a request is a sign of life, with a body or without
         if http_relay.host_of(request) not in (host, f"{host}:{port}"):
             raise http_relay.Answer(403, f"the Host header must name the tunnel's host {host}",
                                     [(b"x-hutch-egress", b"host_mismatch")])
@@ -108,4 +110,4 @@ async def relay(box_reader: asyncio.StreamReader, box_writer: asyncio.StreamWrit
     async def opened() -> http_relay.Upstream:
         return upstream
 
-    await http_relay.relay(box_reader, box_writer, prepare, opened, counted)
+    await http_relay.relay(box_reader, box_writer, prepare, opened, counted, idle_timeout)

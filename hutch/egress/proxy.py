@@ -9,13 +9,14 @@ to that socket, byte for byte; everything is decided here:
   here (never by the box), every address checked; then the first TLS record the box sends is
   read, and a server name (SNI) other than the CONNECT host ends the connection.
 - `GET http://host/...` (plain HTTP): the same checks, and the Host header must name the same
-  host; the request goes upstream with `Connection: close`, one request per connection.
+  host; one request per connection, enforced here (plain.py).
 - `CONNECT` to a host the box holds a secret for: the TLS is terminated here with a certificate
   of hutch's CA, and the requests inside are relayed by inject.py, which swaps the secret's
   stand-in for its value. No other TLS is ever terminated; plain HTTP never gets a secret.
 
-A refusal is an HTTP 403 with the deciding rule in `X-Hutch-Egress`; every attempt, allowed or
-not, goes to the network log with its bytes each way.
+A refusal is an HTTP 403 with the deciding rule in `X-Hutch-Egress` (503 `too_many_connections`
+or `proxy_busy` past a cap, limits.py); every attempt, allowed or not, goes to the network log
+with its bytes each way (netlog.py: on a thread of its own, a box's refusals coalesced past a rate).
 """
 
 from __future__ import annotations
@@ -33,23 +34,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from hutch.egress import inject, tls
+from hutch.egress import inject, plain, tls
 from hutch.egress.ca import CertificateAuthority
 from hutch.egress.inject import Injection, Reveal, Swap
+from hutch.egress.limits import EgressLimits, Idle, descriptor_budget
+from hutch.egress.netlog import LogEntry, NetworkLog
+from hutch.egress.resolve import RESOLVES_PER_BOX, Resolver
 from hutch.egress.rules import IPAddress, NetworkRules, Verdict, normalize_host
 
 log = logging.getLogger("hutch.egress")
 
 MAX_HEAD = 64 * 1024
 MAX_HELLO = 64 * 1024  # a ClientHello may span records; this much is read to find its name
-MAX_CONNECTIONS_PER_BOX = 256
-HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10.0
-RESOLVE_TIMEOUT = 10.0
 CLOSE_TIMEOUT = 10.0
 CHUNK = 64 * 1024
-HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te",
-              "trailer", "upgrade"}
+
+Streams = plain.Streams
+# The connection to the checked address: (address, port, TLS to check the host with, its name)
+Connect = Callable[[str, int, ssl.SSLContext | None, str | None], Awaitable[Streams]]
+
+
+async def open_upstream(ip: str, port: int, tls_up: ssl.SSLContext | None, name: str | None) -> Streams:
+    return await asyncio.open_connection(ip, port, ssl=tls_up, server_hostname=name)
 
 
 @dataclass(frozen=True)
@@ -68,60 +75,16 @@ class Interception:
     ca: CertificateAuthority  # signs what the box is shown
     upstream: ssl.SSLContext  # checks the real servers
     reveal: Reveal  # a binding's secret's current value, if the binding and the secret still stand
-    audit: Callable[[str, str, Swap], None]  # sandbox id, host, a request that got a secret
+    audit: Callable[[str, str, Swap], None]  # sandbox id, host, a request that got a secret (on the log's thread)
 
 
 @dataclass
-class LogEntry:
-    sandbox_id: str
-    at: float
-    host: str
-    port: int
-    ip: str | None
-    verdict: str  # "allowed" | "denied" | "failed" (allowed, but it could not be made)
-    rule: str
-    bytes_out: int = 0  # from the box
-    bytes_in: int = 0  # to the box
-    error: str | None = None
-    secrets: list[str] = field(default_factory=list)  # names of the secrets swapped into its requests
+class _Box:
+    """What the proxy keeps of one box's listener."""
 
-
-class Resolver:
-    """Names to addresses, on the host: a fixed map first (tests, split horizons), then the
-    system's resolver unless it is turned off."""
-
-    def __init__(self, hosts: dict[str, list[str]] | None = None, system: bool = True) -> None:
-        self.hosts = {name.lower(): [ipaddress.ip_address(a) for a in addrs] for name, addrs in (hosts or {}).items()}
-        self.system = system
-
-    async def resolve(self, name: str) -> list[IPAddress]:
-        if name in self.hosts:
-            return list(self.hosts[name])
-        if not self.system:
-            raise LookupError(f"{name} is not in the egress hosts map")
-        # the trailing dot: the name as given, never completed with the host's search domains
-        infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(name + ".", None, type=socket.SOCK_STREAM),
-                                       RESOLVE_TIMEOUT)
-        seen: list[IPAddress] = []
-        for *_, sockaddr in infos:
-            ip = ipaddress.ip_address(sockaddr[0])
-            if ip not in seen:
-                seen.append(ip)
-        if not seen:
-            raise LookupError(f"{name} has no address")
-        return seen
-
-
-def load_hosts_file(path: Path) -> dict[str, list[str]]:
-    """An /etc/hosts-style file: `ADDRESS NAME [NAME...]`, # comments."""
-    hosts: dict[str, list[str]] = {}
-    for line in path.read_text().splitlines():
-        fields = line.split("#", 1)[0].split()
-        if len(fields) >= 2:
-            ipaddress.ip_address(fields[0])  # a bad address is an error at start, not at use
-            for name in fields[1:]:
-                hosts.setdefault(name.lower(), []).append(fields[0])
-    return hosts
+    connections: set[asyncio.Task[None]] = field(default_factory=set)
+    resolving: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(RESOLVES_PER_BOX))
+    sandbox_id: str | None = None  # whose box it is, once a connection has asked (for refusals past a cap)
 
 
 class _Refused(Exception):
@@ -131,25 +94,45 @@ class _Refused(Exception):
 
 
 class EgressProxy:
+    """`record` writes a network log row; it is called on the proxy's log thread, never the event
+    loop (as is `interception.audit`)."""
+
     def __init__(self, resolver: Resolver, policy_for: Callable[[str], Policy | None],
                  record: Callable[[LogEntry], None],
                  host_addresses: Callable[[], Awaitable[frozenset[IPAddress]]],
-                 interception: Interception | None = None) -> None:
+                 interception: Interception | None = None, *, limits: EgressLimits | None = None,
+                 connect: Connect = open_upstream) -> None:
         self.resolver = resolver
         self.interception = interception
         self.policy_for = policy_for  # box key -> its sandbox and rules (None: nobody's box)
-        self.record = record
         self.host_addresses = host_addresses
+        self.limits = limits or EgressLimits()
+        self.connect = connect
+        self.netlog = NetworkLog(record, self.limits.refusals_logged_per_second)
         self._servers: dict[str, asyncio.Server] = {}
-        self._connections: dict[str, set[asyncio.Task[None]]] = {}
+        self._boxes: dict[str, _Box] = {}
+        self._open = 0  # every box's connections
+
+    @property
+    def max_connections(self) -> int:
+        """The cap on every box's connections together, within what the descriptors allow."""
+        return min(self.limits.connections, descriptor_budget())
 
     async def listen(self, key: str, path: Path) -> None:
         """Take connections from box `key` on `path` (replacing any earlier listener of it)."""
         await self.close(key)
         with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        server = await asyncio.start_unix_server(lambda r, w: self._accept(key, r, w), path=str(path), limit=MAX_HEAD)
-        os.chmod(path, 0o600)
+            path.unlink()  # a link planted there goes, and is not followed
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            # the mode the socket's file is made with: a chmod by path after the bind would follow
+            # a link the box put there in between
+            os.fchmod(sock.fileno(), 0o600)
+            sock.bind(str(path))
+            server = await asyncio.start_unix_server(lambda r, w: self._accept(key, r, w), sock=sock, limit=MAX_HEAD)
+        except BaseException:
+            sock.close()
+            raise
         self._servers[key] = server
 
     async def close(self, key: str) -> None:
@@ -157,30 +140,55 @@ class EgressProxy:
         server = self._servers.pop(key, None)
         if server is not None:
             server.close()
-        for task in list(self._connections.pop(key, ())):
+        box = self._boxes.pop(key, None)
+        for task in list(box.connections if box else ()):
             task.cancel()
+        self.netlog.forget(key)
 
     async def close_all(self) -> None:
         for key in list(self._servers):
             await self.close(key)
 
     def _accept(self, key: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        tasks = self._connections.setdefault(key, set())
-        if len(tasks) >= MAX_CONNECTIONS_PER_BOX:
-            writer.close()  # a box holding this many open is not browsing: no more for now
+        box = self._boxes.get(key)
+        if box is None:
+            box = self._boxes[key] = _Box()
+        if len(box.connections) >= self.limits.per_box:  # a box holding this many open is not browsing
+            self._shed(key, box, writer, "too_many_connections", f"a box holds at most {self.limits.per_box} connections")
             return
-        task = asyncio.get_running_loop().create_task(self._serve(key, reader, writer))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+        if self._open >= self.max_connections:
+            self._shed(key, box, writer, "proxy_busy", "the proxy holds all the connections it takes: try again later")
+            return
+        task = asyncio.get_running_loop().create_task(self._serve(key, box, reader, writer))
+        box.connections.add(task)
+        self._open += 1
+        task.add_done_callback(lambda t: self._ended(box, t))
 
-    async def _serve(self, key: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _ended(self, box: _Box, task: asyncio.Task[None]) -> None:
+        box.connections.discard(task)
+        self._open -= 1
+
+    def _shed(self, key: str, box: _Box, writer: asyncio.StreamWriter, reason: str, message: str) -> None:
+        """Refuse a connection past a cap at once, without reading from it."""
+        with contextlib.suppress(ConnectionError, OSError):
+            writer.write(_refusal(_Refused(503, reason, message)))
+        writer.close()
+        if box.sandbox_id is None and (policy := self.policy_for(key)) is not None:
+            box.sandbox_id = policy.sandbox_id
+        if box.sandbox_id is not None:
+            self.netlog.add(key, LogEntry(box.sandbox_id, time.time(), "", 0, None, "denied", reason, error=message))
+
+    async def _serve(self, key: str, box: _Box, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         entry: LogEntry | None = None
         upstream: asyncio.StreamWriter | None = None
+        idle = Idle(self.limits.idle_seconds)
         try:
-            method, target, headers = await _read_head(reader)
+            async with asyncio.timeout(self.limits.head_seconds):
+                method, target, headers = await _read_head(reader)
             policy = self.policy_for(key)
             if policy is None:
                 raise _Refused(403, "no_sandbox", "this box belongs to no sandbox")
+            box.sandbox_id = policy.sandbox_id
             if method == "CONNECT":
                 host, port = _split_host_port(target, None)
                 path = None
@@ -190,7 +198,11 @@ class EgressProxy:
             named = headers.get("host")
             if path is not None and named is not None and _split_host_port(named, port) != (host, port):
                 raise _Refused(403, "host_mismatch", f"the Host header {named!r} is not the request's host {host}")
-            ip, verdict = await self._decide(policy.rules, host)
+            try:
+                request = plain.request(method, path, headers, host, port) if path is not None else None
+            except ValueError as e:
+                raise _Refused(400, "bad_request", str(e)[:200]) from None
+            ip, verdict = await self._decide(policy.rules, host, box)
             entry.ip, entry.rule = str(ip) if ip else None, verdict.rule
             if not verdict.allowed:
                 raise _Refused(403, verdict.rule, f"{host}:{port} is not allowed ({verdict.rule})")
@@ -198,53 +210,57 @@ class EgressProxy:
             secrets = [i for i in policy.injections if i.allows(host)] if path is None and self.interception else []
             tls_up = self.interception.upstream if secrets and self.interception else None
             try:
-                up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(
-                    str(ip), port, ssl=tls_up, server_hostname=host if tls_up else None), CONNECT_TIMEOUT)
+                up_reader, up_writer = await asyncio.wait_for(
+                    self.connect(str(ip), port, tls_up, host if tls_up else None), CONNECT_TIMEOUT)
             except (OSError, TimeoutError) as e:  # ssl.SSLError too: the host's certificate did not check out
                 entry.verdict, entry.error = "failed", str(e)[:200] or type(e).__name__
                 raise _Refused(502, "connect_failed", f"could not connect to {host}:{port}: {entry.error}") from None
             upstream = up_writer
-            if path is None:
-                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                if secrets:
-                    await self._swap_secrets(reader, writer, up_reader, upstream, host, port, secrets, entry)
-                    return
-                if not await _tunnel_allowed(reader, upstream, host, verdict, entry):
-                    return
-            else:
-                request = _origin_request(method, path, headers, host, port)
-                upstream.write(request)
-                entry.bytes_out += len(request)
-            await _pipe(reader, writer, up_reader, upstream, entry)
+            idle.start()
+            if request is not None:
+                await plain.exchange((reader, writer), (up_reader, upstream), request, _counter(entry, idle))
+                return
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            if secrets:
+                await self._swap_secrets(reader, writer, up_reader, upstream, host, port, secrets, entry, idle)
+                return
+            async with asyncio.timeout(self.limits.head_seconds):
+                allowed = await _tunnel_allowed(reader, upstream, host, verdict, entry)
+            if allowed:
+                await _pipe(reader, writer, up_reader, upstream, _counter(entry, idle))
         except _Refused as e:
             if entry is not None and entry.verdict == "denied" and not entry.rule:
                 entry.rule = e.reason
                 if e.reason == "resolve_failed":
                     entry.verdict, entry.error = "failed", e.message[:200]
-            await _answer(writer, e)
-        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError, asyncio.CancelledError):
-            pass
+            with contextlib.suppress(ConnectionError, OSError):
+                writer.write(_refusal(e))
+                await writer.drain()
+        except TimeoutError:  # the head, or a tunnel's first bytes, did not come in time
+            if entry is not None:
+                entry.error = f"the box's first bytes in the tunnel did not come within {self.limits.head_seconds:g} s"
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            if idle.expired and entry is not None:
+                entry.error = f"closed after {self.limits.idle_seconds:g} s idle (no byte either way)"
         except Exception:  # never let a box's connection take the proxy down
             log.exception("egress connection of box %s", key)
         finally:
+            idle.stop()
             for w in (upstream, writer):
                 if w is not None:
                     w.close()
-            if entry is not None:
-                try:
-                    self.record(entry)
-                except Exception:
-                    log.exception("writing the network log")
+            if entry is not None and (behind := self.netlog.add(key, entry)) is not None:
+                await asyncio.shield(behind)  # the log is behind: this connection's slot waits for its row
 
     async def _swap_secrets(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                             up_reader: asyncio.StreamReader, upstream: asyncio.StreamWriter, host: str, port: int,
-                            secrets: list[Injection], entry: LogEntry) -> None:
+                            secrets: list[Injection], entry: LogEntry, idle: Idle) -> None:
         """Terminate the box's TLS and relay its requests with their stand-ins swapped."""
         assert self.interception is not None
         hooks = self.interception
         await writer.drain()
         try:
-            await writer.start_tls(hooks.ca.server_context(host), ssl_handshake_timeout=HEAD_TIMEOUT)
+            await writer.start_tls(hooks.ca.server_context(host), ssl_handshake_timeout=self.limits.head_seconds)
         except (ssl.SSLError, OSError, TimeoutError) as e:
             entry.error = f"the box's TLS handshake failed: {e}"[:200]
             return
@@ -252,24 +268,17 @@ class EgressProxy:
         def swapped(swap: Swap) -> None:
             if swap.injection.secret_name not in entry.secrets:
                 entry.secrets.append(swap.injection.secret_name)
-            try:
-                hooks.audit(entry.sandbox_id, host, swap)
-            except Exception:
-                log.exception("writing the secret audit log")
-
-        def counted(out: int, into: int) -> None:
-            entry.bytes_out += out
-            entry.bytes_in += into
+            self.netlog.call(hooks.audit, entry.sandbox_id, host, swap)
 
         try:
             await inject.relay(reader, writer, (up_reader, upstream), host, port, secrets, hooks.reveal, swapped,
-                               counted)
+                               _counter(entry, idle), self.limits.idle_seconds)
         finally:  # TLS keeps written data until its close: let it go before the caller drops the socket
             writer.close()
             with contextlib.suppress(OSError, TimeoutError, ssl.SSLError):
                 await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT)
 
-    async def _decide(self, rules: NetworkRules, host: str) -> tuple[IPAddress | None, Verdict]:
+    async def _decide(self, rules: NetworkRules, host: str, box: _Box) -> tuple[IPAddress | None, Verdict]:
         """The address to connect to and the verdict: each address the name resolves to is
         checked, the first allowed one is used (the proxy connects to exactly that address)."""
         try:
@@ -283,7 +292,7 @@ class EgressProxy:
         if refused is not None:
             return None, refused
         try:
-            addresses = await self.resolver.resolve(host)
+            addresses = await self.resolver.resolve(host, box.resolving)
         except (LookupError, OSError, TimeoutError) as e:
             raise _Refused(502, "resolve_failed", f"could not resolve {host}: {e}") from None
         first: tuple[IPAddress | None, Verdict] | None = None
@@ -296,11 +305,23 @@ class EgressProxy:
         return first
 
 
+def _counter(entry: LogEntry, idle: Idle) -> Callable[[int, int], None]:
+    """Counts the bytes each way into the entry; each count is a sign of life."""
+
+    def moved(out: int, into: int) -> None:
+        entry.bytes_out += out
+        entry.bytes_in += into
+        idle.touch()
+
+    return moved
+
+
 # --- HTTP, as little of it as the proxy needs --------------------------------------------------------
 
 async def _read_head(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str]]:
+    """The request head (the caller gives it its deadline)."""
     try:
-        raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+        raw = await reader.readuntil(b"\r\n\r\n")
     except asyncio.LimitOverrunError:
         raise _Refused(431, "head_too_large", f"request heads are limited to {MAX_HEAD} bytes") from None
     try:
@@ -364,25 +385,16 @@ def _same_host(a: str, b: str) -> bool:
     return normalize_host(a) == normalize_host(b)
 
 
-def _origin_request(method: str, path: str, headers: dict[str, str], host: str, port: int) -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {headers.get('host') or (host if port == 80 else f'{host}:{port}')}"]
-    lines += [f"{name}: {value}" for name, value in headers.items() if name not in HOP_BY_HOP and name != "host"]
-    lines.append("Connection: close")  # one request per connection: a second one could name another host
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
 async def _pipe(box_reader: asyncio.StreamReader, box_writer: asyncio.StreamWriter,
-                up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, entry: LogEntry) -> None:
+                up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter,
+                moved: Callable[[int, int], None]) -> None:
     """Copy both ways until both ends are done, counting what is written."""
 
     async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter, outward: bool) -> None:
         try:
             while data := await src.read(CHUNK):
                 dst.write(data)
-                if outward:
-                    entry.bytes_out += len(data)
-                else:
-                    entry.bytes_in += len(data)
+                moved(len(data), 0) if outward else moved(0, len(data))
                 await dst.drain()
             if dst.can_write_eof():
                 dst.write_eof()
@@ -395,19 +407,19 @@ async def _pipe(box_reader: asyncio.StreamReader, box_writer: asyncio.StreamWrit
 async def _read_hello(reader: asyncio.StreamReader, first: bytes) -> tuple[bytes, bytes | None]:
     """After a first byte that opens a TLS handshake record: every byte read (to forward), and
     the ClientHello message put together from as many records as it spans (None if the bytes are
-    not one, or it is larger than MAX_HELLO)."""
-    raw = bytearray(first) + await asyncio.wait_for(reader.readexactly(tls.RECORD_HEADER - 1), HEAD_TIMEOUT)
+    not one, or it is larger than MAX_HELLO). The caller gives the whole of it one deadline."""
+    raw = bytearray(first) + await reader.readexactly(tls.RECORD_HEADER - 1)
     handshake = bytearray()
     while True:
         kind, length = raw[-5], int.from_bytes(raw[-2:], "big")
         if kind != tls.HANDSHAKE or length == 0 or len(raw) + length > MAX_HELLO:
             return bytes(raw), None
-        body = await asyncio.wait_for(reader.readexactly(length), HEAD_TIMEOUT)
+        body = await reader.readexactly(length)
         raw += body
         handshake += body
         if len(handshake) >= 4 and len(handshake) >= 4 + int.from_bytes(handshake[1:4], "big"):
             return bytes(raw), bytes(handshake)
-        raw += await asyncio.wait_for(reader.readexactly(tls.RECORD_HEADER), HEAD_TIMEOUT)
+        raw += await reader.readexactly(tls.RECORD_HEADER)
 
 
 async def _tunnel_allowed(reader: asyncio.StreamReader, upstream: asyncio.StreamWriter, host: str,
@@ -431,12 +443,10 @@ async def _tunnel_allowed(reader: asyncio.StreamReader, upstream: asyncio.Stream
     return True
 
 
-async def _answer(writer: asyncio.StreamWriter, refused: _Refused) -> None:
+def _refusal(refused: _Refused) -> bytes:
     body = f"hutch egress: {refused.message}\n".encode()
     phrase = {400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large",
-              502: "Bad Gateway"}.get(refused.status, "Error")
+              502: "Bad Gateway", 503: "Service Unavailable"}.get(refused.status, "Error")
     head = (f"HTTP/1.1 {refused.status} {phrase}\r\nX-Hutch-Egress: {refused.reason}\r\n"
             f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n")
-    with contextlib.suppress(ConnectionError, OSError):
-        writer.write(head.encode("latin-1", "replace") + body)
-        await writer.drain()
+    return head.encode("latin-1", "replace") + body

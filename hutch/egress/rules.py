@@ -4,8 +4,8 @@
                the apex)
     deny_out:  CIDRs
 
-Order of the decision: the always-denied ranges and the host's own addresses (no rule can open
-them), then any allow rule (allow wins over deny, so deny 0.0.0.0/0 plus an allow list is the
+Order of the decision: the always-denied names, ranges and the host's own addresses (no rule can
+open them), then any allow rule (allow wins over deny, so deny 0.0.0.0/0 plus an allow list is the
 strict pattern), then deny rules, then allowed by default.
 """
 
@@ -19,16 +19,26 @@ from dataclasses import dataclass
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-# Never reachable from a box: "this" network, private, carrier-grade NAT, loopback, link-local (with
-# the cloud metadata address 169.254.169.254), multicast and reserved, and their IPv6 kin.
+# Never reachable from a box: "this" network, private, carrier-grade NAT (with Alibaba's metadata
+# 100.100.100.200), loopback, link-local (with the metadata address 169.254.169.254 of AWS, GCP,
+# Azure, Oracle, DigitalOcean, OpenStack and others, and AWS's 169.254.170.2), the IETF's
+# 192.0.0.0/24 (with Oracle's 192.0.0.192), multicast and reserved, their IPv6 kin (with AWS's
+# fd00:ec2::254 in fc00::/7), and Azure's wireserver, a public address.
 ALWAYS_DENIED: tuple[IPNetwork, ...] = tuple(ipaddress.ip_network(n) for n in (
     "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
-    "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
+    "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4", "168.63.129.16/32",
     "::/128", "::1/128", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
-    # IPv6 forms that carry an IPv4 address (and could carry a private one): IPv4-compatible,
-    # NAT64 (well-known and local), 6to4, Teredo
-    "::/96", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32",
+    # IPv6 forms that carry an IPv4 address (and could carry a private one), denied whole:
+    # IPv4-compatible, SIIT's IPv4-translated, NAT64 (well-known and local), 6to4, Teredo. (The
+    # IPv4-mapped ::ffff:0:0/96 is decided as the IPv4 address it is.)
+    "::/96", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32",
 ))
+# Names refused before any lookup, whatever the rules say: the clouds' metadata services (GCP's
+# metadata.google.internal and AWS's instance-data.ec2.internal fall under *.internal) and the
+# names kept for private use: localhost (RFC 6761), .local (mDNS), home.arpa (RFC 8375), .internal.
+ALWAYS_DENIED_NAMES = ("metadata.goog", "instance-data", "metadata.tencentyun.com", "metadata.platformequinix.com",
+                       "metadata.packet.net", "api.metadata.cloud.ibm.com", "localhost", "*.localhost", "local",
+                       "*.local", "home.arpa", "*.home.arpa", "internal", "*.internal")
 EVERYWHERE = (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
 
 MAX_RULES = 256
@@ -48,6 +58,12 @@ def normalize_host(host: str) -> str | None:
     if labels[-1].startswith("0x") and all(c in "0123456789abcdefx" for c in labels[-1]):
         return None
     return name
+
+
+def denied_name(host: str) -> Verdict | None:
+    """The refusal of a name no rule can open (a host in normal form), if it is one."""
+    pattern = next((p for p in ALWAYS_DENIED_NAMES if domain_matches(p, host)), None)
+    return None if pattern is None else Verdict(False, f"always_denied:{pattern}")
 
 
 def parse_cidr(text: str) -> IPNetwork:
@@ -109,6 +125,8 @@ class NetworkRules:
     def refuses_unresolved(self, host: str) -> Verdict | None:
         """A refusal that needs no lookup: deny-all, and nothing that could allow this name.
         (Resolving it would itself send the name out: a DNS query is a channel.)"""
+        if (denied := denied_name(host)) is not None:
+            return denied
         if self.domain_rule(host) is None and not self.allow_nets and all(n in self.deny_nets for n in EVERYWHERE):
             return Verdict(False, "deny_out:0.0.0.0/0")
         return None
@@ -120,6 +138,8 @@ class NetworkRules:
     def decide(self, host: str | None, ip: IPAddress, host_addresses: frozenset[IPAddress]) -> Verdict:
         """Whether a connection to `ip` (reached by the name `host`, or by the address alone when
         `host` is None) may go."""
+        if host is not None and (denied := denied_name(host)) is not None:
+            return denied
         if isinstance(ip, ipaddress.IPv6Address):
             ip = ipaddress.IPv6Address(int(ip))  # without a %zone, which would slip past set lookups
             if ip.ipv4_mapped is not None:

@@ -5,13 +5,16 @@ Routes reach it through the `StateDep` dependency; nothing else constructs these
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import Depends, Request
 
 from hutch.egress.ca import CertificateAuthority, upstream_context
 from hutch.egress.host import HostAddresses
-from hutch.egress.proxy import EgressProxy, Interception, LogEntry, Policy, Resolver, load_hosts_file
+from hutch.egress.netlog import LogEntry
+from hutch.egress.proxy import EgressProxy, Interception, Policy
+from hutch.egress.resolve import Resolver, load_hosts_file
 from hutch.egress.rules import NetworkRules
 from hutch.node import base_image
 from hutch.node.api import NodeRuntime
@@ -36,6 +39,7 @@ class State:
     """What the routes share, made once at start-up."""
 
     def __init__(self, config: ServerConfig) -> None:
+        self._loop = asyncio.get_running_loop()  # made in the lifespan; the egress log calls back from its thread
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.store = Store(config.db_url)
@@ -81,9 +85,11 @@ class State:
                       self.secrets.injections(rec.id))
 
     def _egress_record(self, entry: LogEntry) -> None:
+        """On the egress proxy's log thread: the store and the counters are thread-safe; a build's
+        log wakes its followers on the event loop, so that line goes back to the loop."""
         if entry.sandbox_id.startswith(BUILD_BOX_PREFIX):  # a build box's: told in its build's log
-            self.templates.egress_record(entry.sandbox_id, f"egress {entry.verdict}: {entry.host}:{entry.port}"
-                                         + (f" ({entry.error})" if entry.error else ""))
+            line = f"egress {entry.verdict}: {entry.host}:{entry.port}" + (f" ({entry.error})" if entry.error else "")
+            self._loop.call_soon_threadsafe(self.templates.egress_record, entry.sandbox_id, line)
             return
         self.store.add_network_log(**entry.__dict__)
         self.metrics.egress_connections.labels(entry.verdict).inc()

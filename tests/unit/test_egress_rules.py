@@ -45,6 +45,47 @@ def test_always_denied_whatever_is_allowed(ip: str) -> None:
     assert not allowed and rule.startswith("always_denied:")
 
 
+# IPv6 forms that carry an IPv4 address, each with a private, loopback or metadata one inside
+IPV4_CARRYING = ["::ffff:0:7f00:1", "::ffff:0:a00:1", "::ffff:0:a9fe:a9fe",  # SIIT IPv4-translated
+                 "::ffff:127.0.0.1", "::ffff:169.254.169.254", "::ffff:168.63.129.16",  # IPv4-mapped
+                 "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "64:ff9b:1::a00:1",  # NAT64, well-known and local
+                 "2002:7f00:1::1", "2002:c0a8:101::1", "2002:a9fe:a9fe::1",  # 6to4
+                 "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo (client 127.0.0.1, obfuscated)
+                 "::127.0.0.1", "::a9fe:a9fe"]  # IPv4-compatible
+# Every cloud's instance metadata: AWS (and its IPv6 address), GCP, Azure, Oracle, DigitalOcean,
+# OpenStack, Hetzner (169.254.169.254), Azure's wireserver, Alibaba, Oracle's older one, Tencent
+METADATA = ["169.254.169.254", "fd00:ec2::254", "168.63.129.16", "100.100.100.200", "192.0.0.192", "169.254.0.23",
+            "169.254.170.2"]
+
+
+@pytest.mark.parametrize("ip", IPV4_CARRYING + METADATA)
+def test_ipv4_carrying_forms_and_metadata_addresses_are_always_denied(ip: str) -> None:
+    rules = NetworkRules.parse(["0.0.0.0/0", "::/0", f"{ip}/128" if ":" in ip else f"{ip}/32"])
+    allowed, rule = decide(rules, None, ip)
+    assert not allowed and rule.startswith("always_denied:"), (ip, rule)
+
+
+@pytest.mark.parametrize("name", ["metadata.google.internal", "METADATA.Google.Internal.", "metadata.goog",
+                                  "instance-data.ec2.internal", "instance-data", "metadata.tencentyun.com",
+                                  "metadata.platformequinix.com", "metadata.packet.net",
+                                  "api.metadata.cloud.ibm.com", "x.internal", "localhost", "a.localhost",
+                                  "printer.local", "router.home.arpa"])
+def test_metadata_and_private_use_names_are_refused_without_a_lookup(name: str) -> None:
+    host = normalize_host(name)
+    assert host is not None
+    rules = NetworkRules.parse(["0.0.0.0/0", "::/0", host, f"*.{host}"])
+    verdict = rules.refuses_unresolved(host)
+    assert verdict is not None and not verdict.allowed and verdict.rule.startswith("always_denied:"), name
+    assert not rules.decide(host, ipaddress.ip_address("93.184.216.34"), NONE).allowed, "whatever it resolves to"
+
+
+def test_names_that_only_look_like_metadata_go_on() -> None:
+    rules = NetworkRules()
+    for name in ("metadata.example.com", "internal.example.com", "localhost.example.com", "google.internal.example"):
+        assert rules.refuses_unresolved(name) is None, name
+        assert rules.decide(name, ipaddress.ip_address("93.184.216.34"), NONE).allowed, name
+
+
 def test_deny_all_is_both_families_and_needs_no_lookup() -> None:
     rules = NetworkRules.parse(["*.example.com"], ["0.0.0.0/0"])
     assert decide(rules, None, "2606:4700::1") == (False, "deny_out:::/0")
