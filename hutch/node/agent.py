@@ -58,12 +58,10 @@ MAX_TEXT = 8192  # a name or path in an entry
 MIN_TIME, MAX_TIME = -62_135_596_800, 253_402_300_798
 
 
-# the agent's codes that are passed on (under the catalogue's status); any other is an agent_error
-AGENT_CODES = frozenset(code for code in Code if code in {
-    protocol.ERR_BAD_PATH, protocol.ERR_NOT_FOUND, protocol.ERR_IS_DIR, protocol.ERR_NOT_DIR, protocol.ERR_NOT_REGULAR,
-    protocol.ERR_BAD_REQUEST, protocol.ERR_BAD_CWD, protocol.ERR_IO, protocol.ERR_UNSAFE_PATH, protocol.ERR_NO_PROCESS,
-    protocol.ERR_NOT_TTY, protocol.ERR_STDIN_CLOSED, protocol.ERR_TOO_MANY_PROCS, protocol.ERR_STDIN_FULL,
-    protocol.ERR_PERMISSION, protocol.ERR_EXISTS, protocol.ERR_TOO_MANY_ENTRIES, protocol.ERR_PORT_CLOSED})
+# The agent's codes, passed on under the catalogue's status; any other it sends is an agent_error.
+# Every ERR_* of the protocol must be a catalogue member (tests/unit/test_catalogue.py checks it).
+AGENT_CODES = frozenset(code for name, value in vars(protocol).items()
+                        if name.startswith("ERR_") and (code := code_of(value)) is not None)
 
 _ENTRY_TYPES = ("file", "dir", "symlink", "other")
 _CHANGE_TYPES = ("create", "write", "remove", "rename", "chmod")

@@ -261,7 +261,8 @@ class DataPlane:
                     raise ApiError(Code.PAYLOAD_TOO_LARGE, f"files are limited to {limit} bytes")
                 yield chunk
 
-        size = await self._call(rec, lambda agent: agent.write_file(path, capped(), user == "root"))
+        root = _as_root(user)
+        size = await self._call(rec, lambda agent: agent.write_file(path, capped(), root))
         return {"path": path, "size": size}
 
     async def read_file(self, rec: SandboxRecord, path: str,

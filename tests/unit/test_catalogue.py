@@ -56,3 +56,15 @@ def test_each_code_raises_the_class_of_its_status(code: errors.Code) -> None:
     err = error_from_response(code.status, body)
     assert type(err) is CLASS_BY_STATUS[code.status]
     assert err.code == code.value and err.status_code == code.status and err.message == "m"
+
+
+def test_every_code_the_guest_agent_sends_is_in_the_catalogue() -> None:
+    """The node passes the agent's codes on by the catalogue's name (AGENT_CODES); a code the
+    agent gains without a member would silently become agent_error."""
+    from hutch.errors import code_of
+    from hutch.guest import protocol
+    from hutch.node.agent import AGENT_CODES
+
+    sent = {value for name, value in vars(protocol).items() if name.startswith("ERR_")}
+    assert sent and all(code_of(value) is not None for value in sent), sent - {c.value for c in AGENT_CODES}
+    assert {code_of(value) for value in sent} == set(AGENT_CODES)
