@@ -92,7 +92,8 @@ describe("commands.spawn", () => {
     assert.equal(await proc.kill(), true);
     assert.equal((await proc.wait()).exitCode, 143);
     assert.equal(await proc.kill(), false);
-    const other = await sandbox.commands.spawn("trap '' TERM; sleep 60");
+    const other = await sandbox.commands.spawn("trap '' TERM; echo ready; sleep 60");
+    await until(() => other.stdout === "ready\n", 10_000, "the trap to be set"); // a signal before it would end the shell
     await other.kill("SIGTERM");
     await assert.rejects(other.wait({ timeoutMs: 700 }), (e: unknown) => e instanceof SandboxTimeoutError && e.code === "wait_timeout");
     assert.equal(await other.kill("SIGKILL"), true);
