@@ -1,14 +1,17 @@
-"""Durable state: teams, API keys, sandboxes, templates, secrets, previews and logs, in SQLite (or any SQLAlchemy URL).
+"""Durable state: teams, API keys, sandboxes, templates, secrets, previews, logs and the fleet's nodes, in SQLite or PostgreSQL.
 
 Every change is one transaction. Secrets that authenticate (API keys) are kept only as hashes.
 `Store` is composed of one query class per aggregate, all on one `Database`; `schema` holds the
-tables and the upgrade of older databases, `records` the rows as dataclasses.
+tables, `migrations` the revisions that make them (Alembic), `records` the rows as dataclasses.
+Several processes may share one PostgreSQL: a change that depends on what a row holds is one
+conditional statement, or holds the row it depends on.
 """
 
 from __future__ import annotations
 
 from hutch.store.database import POOL_SIZE
 from hutch.store.logs import NETWORK_LOG_KEEP, LogQueries
+from hutch.store.nodes import NodeQueries
 from hutch.store.previews import PreviewQueries
 from hutch.store.records import (
     LIVE_STATUSES,
@@ -18,6 +21,8 @@ from hutch.store.records import (
     BuildRecord,
     BuildStatus,
     NetworkLogRecord,
+    NodeRecord,
+    NodeState,
     PreviewPortRecord,
     SandboxRecord,
     SandboxStatus,
@@ -30,7 +35,7 @@ from hutch.store.teams import API_KEY_PREFIX, E2B_KEY_PREFIX, TeamQueries, hash_
 from hutch.store.templates import TemplateQueries
 
 
-class Store(TeamQueries, SandboxQueries, TemplateQueries, SecretQueries, PreviewQueries, LogQueries):
+class Store(TeamQueries, SandboxQueries, TemplateQueries, SecretQueries, PreviewQueries, LogQueries, NodeQueries):
     """Every query of the durable state; `Store(url)` opens the database and brings its schema up to date."""
 
 
@@ -46,6 +51,8 @@ __all__ = [
     "BuildRecord",
     "BuildStatus",
     "NetworkLogRecord",
+    "NodeRecord",
+    "NodeState",
     "PreviewPortRecord",
     "SandboxRecord",
     "SandboxStatus",

@@ -7,7 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from hutch.store.database import Database
+from hutch.store.database import Database, fitted
 from hutch.store.records import AuditLogRecord, NetworkLogRecord
 from hutch.store.schema import audit_log, network_log
 
@@ -19,7 +19,7 @@ class LogQueries(Database):
         # the secrets swapped into its requests: none (or an empty list) is NULL, and read back as None
         entry["secrets"] = json.dumps(entry["secrets"]) if entry.get("secrets") else None
         with self._tx() as c:
-            key = c.execute(network_log.insert().values(**entry)).inserted_primary_key
+            key = c.execute(network_log.insert().values(**fitted(network_log, entry))).inserted_primary_key
             if key is not None and key[0] % 500 == 0:  # now and then, keep only the newest entries of this sandbox
                 q = network_log.c
                 cutoff = c.execute(sa.select(q.id).where(q.sandbox_id == entry["sandbox_id"]).order_by(q.id.desc())
@@ -43,7 +43,7 @@ class LogQueries(Database):
 
     def add_audit(self, **entry: Any) -> None:
         with self._tx() as c:
-            c.execute(audit_log.insert().values(**entry))
+            c.execute(audit_log.insert().values(**fitted(audit_log, entry)))
 
     def audit_log(self, sandbox_id: str, limit: int, before: int | None = None) -> list[AuditLogRecord]:
         """The commands and file operations, newest first; `before` an id from an earlier page."""

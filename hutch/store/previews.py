@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from hutch.store.database import Database
+from hutch.store.database import Database, conflict_insert
 from hutch.store.records import PreviewPortRecord, SandboxStatus
 from hutch.store.schema import preview_ports, sandboxes
 
 
 class PreviewQueries(Database):
     def publish_port(self, rec: PreviewPortRecord) -> PreviewPortRecord:
-        """Publish, or change the access of a published port (its credentials stay valid)."""
+        """Publish, or change the access of a published port (its credentials stay valid). Two
+        publishes at once both succeed: the insert gives way to a row already there."""
+        p = preview_ports.c
         with self._tx() as c:
-            found = c.execute(sa.select(preview_ports).where(preview_ports.c.sandbox_id == rec.sandbox_id,
-                                                             preview_ports.c.port == rec.port)).first()
-            if found is None:
-                c.execute(preview_ports.insert().values(**vars(rec)))
+            q = (conflict_insert(c, preview_ports).values(**vars(rec))
+                 .on_conflict_do_nothing(index_elements=[p.sandbox_id, p.port])
+                 .execution_options(preserve_rowcount=True))  # an INSERT's count is kept only when asked
+            if c.execute(q).rowcount:
                 return rec
-            c.execute(preview_ports.update().where(preview_ports.c.sandbox_id == rec.sandbox_id,
-                                                   preview_ports.c.port == rec.port).values(access=rec.access))
-            return PreviewPortRecord(**{**found._mapping, "access": rec.access})
+            c.execute(preview_ports.update().where(p.sandbox_id == rec.sandbox_id, p.port == rec.port)
+                      .values(access=rec.access))
+            found = c.execute(sa.select(preview_ports).where(p.sandbox_id == rec.sandbox_id, p.port == rec.port)).one()
+            return PreviewPortRecord(**found._mapping)
 
     def published_port(self, sandbox_id: str, port: int) -> PreviewPortRecord | None:
         """A published port of a sandbox that still exists, in one query (every preview request)."""

@@ -35,6 +35,13 @@ class BuildStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+class NodeState(StrEnum):
+    """Whether a fleet node is taken to be running: `down` once it stopped answering (its boxes failed)."""
+
+    UP = "up"
+    DOWN = "down"
+
+
 R = TypeVar("R")
 
 
@@ -86,6 +93,7 @@ class SandboxRecord:
     rootfs: str | None = None
     disk_mib: int | None = None
     stable_token: bool | None = None
+    node: str | None = None  # the fleet node it runs or last ran on
 
 
 SANDBOX_JSON = JsonColumns(("metadata", "env_vars", "network"))
@@ -213,3 +221,18 @@ class BuildRecord:
 
 
 BUILD_JSON = JsonColumns(("spec", "error", "env"))
+
+
+@dataclass
+class NodeRecord:
+    """A node of a fleet: a host that runs boxes, by its name."""
+
+    id: str
+    url: str  # its internal address
+    vcpu: int
+    memory_mib: int
+    started_at: float
+    seen_at: float
+    state: str = NodeState.UP
+    ray_node_id: str | None = None
+    disk_mib: int | None = None

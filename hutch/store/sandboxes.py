@@ -8,18 +8,31 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from hutch.store.database import Database
+from hutch.store.database import Database, hold
 from hutch.store.records import SANDBOX_JSON, BindingRecord, SandboxRecord, SandboxStatus
-from hutch.store.schema import sandboxes, secret_bindings
+from hutch.store.schema import sandboxes, secret_bindings, teams
+
+COUNTED = (SandboxStatus.ACTIVE, SandboxStatus.RESUMING)  # what a team's limit counts (as the server's check does)
 
 
 class SandboxQueries(Database):
-    def insert_sandbox(self, rec: SandboxRecord, bindings: Sequence[BindingRecord] = ()) -> None:
-        """The sandbox and its secret bindings, in one transaction."""
+    def insert_sandbox(self, rec: SandboxRecord, bindings: Sequence[BindingRecord] = (), *,
+                       team_max: int | None = None) -> bool:
+        """The sandbox and its secret bindings, in one transaction. With `team_max`, only while its
+        team runs fewer boxes than that (active or resuming): the count and the insert hold the
+        team's row, so two servers cannot both take a team's last place. Returns whether it was
+        inserted."""
         with self._tx() as c:
+            if team_max is not None:
+                hold(c, teams, teams.c.id == rec.team_id)
+                running = c.execute(sa.select(sa.func.count()).select_from(sandboxes).where(
+                    sandboxes.c.team_id == rec.team_id, sandboxes.c.status.in_(COUNTED))).scalar_one()
+                if running >= team_max:
+                    return False
             c.execute(sandboxes.insert().values(**SANDBOX_JSON.row(rec)))
             for b in bindings:
                 c.execute(secret_bindings.insert().values(**b.to_row()))
+        return True
 
     def get_sandbox(self, sandbox_id: str, team_id: str | None = None,
                     include_deleted: bool = False) -> SandboxRecord | None:
@@ -46,9 +59,13 @@ class SandboxQueries(Database):
         return [r for r in recs if all(r.metadata.get(k) == v for k, v in wanted)]
 
     def update_sandbox(self, sandbox_id: str, *, only_if_status: tuple[str, ...] | None = None,
-                       **values: Any) -> bool:
-        """Change a sandbox; with `only_if_status`, only while it is in one of those states.
-        Returns whether it changed."""
+                       node: str | None = None, **values: Any) -> bool:
+        """Change a sandbox; with `only_if_status`, only while it is in one of those states (one
+        conditional UPDATE: of two processes asking the same change, one sees it made). `node`: the
+        fleet node whose box it now is, given with the box's runtime id; without it the node stays
+        (a stopped box keeps the node it last ran on). Returns whether it changed."""
+        if node is not None:
+            values["node"] = node
         values = SANDBOX_JSON.encoded(values)
         values["updated_at"] = time.time()
         q = sandboxes.update().where(sandboxes.c.id == sandbox_id)

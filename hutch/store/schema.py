@@ -1,12 +1,16 @@
-"""The store's schema: its tables and indexes, and the upgrade of a database an older hutch made.
+"""The store's schema: its tables and indexes, as the newest migration (hutch.store.migrations) leaves them.
 
-There is no schema version: an upgrade looks at the shape a database has (which tables, which
-columns) and changes only what an older hutch made differently.
+A change here is a change of the schema: it comes with a revision in migrations/versions/ that
+makes it, and `tests/unit/test_store.py` fails while the two differ.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
+
+# ids of append-only logs: 64-bit on PostgreSQL (a fleet's network log passes 2**31 rows), SQLite's
+# rowid (INTEGER PRIMARY KEY is what makes it one there, and it is 64-bit already)
+LOG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 meta = sa.MetaData()
 
@@ -51,11 +55,12 @@ sandboxes = sa.Table(
     sa.Column("disk_mib", sa.Integer),
     # made through the E2B API: its access token stays the same across resumes (the e2b SDK keeps it)
     sa.Column("stable_token", sa.Boolean),
+    sa.Column("node", sa.String(64), index=True),  # the fleet node it runs or last ran on (null: this server's own)
     sa.Index("ix_sandboxes_box_key", "box_key"),
 )
 network_log = sa.Table(
     "network_log", meta,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("id", LOG_ID, primary_key=True, autoincrement=True),
     sa.Column("sandbox_id", sa.String(36), nullable=False),
     sa.Column("at", sa.Float, nullable=False),
     sa.Column("host", sa.String(255), nullable=False),
@@ -128,7 +133,7 @@ secret_bindings = sa.Table(
 )
 secret_audit = sa.Table(
     "secret_audit", meta,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("id", LOG_ID, primary_key=True, autoincrement=True),
     sa.Column("secret_id", sa.String(36), nullable=False),
     sa.Column("at", sa.Float, nullable=False),
     sa.Column("sandbox_id", sa.String(36), nullable=False),
@@ -155,7 +160,7 @@ preview_ports = sa.Table(
 
 audit_log = sa.Table(
     "audit_log", meta,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("id", LOG_ID, primary_key=True, autoincrement=True),
     sa.Column("sandbox_id", sa.String(36), nullable=False),
     sa.Column("at", sa.Float, nullable=False),
     sa.Column("actor", sa.String(300), nullable=False),  # who: the client's address and its X-Hutch-Actor or User-Agent
@@ -167,43 +172,22 @@ audit_log = sa.Table(
 )
 
 
-def upgrade(engine: sa.Engine) -> None:
-    """Bring a database, empty or made by any older hutch, to this schema."""
-    _drop_old_templates(engine)
-    meta.create_all(engine)
-    _add_missing_columns(engine)
+# --- the fleet ------------------------------------------------------------------------------------
 
-
-def _drop_old_templates(engine: sa.Engine) -> None:
-    """hutch before templates could be built kept only the base in a `templates` keyed by name:
-    pin the sandboxes booted from it to its root, and drop the table (the base is registered
-    again at every start)."""
-    inspector = sa.inspect(engine)
-    if "templates" not in inspector.get_table_names():
-        return
-    if "id" in {col["name"] for col in inspector.get_columns("templates")}:
-        return
-    with engine.begin() as c:
-        roots: dict[str, str] = {str(n): str(r) for n, r in c.execute(sa.text("SELECT name, rootfs FROM templates"))}
-    _add_missing_columns(engine)  # the sandboxes' rootfs column
-    with engine.begin() as c:
-        for name, rootfs in roots.items():
-            c.execute(sa.text("UPDATE sandboxes SET rootfs = :r WHERE template = :n AND rootfs IS NULL"),
-                      {"r": rootfs, "n": name})
-        c.execute(sa.text("DROP TABLE templates"))
-
-
-def _add_missing_columns(engine: sa.Engine) -> None:
-    """A database made by an older hutch gets the nullable columns added since (nothing else
-    changes shape in place)."""
-    inspector = sa.inspect(engine)
-    existing = set(inspector.get_table_names())
-    for table in meta.sorted_tables:
-        if table.name not in existing:
-            continue
-        have = {col["name"] for col in inspector.get_columns(table.name)}
-        for col in table.columns:
-            if col.name not in have and col.nullable:
-                with engine.begin() as c:
-                    c.execute(sa.text(f'ALTER TABLE {table.name} ADD COLUMN "{col.name}" '
-                                      f"{col.type.compile(engine.dialect)}"))
+nodes = sa.Table(
+    "nodes", meta,
+    sa.Column("id", sa.String(64), primary_key=True),  # the node's name
+    sa.Column("url", sa.Text, nullable=False),  # its internal address
+    sa.Column("ray_node_id", sa.String(64)),
+    sa.Column("vcpu", sa.Integer, nullable=False),
+    sa.Column("memory_mib", sa.Integer, nullable=False),
+    sa.Column("disk_mib", sa.Integer),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("seen_at", sa.Float, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),  # up | down
+)
+fleet_keys = sa.Table(
+    "fleet_keys", meta,  # keys every process of a fleet must share, made once by whichever asks first
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", sa.LargeBinary, nullable=False),
+)

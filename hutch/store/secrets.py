@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from hutch.store.database import Database
+from hutch.store.database import Database, conflict_insert, fitted
 from hutch.store.records import SECRET_JSON, AuditRecord, BindingRecord, SecretRecord
 from hutch.store.schema import secret_audit, secret_bindings, secrets_table
 
@@ -37,10 +37,10 @@ class SecretQueries(Database):
             return self._secret(c, secrets_table.c.id == secret_id)
 
     def list_secrets(self, team_id: str) -> list[SecretRecord]:
+        """By name (sorted here: a database's collation may order names otherwise)."""
         with self._tx() as c:
-            rows = c.execute(sa.select(secrets_table).where(secrets_table.c.team_id == team_id)
-                             .order_by(secrets_table.c.name))
-            return [SECRET_JSON.record(SecretRecord, r) for r in rows]
+            rows = c.execute(sa.select(secrets_table).where(secrets_table.c.team_id == team_id))
+            return sorted((SECRET_JSON.record(SecretRecord, r) for r in rows), key=lambda s: s.name)
 
     def rotate_secret(self, secret_id: str, sealed: bytes) -> None:
         with self._tx() as c:
@@ -54,11 +54,13 @@ class SecretQueries(Database):
     # --- bindings -------------------------------------------------------------------------------
 
     def bind_secret(self, b: BindingRecord) -> None:
-        """Bind a secret to an env var of a sandbox, in place of any binding it had."""
+        """Bind a secret to an env var of a sandbox, in place of any binding it had (one INSERT ...
+        ON CONFLICT: of two binds at once, the later stays and neither fails)."""
+        row = b.to_row()
         with self._tx() as c:
-            c.execute(secret_bindings.delete().where(secret_bindings.c.sandbox_id == b.sandbox_id,
-                                                     secret_bindings.c.env == b.env))
-            c.execute(secret_bindings.insert().values(**b.to_row()))
+            q = conflict_insert(c, secret_bindings).values(**row)
+            c.execute(q.on_conflict_do_update(index_elements=[secret_bindings.c.sandbox_id, secret_bindings.c.env],
+                                              set_={k: v for k, v in row.items() if k not in ("sandbox_id", "env")}))
 
     def unbind_secret(self, sandbox_id: str, env: str) -> bool:
         with self._tx() as c:
@@ -70,16 +72,19 @@ class SecretQueries(Database):
         return self.bindings_of([sandbox_id]).get(sandbox_id, [])
 
     def bindings_of(self, sandbox_ids: Sequence[str]) -> dict[str, list[BindingRecord]]:
-        """The bindings of several sandboxes in one query (a list of sandboxes shows them all)."""
+        """The bindings of several sandboxes in one query (a list of sandboxes shows them all),
+        each sandbox's by env var name."""
         b, s = secret_bindings.c, secrets_table.c
         q = (sa.select(secret_bindings, s.id.label("live")).select_from(
             secret_bindings.outerjoin(secrets_table, s.id == b.secret_id))
-             .where(b.sandbox_id.in_(sandbox_ids)).order_by(b.env))
+             .where(b.sandbox_id.in_(sandbox_ids)))
         found: dict[str, list[BindingRecord]] = {}
         with self._tx() as c:
             for r in c.execute(q):
                 rec = BindingRecord(**{k: v for k, v in r._mapping.items() if k != "live"}, revoked=r.live is None)
                 found.setdefault(rec.sandbox_id, []).append(rec)
+        for recs in found.values():
+            recs.sort(key=lambda rec: rec.env)  # here, not in SQL: a database's collation may order names otherwise
         return found
 
     def bound_secrets(self, sandbox_id: str) -> list[tuple[BindingRecord, SecretRecord]]:
@@ -89,14 +94,14 @@ class SecretQueries(Database):
         q = sa.select(*secret_bindings.c, *[col.label(f"s_{col.name}") for col in secrets_table.c]).select_from(
             secret_bindings.join(secrets_table, s.id == b.secret_id)).where(b.sandbox_id == sandbox_id)
         with self._tx() as c:
-            rows = c.execute(q.order_by(b.env)).all()
+            rows = c.execute(q).all()
         out = []
         for r in rows:
             m = r._mapping
             binding = BindingRecord(**{col.name: m[col.name] for col in secret_bindings.c})
             secret = SECRET_JSON.record(SecretRecord, {col.name: m[f"s_{col.name}"] for col in secrets_table.c})
             out.append((binding, secret))
-        return out
+        return sorted(out, key=lambda pair: pair[0].env)
 
     def secret_for_standin(self, standin: str, secret_id: str) -> SecretRecord | None:
         """The secret a stand-in is bound to now, if that is still `secret_id` (one query: the
@@ -115,7 +120,7 @@ class SecretQueries(Database):
 
     def add_secret_audit(self, **entry: Any) -> None:
         with self._tx() as c:
-            c.execute(secret_audit.insert().values(**entry))
+            c.execute(secret_audit.insert().values(**fitted(secret_audit, entry)))
 
     def secret_audit(self, team_id: str, name: str, limit: int, before: int | None = None,
                      sandbox_id: str | None = None) -> list[AuditRecord]:

@@ -7,24 +7,35 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from hutch.store.database import Database
+from hutch.store.database import Database, conflict_insert
 from hutch.store.records import BUILD_JSON, LIVE_STATUSES, TEMPLATE_JSON, BuildRecord, BuildStatus, TemplateRecord
 from hutch.store.schema import sandboxes, template_builds, templates
 
 
 class TemplateQueries(Database):
     def put_template(self, rec: TemplateRecord) -> None:
-        """Insert a template; a name its team (or the system) already uses raises KeyError."""
-        with self._tx() as c:
-            if c.execute(sa.select(templates.c.id).where(templates.c.name == rec.name, _team_is(rec.team_id))).first():
-                raise KeyError(rec.name)
-            c.execute(templates.insert().values(**TEMPLATE_JSON.row(rec)))
+        """Insert a template; a name its team (or the system) already uses raises KeyError, also
+        when another process inserted it meanwhile (the unique key on team and name refuses it)."""
+        taken = sa.select(templates.c.id).where(templates.c.name == rec.name, _team_is(rec.team_id))
+        try:
+            with self._tx() as c:
+                if c.execute(taken).first():
+                    raise KeyError(rec.name)
+                c.execute(templates.insert().values(**TEMPLATE_JSON.row(rec)))
+        except sa.exc.IntegrityError:
+            with self._tx() as c:
+                if c.execute(taken).first():
+                    raise KeyError(rec.name) from None
+            raise
 
     def put_system_template(self, rec: TemplateRecord) -> None:
-        """Insert or replace a system template (the base, at each start: its root may have moved)."""
+        """Insert or replace a system template (the base, at each start: its root may have moved).
+        One INSERT ... ON CONFLICT: servers that start at once each leave theirs, none fails."""
+        row = TEMPLATE_JSON.row(rec)
         with self._tx() as c:
-            c.execute(templates.delete().where(templates.c.id == rec.id))
-            c.execute(templates.insert().values(**TEMPLATE_JSON.row(rec)))
+            q = conflict_insert(c, templates).values(**row)
+            c.execute(q.on_conflict_do_update(index_elements=[templates.c.id],
+                                              set_={k: v for k, v in row.items() if k != "id"}))
 
     def get_template(self, ref: str, team_id: str | None = None) -> TemplateRecord | None:
         """By id or name: the team's own, or a system template. With no team, by id only."""

@@ -1,15 +1,26 @@
-"""The store's queries, aggregate by aggregate, on a real SQLite file as the server uses; and the
-upgrade of a database an older hutch made."""
+"""The store's queries, aggregate by aggregate, on a real SQLite file as the server uses; its
+migrations, from nothing and from a database an older hutch made; and what two callers at once get.
+
+tests/integration/store runs every test here again on PostgreSQL, but those that read the SQLite
+file itself (they take `db`): the store's fixtures below are all there is to change.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import sqlite3
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
 
 from hutch.store import (
     API_KEY_PREFIX,
@@ -17,13 +28,21 @@ from hutch.store import (
     BindingRecord,
     BuildRecord,
     BuildStatus,
+    NodeRecord,
+    NodeState,
     PreviewPortRecord,
     SandboxRecord,
     SandboxStatus,
     SecretRecord,
     Store,
     TemplateRecord,
+    migrations,
+    schema,
 )
+from hutch.store.database import engine_for
+from hutch.store.records import SANDBOX_JSON
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -32,8 +51,21 @@ def db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(db: Path) -> Iterator[Store]:
-    s = Store(f"sqlite:///{db}")
+def url(db: Path) -> str:
+    return f"sqlite:///{db}"
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[Store]:
+    s = Store(url)
+    yield s
+    s.engine.dispose()
+
+
+@pytest.fixture
+def another(url: str) -> Iterator[Store]:
+    """A second store on the same database, as a second process would open it."""
+    s = Store(url)
     yield s
     s.engine.dispose()
 
@@ -43,12 +75,16 @@ def team(store: Store) -> str:
     return store.create_team("team-a")
 
 
-def add_sandbox(store: Store, team_id: str, **fields: Any) -> SandboxRecord:
+def new_record(team_id: str, **fields: Any) -> SandboxRecord:
     sandbox_id = str(uuid.uuid4())
     values: dict[str, Any] = {"name": "box", "template": "base", "status": SandboxStatus.ACTIVE,
                               "memory_mib": 512, "vcpu": 1, "box_key": sandbox_id, **fields}
-    rec = SandboxRecord(id=sandbox_id, team_id=team_id, **values)
-    store.insert_sandbox(rec)
+    return SandboxRecord(id=sandbox_id, team_id=team_id, **values)
+
+
+def add_sandbox(store: Store, team_id: str, **fields: Any) -> SandboxRecord:
+    rec = new_record(team_id, **fields)
+    assert store.insert_sandbox(rec)
     return rec
 
 
@@ -427,12 +463,157 @@ def test_the_audit_log_is_read_newest_first_in_pages(store: Store) -> None:
     assert store.audit_log("box-3", limit=10) == []
 
 
+# --- the fleet: nodes and keys -------------------------------------------------------------------
+
+
+def a_node(name: str, **fields: Any) -> NodeRecord:
+    values: dict[str, Any] = {"url": f"http://{name}.internal:7070", "vcpu": 4, "memory_mib": 8192,
+                              "started_at": 1.0, "seen_at": 1.0, **fields}
+    return NodeRecord(id=name, **values)
+
+
+def test_a_node_is_upserted_listed_by_name_and_marked_down_once(store: Store) -> None:
+    b = a_node("node-b")
+    a = a_node("node-a", ray_node_id="ray-1", disk_mib=100_000)
+    store.upsert_node(b)
+    store.upsert_node(a)
+    assert store.get_node("node-b") == b
+    assert store.get_node("node-c") is None
+    seen = dataclasses.replace(b, seen_at=5.0, url="http://10.0.0.2:7070")
+    store.upsert_node(seen)
+    assert store.list_nodes() == [a, seen]
+    assert store.mark_node_down("node-b"), "the caller that marks it down is told"
+    assert not store.mark_node_down("node-b"), "and only that one"
+    assert not store.mark_node_down("node-c")
+    assert store.list_nodes(NodeState.UP) == [a]
+    assert [n.id for n in store.list_nodes(NodeState.DOWN)] == ["node-b"]
+    store.upsert_node(dataclasses.replace(seen, started_at=9.0, seen_at=9.0))  # it started again
+    assert store.get_node("node-b") == dataclasses.replace(seen, started_at=9.0, seen_at=9.0, state=NodeState.UP)
+
+
+def test_failing_a_node_fails_the_boxes_on_it_and_no_other(store: Store, team: str) -> None:
+    """A paused box is on no node (its checkpoint is in the fleet's shared directory): it stays paused."""
+    on_it = {status: add_sandbox(store, team, status=status, node="node-a", pause_at=10.0) for status in SandboxStatus}
+    elsewhere = add_sandbox(store, team, node="node-b")
+    local = add_sandbox(store, team)
+    running = (SandboxStatus.ACTIVE, SandboxStatus.PAUSING, SandboxStatus.RESUMING)
+    failed = store.fail_boxes_of("node-a", "node node-a stopped answering")
+    assert failed == sorted(on_it[s].id for s in running)
+    for status, rec in on_it.items():
+        got = store.get_sandbox(rec.id, include_deleted=True)
+        assert got is not None
+        if status in running:
+            assert (got.status, got.failure, got.pause_at, got.node) == (
+                SandboxStatus.FAILED, "node node-a stopped answering", None, "node-a")
+        else:
+            assert got == rec, f"a {status} box stays as it was"
+    assert store.get_sandbox(elsewhere.id) == elsewhere
+    assert store.get_sandbox(local.id) == local
+    assert store.fail_boxes_of("node-a", "again") == []
+
+
+def test_a_sandboxs_node_is_set_with_its_runtime_id_and_kept_once_it_stops(store: Store, team: str) -> None:
+    rec = add_sandbox(store, team, runtime_id="rt-1", node="node-a")
+    assert store.get_sandbox(rec.id) == rec
+    assert store.update_sandbox(rec.id, status=SandboxStatus.PAUSED, runtime_id=None)
+    got = store.get_sandbox(rec.id)
+    assert got is not None and (got.runtime_id, got.node) == (None, "node-a"), "the node it last ran on"
+    assert store.update_sandbox(rec.id, status=SandboxStatus.ACTIVE, runtime_id="rt-2", node="node-b")
+    got = store.get_sandbox(rec.id)
+    assert got is not None and (got.runtime_id, got.node) == ("rt-2", "node-b")
+    assert store.sandbox_by_runtime("rt-2") == got
+
+
+def test_a_fleet_key_is_made_once_and_then_read(store: Store, another: Store) -> None:
+    made: list[bytes] = []
+
+    def make() -> bytes:
+        made.append(os.urandom(32))
+        return made[-1]
+
+    key = store.key("server", make)
+    assert key == made[0]
+    assert store.key("server", make) == key
+    assert another.key("server", make) == key, "another process reads the same"
+    assert len(made) == 1
+    assert store.key("other", lambda: b"\x00\xff") == b"\x00\xff"
+
+
+def at_once(*calls: Callable[[], T]) -> list[T]:
+    """Run the calls on threads of their own, started together; their results in order (or what one raised)."""
+    start = threading.Barrier(len(calls), timeout=10)
+
+    def run(call: Callable[[], T]) -> T:
+        start.wait()
+        return call()
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        futures = [pool.submit(run, call) for call in calls]
+        return [f.result(timeout=60) for f in futures]
+
+
+def test_two_processes_making_a_key_at_once_get_the_same_bytes(store: Store, another: Store) -> None:
+    both_made = threading.Barrier(2, timeout=10)
+
+    def make(value: bytes) -> Callable[[], bytes]:
+        def made() -> bytes:
+            both_made.wait()  # each found no key before either stores its own
+            return value
+        return made
+
+    got = at_once(lambda: store.key("k", make(b"one")), lambda: another.key("k", make(b"two")))
+    assert got[0] == got[1] and got[0] in (b"one", b"two")
+    assert store.key("k", make(b"three")) == got[0]
+
+
+def test_of_two_status_changes_at_once_one_is_made(store: Store, another: Store, team: str) -> None:
+    rec = add_sandbox(store, team)
+
+    def pause(s: Store) -> Callable[[], bool]:
+        return lambda: s.update_sandbox(rec.id, only_if_status=(SandboxStatus.ACTIVE,), status=SandboxStatus.PAUSING)
+
+    assert sorted(at_once(pause(store), pause(another))) == [False, True]
+
+
+def test_a_team_at_its_limit_gets_no_new_sandbox(store: Store, team: str) -> None:
+    add_sandbox(store, team)
+    add_sandbox(store, team, status=SandboxStatus.RESUMING)
+    for status in (SandboxStatus.PAUSED, SandboxStatus.FAILED, SandboxStatus.DELETED):
+        add_sandbox(store, team, status=status)  # none of these run
+    add_sandbox(store, store.create_team("team-b"))
+    rec = new_record(team)
+    assert not store.insert_sandbox(rec, team_max=2)
+    assert store.get_sandbox(rec.id) is None
+    assert store.insert_sandbox(rec, team_max=3)
+    assert store.get_sandbox(rec.id) == rec
+
+
+def test_of_two_creates_at_once_for_a_teams_last_place_one_is_made(store: Store, another: Store, team: str) -> None:
+    add_sandbox(store, team)
+    a, b = new_record(team), new_record(team)
+    assert sorted(at_once(lambda: store.insert_sandbox(a, team_max=2), lambda: another.insert_sandbox(b, team_max=2))) \
+        == [False, True]
+    assert store.count_by_status(team) == {SandboxStatus.ACTIVE: 2}
+
+
+def test_a_log_row_is_kept_whatever_its_strings(store: Store) -> None:
+    """PostgreSQL refuses NULs in text and strings longer than their column; a log row keeps the rest."""
+    store.add_audit(sandbox_id="box", at=1.0, actor="x" * 400, op="file_write", detail="/tmp/a\x00b", exit_code=None,
+                    outcome="ok")
+    [entry] = store.audit_log("box", limit=10)
+    assert (entry.actor, entry.detail) == ("x" * 300, "/tmp/a\ufffdb")
+    store.add_network_log(sandbox_id="box", at=1.0, host="a.example", port=443, ip=None, verdict="failed",
+                          rule="default", bytes_out=0, bytes_in=0, error="e\x00" * 200, secrets=None)
+    [logged] = store.network_log("box", limit=10)
+    assert logged.error == ("e\ufffd" * 200)[:300]
+
+
 # --- the schema ---------------------------------------------------------------------------------
 
 
-def test_reopening_a_database_keeps_what_it_holds(store: Store, team: str, db: Path) -> None:
+def test_reopening_a_database_keeps_what_it_holds(store: Store, team: str, url: str) -> None:
     rec = add_sandbox(store, team)
-    again = Store(f"sqlite:///{db}")
+    again = Store(url)
     try:
         assert again.get_sandbox(rec.id) == rec
     finally:
@@ -471,3 +652,69 @@ def test_a_database_of_a_hutch_before_built_templates_is_upgraded(db: Path) -> N
         assert store.update_sandbox("s1", network={"allow_out": ["example.com"]})
     finally:
         store.engine.dispose()
+
+
+def schema_differences(url: str) -> list[Any]:
+    """What the database at `url` has otherwise than schema.py says (Alembic's comparison)."""
+    engine = engine_for(url)
+    try:
+        with engine.connect() as c:
+            return list(compare_metadata(MigrationContext.configure(c), schema.meta))
+    finally:
+        engine.dispose()
+
+
+def revision_of(url: str) -> str | None:
+    engine = engine_for(url)
+    try:
+        with engine.connect() as c:
+            return migrations.current(c)
+    finally:
+        engine.dispose()
+
+
+def test_a_new_database_is_made_by_the_migrations_as_schema_py_says(store: Store, url: str) -> None:
+    assert revision_of(url) == migrations.head()
+    assert schema_differences(url) == [], "schema.py changed without a revision in hutch/store/migrations/versions"
+
+
+def test_a_database_of_the_hutch_before_migrations_keeps_its_rows_and_is_stamped(url: str) -> None:
+    team = "t1"
+    engine = engine_for(url)  # the tables as the hutch before migrations made them: no fleet, no version
+    with engine.begin() as c:
+        schema.meta.create_all(c)
+        c.execute(sa.text("DROP INDEX ix_sandboxes_node"))
+        c.execute(sa.text("ALTER TABLE sandboxes DROP COLUMN node"))
+        c.execute(sa.text("DROP TABLE nodes"))
+        c.execute(sa.text("DROP TABLE fleet_keys"))
+        c.execute(schema.teams.insert().values(id=team, name="team-a", created_at=1.0))
+        c.execute(schema.api_keys.insert().values(key_hash="h" * 64, team_id=team, prefix="hutch_abc", created_at=1.0))
+        rec = new_record(team, metadata={"k": "v"}, runtime_id="rt-1", status=SandboxStatus.PAUSED)
+        c.execute(schema.sandboxes.insert().values(**{k: v for k, v in SANDBOX_JSON.row(rec).items() if k != "node"}))
+        c.execute(schema.templates.insert().values(id="tpl", team_id=team, name="mine", spec="{}", env="{}", created_at=1.0))
+        c.execute(schema.network_log.insert().values(sandbox_id=rec.id, at=1.0, host="a.example", port=443, verdict="allowed",
+                                                     rule="default", bytes_out=1, bytes_in=2))
+    engine.dispose()
+    assert revision_of(url) is None
+    store = Store(url)
+    try:
+        assert store.get_sandbox(rec.id, team) == rec
+        assert store.team_by_name("team-a") == team
+        got = store.get_template("mine", team)
+        assert got is not None and got.id == "tpl"
+        assert [e.host for e in store.network_log(rec.id, limit=10)] == ["a.example"]
+        assert store.update_sandbox(rec.id, status=SandboxStatus.ACTIVE, node="node-a")
+        store.upsert_node(a_node("node-a"))
+        assert store.fail_boxes_of("node-a", "gone") == [rec.id]
+    finally:
+        store.engine.dispose()
+    assert revision_of(url) == migrations.head()
+    assert schema_differences(url) == [], "it has what a new database has, the node's index too"
+
+
+def test_a_database_a_newer_hutch_migrated_is_not_touched(store: Store, url: str) -> None:
+    with store.engine.begin() as c:
+        c.execute(sa.text("UPDATE alembic_version SET version_num = 'from-a-newer-hutch'"))
+    with pytest.raises(RuntimeError, match="a newer hutch migrated it"):
+        Store(url)
+    assert revision_of(url) == "from-a-newer-hutch"

@@ -1,0 +1,212 @@
+"""The first revision: the store as the first hutch with migrations has it (nodes and fleet keys
+new in it, with `sandboxes.node`), made from nothing or from the tables a hutch before migrations
+left (see legacy.py: their rows stay).
+
+Its tables are written out here, not taken from schema.py: a revision is what the schema was then,
+and schema.py moves on with the revisions after this one.
+
+Revision ID: 0001
+Revises: (none)
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+from hutch.store.migrations import legacy
+
+revision = "0001"
+down_revision = None
+branch_labels = None
+depends_on = None
+
+LOG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # 64-bit on PostgreSQL; SQLite's rowid
+
+meta = sa.MetaData()
+
+teams = sa.Table(
+    "teams", meta,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("name", sa.String(128), nullable=False, unique=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+api_keys = sa.Table(
+    "api_keys", meta,
+    sa.Column("key_hash", sa.String(64), primary_key=True),
+    sa.Column("team_id", sa.String(36), sa.ForeignKey("teams.id"), nullable=False),
+    sa.Column("prefix", sa.String(16), nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+sandboxes = sa.Table(
+    "sandboxes", meta,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("team_id", sa.String(36), sa.ForeignKey("teams.id"), nullable=False, index=True),
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("template", sa.String(128), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False, index=True),
+    sa.Column("metadata", sa.Text, nullable=False),
+    sa.Column("env_vars", sa.Text, nullable=False),
+    sa.Column("timeout_seconds", sa.Integer),
+    sa.Column("auto_delete_seconds", sa.Integer),
+    sa.Column("runtime_id", sa.String(32), index=True),
+    sa.Column("box_key", sa.String(64), nullable=False),  # the box's host directory, for its whole life
+    sa.Column("token_generation", sa.Integer, nullable=False, default=1),
+    sa.Column("memory_mib", sa.Integer, nullable=False),
+    sa.Column("vcpu", sa.Integer, nullable=False),
+    sa.Column("failure", sa.Text),
+    sa.Column("pause_at", sa.Float),  # when an active box pauses on its own (timeout_seconds)
+    sa.Column("delete_at", sa.Float),  # when a paused box is deleted (auto_delete_seconds)
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("network", sa.Text),  # {"allow_out": [...], "deny_out": [...]}, or null: no rules
+    sa.Column("preview_access", sa.String(16)),  # what a newly published port gets: public (null) or private
+    sa.Column("template_id", sa.String(36), index=True),
+    sa.Column("rootfs", sa.Text),  # the template root it boots from: a rebuild never changes a box's root
+    sa.Column("disk_mib", sa.Integer),
+    # made through the E2B API: its access token stays the same across resumes (the e2b SDK keeps it)
+    sa.Column("stable_token", sa.Boolean),
+    sa.Column("node", sa.String(64), index=True),  # the fleet node it runs or last ran on (null: this server's own)
+    sa.Index("ix_sandboxes_box_key", "box_key"),
+)
+network_log = sa.Table(
+    "network_log", meta,
+    sa.Column("id", LOG_ID, primary_key=True, autoincrement=True),
+    sa.Column("sandbox_id", sa.String(36), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("port", sa.Integer, nullable=False),
+    sa.Column("ip", sa.String(64)),
+    sa.Column("verdict", sa.String(16), nullable=False),
+    sa.Column("rule", sa.String(300), nullable=False),
+    sa.Column("bytes_out", sa.BigInteger, nullable=False),
+    sa.Column("bytes_in", sa.BigInteger, nullable=False),
+    sa.Column("error", sa.String(300)),
+    sa.Column("secrets", sa.Text),  # JSON list of the secrets swapped into its requests, or null
+    sa.Index("ix_network_log_sandbox", "sandbox_id", "id"),
+)
+templates = sa.Table(
+    "templates", meta,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("team_id", sa.String(36), sa.ForeignKey("teams.id")),  # null: a system template, every team's
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("spec", sa.Text, nullable=False),  # JSON: from, steps, start and ready commands, shape
+    sa.Column("rootfs", sa.Text),  # what its boxes boot from: its last good build's root; null before one
+    sa.Column("build_id", sa.String(36)),  # that build
+    sa.Column("env", sa.Text, nullable=False),  # that build's defaults for its boxes
+    sa.Column("workdir", sa.Text),
+    sa.Column("user", sa.String(64)),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("team_id", "name", name="uq_templates_team_name"),
+)
+template_builds = sa.Table(
+    "template_builds", meta,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("template_id", sa.String(36), nullable=False, index=True),
+    sa.Column("status", sa.String(16), nullable=False, index=True),  # queued running ready failed cancelled
+    sa.Column("spec", sa.Text, nullable=False),  # the spec it builds (a template's spec never changes)
+    sa.Column("no_cache", sa.Boolean, nullable=False),
+    sa.Column("error", sa.Text),  # JSON {"code", "message", "step", "exit_code"}
+    sa.Column("steps_total", sa.Integer, nullable=False),
+    sa.Column("steps_cached", sa.Integer, nullable=False),
+    sa.Column("rootfs", sa.Text),  # the root it made
+    sa.Column("env", sa.Text),  # JSON: the defaults it made
+    sa.Column("workdir", sa.Text),
+    sa.Column("user", sa.String(64)),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("started_at", sa.Float),
+    sa.Column("finished_at", sa.Float),
+)
+
+secrets_table = sa.Table(
+    "secrets", meta,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("team_id", sa.String(36), sa.ForeignKey("teams.id"), nullable=False),
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("provider", sa.String(64)),
+    sa.Column("header", sa.String(128), nullable=False),
+    sa.Column("format", sa.String(256), nullable=False),
+    sa.Column("hosts", sa.Text, nullable=False),  # JSON list of domain patterns
+    sa.Column("sealed", sa.LargeBinary, nullable=False),  # the value, sealed by hutch.secrets.vault
+    sa.Column("version", sa.Integer, nullable=False),  # counts rotations
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("team_id", "name"),
+)
+secret_bindings = sa.Table(
+    "secret_bindings", meta,
+    sa.Column("sandbox_id", sa.String(36), primary_key=True),
+    sa.Column("env", sa.String(128), primary_key=True),
+    sa.Column("secret_id", sa.String(36), nullable=False),  # no foreign key: a deleted secret leaves it revoked
+    sa.Column("secret_name", sa.String(128), nullable=False),
+    sa.Column("standin", sa.String(128), nullable=False, unique=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+secret_audit = sa.Table(
+    "secret_audit", meta,
+    sa.Column("id", LOG_ID, primary_key=True, autoincrement=True),
+    sa.Column("secret_id", sa.String(36), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("sandbox_id", sa.String(36), nullable=False),
+    sa.Column("env", sa.String(128), nullable=False),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("method", sa.String(32), nullable=False),
+    sa.Column("path", sa.String(300), nullable=False),
+    sa.Column("status", sa.Integer),  # null: no answer came
+    # by team and name, so a secret's history outlives the secret (deleted, or made anew)
+    sa.Column("team_id", sa.String(36)),
+    sa.Column("secret_name", sa.String(128)),
+    sa.Index("ix_secret_audit_secret", "secret_id", "id"),
+    sa.Index("ix_secret_audit_name", "team_id", "secret_name", "id"),
+)
+
+preview_ports = sa.Table(
+    "preview_ports", meta,
+    sa.Column("sandbox_id", sa.String(36), primary_key=True),
+    sa.Column("port", sa.Integer, primary_key=True),
+    sa.Column("access", sa.String(16), nullable=False),  # public | private
+    sa.Column("generation", sa.Integer, nullable=False),  # a rotation bumps it: older links, cookies and tokens fail
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+audit_log = sa.Table(
+    "audit_log", meta,
+    sa.Column("id", LOG_ID, primary_key=True, autoincrement=True),
+    sa.Column("sandbox_id", sa.String(36), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("actor", sa.String(300), nullable=False),  # who: the client's address and its X-Hutch-Actor or User-Agent
+    sa.Column("op", sa.String(32), nullable=False),  # exec | spawn | signal | file_write | file_read | dir_download
+    sa.Column("detail", sa.Text, nullable=False),  # the command, or the path (at most 4 KiB)
+    sa.Column("exit_code", sa.Integer),  # a command's, once it ended (null: still running, or cut off)
+    sa.Column("outcome", sa.String(64), nullable=False),  # ok, or the error code the call ended with
+    sa.Index("ix_audit_log_sandbox", "sandbox_id", "id"),
+)
+
+
+# --- the fleet ------------------------------------------------------------------------------------
+
+nodes = sa.Table(
+    "nodes", meta,
+    sa.Column("id", sa.String(64), primary_key=True),  # the node's name
+    sa.Column("url", sa.Text, nullable=False),  # its internal address
+    sa.Column("ray_node_id", sa.String(64)),
+    sa.Column("vcpu", sa.Integer, nullable=False),
+    sa.Column("memory_mib", sa.Integer, nullable=False),
+    sa.Column("disk_mib", sa.Integer),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("seen_at", sa.Float, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),  # up | down
+)
+fleet_keys = sa.Table(
+    "fleet_keys", meta,  # keys every process of a fleet must share, made once by whichever asks first
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", sa.LargeBinary, nullable=False),
+)
+
+
+def upgrade() -> None:
+    legacy.bring_to(op.get_bind(), meta)
+
+
+def downgrade() -> None:
+    meta.drop_all(op.get_bind())
