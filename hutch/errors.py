@@ -66,6 +66,7 @@ class Code(StrEnum):
     TOO_MANY_SANDBOXES = "too_many_sandboxes", 429
     TOO_MANY_TEMPLATES = "too_many_templates", 429
     TOO_MANY_BUILDS = "too_many_builds", 429
+    NO_CAPACITY = "no_capacity", 429  # a fleet with no node that has room, within the placement wait
 
     # the server, the node and the box
     SERVER_ERROR = "server_error", 500
@@ -77,6 +78,8 @@ class Code(StrEnum):
     COMMAND_START_FAILED = "command_start_failed", 503
     TEMPLATE_START_FAILED = "template_start_failed", 503
     STORE_UNAVAILABLE = "store_unavailable", 503
+    NODE_UNREACHABLE = "node_unreachable", 503  # a fleet's node did not answer its API server
+    NOT_IN_FLEET = "not_in_fleet", 501  # what a fleet cannot do yet (template builds)
     READY_TIMEOUT = "ready_timeout", 504
     INSUFFICIENT_STORAGE = "insufficient_storage", 507
 

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hutch.cli.shared import CLIENT_ENV, Subparsers
-from hutch.server.config import DEFAULT_CACHE_DIR, DEFAULT_PORT, ServerConfig
+from hutch.cli.shared import CLIENT_ENV, Subparsers, fleet_installed
+from hutch.server.config import DEFAULT_CACHE_DIR, DEFAULT_PORT, FleetConfig, ServerConfig
 
 # They read the data dir themselves, not a client's environment
-SERVER_COMMANDS = ("serve", "build-base", "team-create")
+SERVER_COMMANDS = ("serve", "build-base", "team-create", "node")
 
 
 def add_serve(sub: Subparsers) -> None:
@@ -46,7 +46,24 @@ def add_serve(sub: Subparsers) -> None:
                         "default: <data dir>/images)")
     s.add_argument("--registry-pulls", action="store_true",
                    help="let templates pull images from registries (docker://...) over the host's network")
+    add_fleet_options(s, api=True)
     s.set_defaults(fn=cmd_serve)
+
+
+def add_fleet_options(s: argparse.ArgumentParser, api: bool) -> None:
+    g = s.add_argument_group("fleet", "a fleet member (docs/fleet.md); with neither --store nor --ray, one host"
+                             if api else "this host's node runtime in a fleet (docs/fleet.md)")
+    g.add_argument("--store", metavar="URL", required=not api,
+                   help="the fleet's PostgreSQL (postgresql://user@host/db); default: SQLite in the data dir")
+    g.add_argument("--ray", metavar="ADDRESS", required=not api,
+                   help="the Ray cluster's address (head:6379): run as a stateless API server of that fleet"
+                   if api else "the Ray cluster's address (head:6379)")
+    g.add_argument("--shared", type=Path, metavar="DIR", required=not api,
+                   help="the directory every fleet member mounts (an NFS share): paused boxes' checkpoints")
+    if api:
+        g.add_argument("--ray-node-ip", metavar="IP", help="this host's Ray node's address, if it has several")
+        g.add_argument("--placement-wait", type=float, default=10.0, metavar="S",
+                       help="seconds a create waits for a node with room before no_capacity (default %(default)s)")
 
 
 def add_build_base(sub: Subparsers) -> None:
@@ -117,7 +134,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from hutch.server.app import create_app
     from hutch.store import Store
 
-    config = ServerConfig(data_dir=args.data_dir, cache_dir=args.cache_dir, host=args.host, port=args.port,
+    fleet = None
+    if args.ray or args.shared:
+        if not (args.ray and args.shared and args.store and args.store.startswith("postgresql")):
+            print("a fleet's API server takes --ray, --shared and a PostgreSQL --store together", file=sys.stderr)
+            return 2
+        if not fleet_installed():
+            return 2
+        fleet = FleetConfig(ray=args.ray, shared_dir=args.shared, ray_node_ip=args.ray_node_ip,
+                            placement_wait=args.placement_wait)
+    config = ServerConfig(data_dir=args.data_dir, database_url=args.store, fleet=fleet, cache_dir=args.cache_dir,
+                          host=args.host, port=args.port,
                           warm_pool=args.warm_pool, max_sandboxes=args.max_sandboxes,
                           team_max_sandboxes=args.team_max_sandboxes, egress_hosts=args.egress_hosts,
                           egress_system_dns=not args.egress_no_system_dns, trust_ca=tuple(args.trust_ca or ()),
@@ -125,7 +152,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                           preview_https=args.preview_https, max_builds=args.max_builds,
                           image_dirs=tuple(args.image_dir or ()), registry_pulls=args.registry_pulls)
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if not base_image.is_built(config.cache_dir):
+    if fleet is None and not base_image.is_built(config.cache_dir):
         base_image.build(config.cache_dir, progress=lambda line: print(line, flush=True))
     store = Store(config.db_url)
     key = _admin_key(store, config.data_dir)

@@ -108,3 +108,13 @@ def run_handler(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `hutch template logs NAME | head`: the reader left
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return EXIT_BROKEN_PIPE
+
+
+def fleet_installed() -> bool:
+    """Whether Ray, which a fleet member needs, is installed (else the reason is printed)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        print("a fleet member needs Ray: pip install 'hutch[fleet]'", file=sys.stderr)
+        return False
+    return True

@@ -14,7 +14,7 @@ import json
 import math
 import os
 import stat
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
@@ -297,18 +297,29 @@ def pin(socket: Path) -> AgentClient | None:
     return AgentClient(f"/proc/self/fd/{fd}", on_close=lambda: os.close(fd))
 
 
+Dial = Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
+
+
 class AgentClient:
     """One box's agent over HTTP/1.1 on its socket: the `hutch.node.api.BoxAgent` of the node.
-    `transport` replaces the socket's (tests); `on_close` runs once the client is closed."""
+    `transport` replaces the socket's (tests); `on_close` runs once the client is closed.
+
+    A fleet's API server reaches a box on another host through that node's relay
+    (hutch.fleet.relay): `base_url` names the relay's path to the box, `headers` its credential,
+    and `dial` opens a tunnel's own connection to it. What comes back is as hostile either way."""
 
     def __init__(self, socket: str, transport: httpx.AsyncBaseTransport | None = None,
-                 on_close: Callable[[], None] | None = None) -> None:
+                 on_close: Callable[[], None] | None = None, *, base_url: str = "http://agent",
+                 headers: dict[str, str] | None = None, dial: Dial | None = None) -> None:
         self.socket = socket
         self._on_close = on_close
+        self._headers = headers or {}
+        self._dial = dial or (lambda: asyncio.open_unix_connection(self.socket))
+        self._prefix = httpx.URL(base_url).path.rstrip("/")
         self._http: httpx.AsyncClient | None = httpx.AsyncClient(
             # plain HTTP: no CA bundle to load
             transport=transport or httpx.AsyncHTTPTransport(uds=socket, verify=False),
-            base_url="http://agent", timeout=DEFAULT_TIMEOUT)
+            base_url=base_url, timeout=DEFAULT_TIMEOUT, headers=self._headers)
 
     async def aclose(self) -> None:
         http, self._http = self._http, None
@@ -481,12 +492,13 @@ class AgentClient:
         client's keep-alive pool, since it never goes back to HTTP."""
         self._client()
         try:
-            reader, writer = await asyncio.open_unix_connection(self.socket)
-        except OSError as e:
+            reader, writer = await asyncio.wait_for(self._dial(), TUNNEL_TIMEOUT)
+        except (OSError, TimeoutError) as e:
             raise AgentUnreachable(f"the sandbox could not be reached: {e}") from None
         try:
-            writer.write(f"POST {protocol.TUNNEL}?port={int(port)} HTTP/1.1\r\nHost: agent\r\n"
-                         f"Content-Length: 0\r\n\r\n".encode())
+            extra = "".join(f"{name}: {value}\r\n" for name, value in self._headers.items())
+            writer.write(f"POST {self._prefix}{protocol.TUNNEL}?port={int(port)} HTTP/1.1\r\nHost: agent\r\n"
+                         f"{extra}Content-Length: 0\r\n\r\n".encode())
             status, length = tunnel_head(await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TUNNEL_TIMEOUT))
             if status == 200:
                 return reader, writer

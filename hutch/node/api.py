@@ -63,6 +63,7 @@ class BoxRef:
 
     runtime_id: str
     key: str
+    node: str | None = None  # the fleet node it runs on (None: this host's own)
 
 
 @dataclass(frozen=True)

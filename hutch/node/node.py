@@ -188,6 +188,15 @@ class Node:
         box = self._boxes.get(runtime_id)
         return None if box is None else box.agent
 
+    def held(self) -> dict[str, str]:
+        """Every box this node holds: its runtime id -> its key."""
+        return {runtime_id: box.dir.name for runtime_id, box in self._boxes.items()}
+
+    def channel_socket(self, runtime_id: str) -> str | None:
+        """The pinned path of a box's agent socket (a fleet's relay connects to it), if held."""
+        box = self._boxes.get(runtime_id)
+        return box.agent.socket if box is not None and box._agent is not None else None
+
     def capacity(self) -> Capacity:
         memory = _meminfo()
         return Capacity(boxes=len(self._boxes), cpus=os.cpu_count() or 1, memory_bytes=memory.get("MemTotal", 0),

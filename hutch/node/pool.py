@@ -34,6 +34,10 @@ class WarmPool:
     def __len__(self) -> int:
         return len(self._ready)
 
+    def waiting(self) -> set[str]:
+        """The runtime ids of the boxes waiting to be claimed."""
+        return {box.runtime_id for box in self._ready}
+
     def start(self) -> None:
         if self.size > 0 and self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._fill())

@@ -53,6 +53,7 @@ class ServerCode:
     # quotas
     RATE_LIMITED = "rate_limited"
     TOO_MANY_SANDBOXES = "too_many_sandboxes"
+    NO_CAPACITY = "no_capacity"
     TOO_MANY_TEMPLATES = "too_many_templates"
     TOO_MANY_BUILDS = "too_many_builds"
 
@@ -66,6 +67,8 @@ class ServerCode:
     COMMAND_START_FAILED = "command_start_failed"
     TEMPLATE_START_FAILED = "template_start_failed"
     STORE_UNAVAILABLE = "store_unavailable"
+    NODE_UNREACHABLE = "node_unreachable"
+    NOT_IN_FLEET = "not_in_fleet"
     READY_TIMEOUT = "ready_timeout"
     INSUFFICIENT_STORAGE = "insufficient_storage"
 

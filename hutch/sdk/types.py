@@ -98,6 +98,7 @@ class SandboxInfo:
     secrets: list[SecretBinding] = field(default_factory=list)
     preview_access: str = "public"  # what a port published without an access of its own gets
     preview_url_template: str = ""  # a published port's URL, "{port}" standing for the port
+    node: str | None = None  # the fleet node it runs or last ran on (None on a single host)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SandboxInfo:
@@ -110,6 +111,7 @@ class SandboxInfo:
             network=NetworkConfig(**d["network"]) if d.get("network") else None,
             secrets=[SecretBinding.from_json(b) for b in d.get("secrets", ())],
             preview_access=d.get("preview_access", "public"), preview_url_template=d.get("preview_url_template", ""),
+            node=d.get("node"),
         )
 
 

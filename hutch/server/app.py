@@ -46,24 +46,35 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         st = State(config)
         app.state.hutch = st
-        st.node.start_reaping()
-        await st.sandboxes.reconcile()
-        await st.templates.reconcile()
-        st.pool.start()
-        await st.previews.proxy.start(config.host, config.preview_port)
         loop = asyncio.get_running_loop()
-        lifetimes = loop.create_task(st.sandboxes.run_lifetimes())
+        tasks = [loop.create_task(st.sandboxes.run_lifetimes())]  # a fleet's: each API server's, one wins
+        if st.local is not None:
+            st.node.start_reaping()
+            await st.sandboxes.reconcile()
+            await st.templates.reconcile()
+        else:  # a fleet's nodes take back their own boxes; the API servers watch for lost nodes
+            from hutch.fleet.watch import NodeWatch
+
+            assert st.placement is not None
+            tasks.append(loop.create_task(NodeWatch(st.store, st.placement).run()))
+        if st.pool is not None:
+            st.pool.start()
+        await st.previews.proxy.start(config.host, config.preview_port)
         loop.add_signal_handler(signal.SIGUSR2, _dump_tasks)  # `kill -USR2 <pid>`: what every task waits on
         try:
             yield
         finally:
-            lifetimes.cancel()
+            for task in tasks:
+                task.cancel()
             await envd.close()  # E2B's watchers and process timers
             await st.templates.close()  # a build cut short is queued again for the next start
-            await st.pool.close()  # nobody's boxes: not worth keeping
-            await st.egress.close_all()
+            if st.pool is not None:
+                await st.pool.close()  # nobody's boxes: not worth keeping
             await st.previews.proxy.close()
-            await st.node.close()  # the sandboxes outlive the server; a restart takes them back
+            if st.local is not None:
+                await st.local.close()  # the sandboxes outlive the server; a restart takes them back
+            else:
+                await st.node.close()
 
     app = FastAPI(title="hutch", version="0.1.0", lifespan=lifespan,
                   description="Self-hosted gVisor sandboxes for AI agents.")

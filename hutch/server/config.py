@@ -12,6 +12,16 @@ DEFAULT_CACHE_DIR = Path(os.environ.get("HUTCH_CACHE_DIR", "/var/cache/hutch"))
 DEFAULT_PORT = 7423
 
 
+@dataclass(frozen=True)
+class FleetConfig:
+    """A fleet member's: where Ray is, and the directory every member mounts (checkpoints)."""
+
+    ray: str  # the Ray cluster's address (host:port of its head's GCS, or ray://host:10001)
+    shared_dir: Path  # the same files on every member: an NFS mount, say
+    ray_node_ip: str | None = None  # this host's Ray node's address, when it has several
+    placement_wait: float = 10.0  # seconds a create waits for room (and the autoscaler) before no_capacity
+
+
 @dataclass
 class ServerConfig:
     data_dir: Path = DEFAULT_DATA_DIR
@@ -47,6 +57,12 @@ class ServerConfig:
     team_max_builds: int = 10  # queued or running, per team
     image_dirs: tuple[Path, ...] = ()
     registry_pulls: bool = False
+    fleet: FleetConfig | None = None  # a fleet's API server: no node of its own, PostgreSQL, Ray
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Paused boxes' images: a fleet's are in its shared directory, so any node resumes them."""
+        return (self.fleet.shared_dir if self.fleet else self.data_dir) / "checkpoints"
 
     @property
     def allowed_image_dirs(self) -> tuple[Path, ...]:

@@ -6,10 +6,11 @@ taken from the store and the pool at scrape time, so they are never out of step.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from hutch.server.models import NodeInfo
 from hutch.store import SandboxStatus
 
 # Latency buckets from a few ms (a command) to a minute (a large restore).
@@ -36,10 +37,25 @@ class Metrics:
         self.secret_connections = Counter("hutch_egress_secret_connections",
                                           "Connections that had a secret swapped into a request", registry=r)
         self.warm_pool = Gauge("hutch_warm_pool_boxes", "Boxes booted and waiting in the warm pool", registry=r)
+        self.node_up = Gauge("hutch_node_up", "Whether a node is up (1) or lost (0)", ["node"], registry=r)
+        self.node_boxes = Gauge("hutch_node_boxes", "Active boxes on a node", ["node"], registry=r)
+        self.node_vcpu = Gauge("hutch_node_vcpu", "Vcpu boxes may reserve on a node", ["node"], registry=r)
+        self.node_vcpu_reserved = Gauge("hutch_node_vcpu_reserved", "Vcpu active boxes hold on a node", ["node"],
+                                        registry=r)
+        self.node_memory = Gauge("hutch_node_memory_mib", "Memory boxes may reserve on a node", ["node"], registry=r)
+        self.node_memory_reserved = Gauge("hutch_node_memory_mib_reserved", "Memory active boxes hold on a node",
+                                          ["node"], registry=r)
 
-    def render(self, count_by_status: Callable[[], dict[str, int]], pool_size: int) -> bytes:
+    def render(self, count_by_status: Callable[[], dict[str, int]], pool_size: int, nodes: Sequence[NodeInfo] = ()) -> bytes:
         counts = count_by_status()
         for status in STATUSES:
             self.sandboxes.labels(status).set(counts.get(status, 0))
         self.warm_pool.set(pool_size)
+        for n in nodes:
+            self.node_up.labels(n.name).set(1 if n.health == "up" else 0)
+            self.node_boxes.labels(n.name).set(n.boxes)
+            self.node_vcpu.labels(n.name).set(n.vcpu)
+            self.node_vcpu_reserved.labels(n.name).set(n.vcpu_reserved)
+            self.node_memory.labels(n.name).set(n.memory_mib)
+            self.node_memory_reserved.labels(n.name).set(n.memory_mib_reserved)
         return generate_latest(self.registry)

@@ -241,6 +241,7 @@ class SandboxInfo(BaseModel):
     secrets: list[SecretBinding] = []
     preview_access: Access = "public"
     preview_url_template: str = ""  # a published port's URL, with "{port}" for the port
+    node: str | None = None  # the fleet node it runs or last ran on (None on a single host)
 
 
 class SandboxAccess(SandboxInfo):
@@ -515,3 +516,17 @@ class TemplateInfo(BaseModel):
     user: str | None
     created_at: datetime
     latest_build: BuildInfo | None = None
+
+
+class NodeInfo(BaseModel):
+    """A host that runs boxes: a fleet's node, or a single host's own."""
+
+    name: str
+    url: str
+    health: Literal["up", "down"]
+    boxes: int  # active boxes on it
+    vcpu: int  # what boxes may reserve there in all
+    memory_mib: int
+    vcpu_reserved: int  # what its active boxes hold
+    memory_mib_reserved: int
+    started_at: datetime | None = None

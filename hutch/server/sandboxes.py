@@ -62,6 +62,7 @@ class Sandboxes:
         self.preview_site = PreviewSite(config.preview_domain, None if config.preview_https else config.preview_port,
                                         config.preview_https)
         self.metrics = Metrics()
+        self.owner: str | None = None  # a fleet node's name: its start takes back only its own boxes
         node.notify_exits(self._box_ended)
 
     # --- views ----------------------------------------------------------------------------------
@@ -80,7 +81,7 @@ class Sandboxes:
             network=NetworkConfig.model_validate(rec.network) if rec.network is not None else None,
             secrets=self.secrets.bindings(rec.id) if bindings is None else bindings,
             preview_access=rec.preview_access or "public",  # type: ignore[arg-type]
-            preview_url_template=self.preview_site.url(rec.id, "{port}"),
+            preview_url_template=self.preview_site.url(rec.id, "{port}"), node=rec.node,
         )
 
     def network_log(self, team_id: str, sandbox_id: str, limit: int, before: int | None) -> NetworkLogPage:
@@ -103,14 +104,15 @@ class Sandboxes:
         return rec
 
     def image_dir(self, sandbox_id: str) -> Path:
-        return self.config.data_dir / "checkpoints" / sandbox_id
+        return self.config.checkpoint_dir / sandbox_id
 
     def _limits(self, rec: SandboxRecord) -> tuple[Path, Limits]:
         rootfs = rec.rootfs
         if rootfs is None:  # a box from before templates could be built: it boots from the base
             base = self.store.get_template(BASE_TEMPLATE_ID)
             rootfs = base.rootfs if base else None
-        if rootfs is None or not Path(rootfs).is_dir():
+        # (a fleet's API server has no roots of its own: the node that boots the box checks)
+        if rootfs is None or (self.config.fleet is None and not Path(rootfs).is_dir()):
             raise ApiError(Code.TEMPLATE_ROOT_GONE, f"the template root of sandbox {rec.id} is gone")
         # (a restore takes the disk's kind from the checkpoint: see Node.restore)
         return Path(rootfs), Limits.of_shape(rec.vcpu, rec.memory_mib, self.config.pids, rec.disk_mib or 0)
@@ -142,7 +144,8 @@ class Sandboxes:
         def running(counts: dict[str, int]) -> int:
             return counts.get(SandboxStatus.ACTIVE, 0) + counts.get(SandboxStatus.RESUMING, 0)
 
-        if running(self.store.count_by_status()) + self._starting >= self.config.max_sandboxes:
+        # a fleet's room is its nodes': Ray's reservations say (no_capacity)
+        if self.config.fleet is None and running(self.store.count_by_status()) + self._starting >= self.config.max_sandboxes:
             raise ApiError(Code.TOO_MANY_SANDBOXES,
                            f"this node runs at most {self.config.max_sandboxes} sandboxes; kill or pause one")
         if running(self.store.count_by_status(team_id)) >= self.config.team_max_sandboxes:
@@ -193,12 +196,18 @@ class Sandboxes:
                 raise ApiError(Code.BOOT_FAILED, f"the sandbox could not start: {e}") from e
             finally:
                 self._starting -= 1
-            rec.runtime_id, rec.box_key = box.runtime_id, box.key
+            rec.runtime_id, rec.box_key, rec.node = box.runtime_id, box.key, box.node
             try:
-                self.store.insert_sandbox(rec, bindings)
+                # the team's count and the insert in one transaction: creates at once (on any API
+                # server) cannot take more than the team's places between them
+                inserted = self.store.insert_sandbox(rec, bindings, team_max=self.config.team_max_sandboxes)
             except BaseException:
                 await self.node.stop(box.runtime_id, rec.box_key)  # never a box without a record
                 raise
+            if not inserted:
+                await self.node.stop(box.runtime_id, rec.box_key)
+                raise ApiError(Code.TOO_MANY_SANDBOXES, f"a team runs at most {self.config.team_max_sandboxes} "
+                                                        "sandboxes; kill or pause one")
         finally:
             self.booting_roots[str(rootfs)] -= 1
             if not self.booting_roots[str(rootfs)]:
@@ -274,7 +283,11 @@ class Sandboxes:
             if rec.status != SandboxStatus.ACTIVE or not rec.runtime_id:
                 raise ApiError(Code.SANDBOX_FAILED if rec.status == SandboxStatus.FAILED else Code.INVALID_STATE,
                                f"sandbox {rec.id} is {rec.status} and cannot be paused")
-            self.store.update_sandbox(rec.id, status=SandboxStatus.PAUSING)
+            # Another API server of a fleet may take it first: one of them pauses it.
+            if not self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.ACTIVE,), status=SandboxStatus.PAUSING):
+                if only_if_due:
+                    return
+                raise ApiError(Code.INVALID_STATE, f"sandbox {rec.id} is being paused or resumed elsewhere")
             image = self.image_dir(rec.id)
             started = time.perf_counter()
             try:
@@ -316,7 +329,8 @@ class Sandboxes:
             self._check_capacity(rec.team_id)
             rootfs, limits = self._limits(rec)
             image = self.image_dir(rec.id)
-            self.store.update_sandbox(rec.id, status=SandboxStatus.RESUMING)
+            if not self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSED,), status=SandboxStatus.RESUMING):
+                raise ApiError(Code.INVALID_STATE, f"sandbox {rec.id} is being resumed elsewhere; connect again")
             started = time.perf_counter()
             try:
                 box = await self.node.restore(rec.box_key, rootfs, limits, image)
@@ -325,7 +339,8 @@ class Sandboxes:
                 log.error("resuming %s failed: %s", rec.id, e)
                 self.store.update_sandbox(rec.id, status=SandboxStatus.PAUSED)  # the image is still there: try again
                 raise ApiError(Code.RESUME_FAILED, f"the sandbox could not be resumed: {e}") from e
-            self.store.update_sandbox(rec.id, status=SandboxStatus.ACTIVE, runtime_id=box.runtime_id, delete_at=None,
+            self.store.update_sandbox(rec.id, status=SandboxStatus.ACTIVE, runtime_id=box.runtime_id, node=box.node,
+                                      delete_at=None,
                                       token_generation=rec.token_generation + (0 if rec.stable_token else 1),
                                       pause_at=self._deadline(rec.timeout_seconds))
             shutil.rmtree(image, ignore_errors=True)  # restored: the image is no longer needed
@@ -439,19 +454,22 @@ class Sandboxes:
     async def reconcile(self) -> None:
         """At start: take back the boxes that still run, settle what a crash left half-done,
         mark the rest failed, and clear strays."""
-        records = self.store.list_sandboxes(None)
+        records = [r for r in self.store.list_sandboxes(None) if self.owner is None or r.node == self.owner]
         for rec in records:
             if rec.status == SandboxStatus.PAUSING:
                 await self._settle_pausing(rec)
             elif rec.status == SandboxStatus.RESUMING:
                 self.store.update_sandbox(rec.id, status=SandboxStatus.PAUSED)  # the image was kept until resumed
-        live = [r for r in self.store.list_sandboxes(None, status=SandboxStatus.ACTIVE) if r.runtime_id]
+        live = [r for r in self.store.list_sandboxes(None, status=SandboxStatus.ACTIVE)
+                if r.runtime_id and (self.owner is None or r.node == self.owner)]
         alive = await self.node.adopt({r.runtime_id: r.box_key for r in live if r.runtime_id})
         for rec in live:
             if rec.runtime_id not in alive:
                 self.mark_failed(rec.id, "the sandbox was not running when the server started")
+        if self.owner is not None:
+            return  # a fleet's checkpoints are every node's: not one node's to clear
         keep = {r.id for r in self.store.list_sandboxes(None, status=SandboxStatus.PAUSED)}
-        images = self.config.data_dir / "checkpoints"
+        images = self.config.checkpoint_dir
         for d in images.iterdir() if images.exists() else ():
             if d.name not in keep:
                 shutil.rmtree(d, ignore_errors=True)  # reclaim the disk of boxes that are gone

@@ -6,7 +6,7 @@ Routes reach it through the `StateDep` dependency; nothing else constructs these
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
@@ -27,6 +27,7 @@ from hutch.secrets.vault import Vault
 from hutch.server import audit
 from hutch.server.config import ServerConfig
 from hutch.server.dataplane import DataPlane
+from hutch.server.metrics import Metrics
 from hutch.server.previews import Previews
 from hutch.server.sandboxes import Sandboxes
 from hutch.server.secrets import Secrets
@@ -34,16 +35,18 @@ from hutch.server.templates import BUILD_BOX_PREFIX, Templates
 from hutch.server.tokens import TokenSigner, load_or_create_key
 from hutch.store import Store
 
+if TYPE_CHECKING:
+    from hutch.fleet.cluster import Placement
 
-class State:
-    """What the routes share, made once at start-up."""
 
-    def __init__(self, config: ServerConfig) -> None:
+class NodeSide:
+    """What runs boxes on this host: the driver, the egress proxy with its CA and its policy from
+    the store, and the node runtime. A single host's server holds one; so does a fleet's node."""
+
+    def __init__(self, config: ServerConfig, store: Store, secrets: Secrets) -> None:
         self._loop = asyncio.get_running_loop()  # made in the lifespan; the egress log calls back from its thread
-        self.config = config
-        config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.store = Store(config.db_url)
-        base_root = base_image.base_root_path(config.cache_dir)
+        self.store, self.secrets = store, secrets
+        self.base_root = base_image.base_root_path(config.cache_dir)
         if not base_image.is_built(config.cache_dir):
             raise RuntimeError(f"the base template is not built in {config.cache_dir}: run `hutch build-base`")
         binary = find_runsc()
@@ -52,34 +55,22 @@ class State:
         driver = DRIVERS[DEFAULT_DRIVER](RunscConfig(config.run_dir / "runsc", binary=binary,
                                                      platform=config.runsc_platform,
                                                      checkpoint_compression=config.checkpoint_compression))
-        self.secrets = Secrets(self.store, Vault(config.data_dir / "secrets.key"))
         ca = CertificateAuthority(config.data_dir / "ca")
         box_trust = config.data_dir / "ca" / "box"  # mounted read-only in every box at /.hutch/ca
-        ca.write_box_trust(box_trust, base_root / "etc/ssl/certs/ca-certificates.crt", list(config.trust_ca))
+        ca.write_box_trust(box_trust, self.base_root / "etc/ssl/certs/ca-certificates.crt", list(config.trust_ca))
         hosts = load_hosts_file(config.egress_hosts) if config.egress_hosts else None
-        interception = Interception(ca, upstream_context(list(config.trust_ca)), self.secrets.reveal, self.secrets.record)
+        interception = Interception(ca, upstream_context(list(config.trust_ca)), secrets.reveal, secrets.record)
         self.egress = EgressProxy(Resolver(hosts, system=config.egress_system_dns), self._egress_policy,
                                   self._egress_record, HostAddresses().get, interception)
-        self.node: NodeRuntime = Node(config.run_dir, driver, AgentRuntime.find(base_root), trust_dir=box_trust,
-                                      disks_dir=config.data_dir / "disks", egress=self.egress)
-        server_key = load_or_create_key(config.data_dir / "server.key")
-        self.signer = TokenSigner(server_key)
-        self.templates = Templates(config, self.store, self.node)
-        self.templates.register_base(base_root)
-        self.sandboxes = Sandboxes(config, self.store, self.node, self.signer, self.secrets)
-        self.templates.booting_roots = lambda: set(self.sandboxes.booting_roots)
-        self.previews = Previews(self.sandboxes, PreviewKeys(server_key), self.sandboxes.preview_site)
-        self.pool = WarmPool(self.node, config.warm_pool, base_root, self.sandboxes.base_limits())
-        self.sandboxes.pool = self.pool
-        self.metrics = self.sandboxes.metrics
-        self.data = DataPlane(self.sandboxes, config.max_file_bytes)
-        self.audit = audit.AuditLog(self.store)
-
+        self.node = Node(config.run_dir, driver, AgentRuntime.find(self.base_root), trust_dir=box_trust,
+                         disks_dir=config.data_dir / "disks", egress=self.egress)
+        self.templates: Templates | None = None  # a build box's policy and log lines (a single host's)
+        self.metrics: Metrics | None = None
 
     def _egress_policy(self, box_key: str) -> Policy | None:
         rec = self.store.sandbox_by_box_key(box_key)
         if rec is None:
-            return self.templates.egress_policy(box_key)
+            return self.templates.egress_policy(box_key) if self.templates else None
         network = rec.network or {}
         return Policy(rec.id, NetworkRules.parse(network.get("allow_out", ()), network.get("deny_out", ())),
                       self.secrets.injections(rec.id))
@@ -88,13 +79,65 @@ class State:
         """On the egress proxy's log thread: the store and the counters are thread-safe; a build's
         log wakes its followers on the event loop, so that line goes back to the loop."""
         if entry.sandbox_id.startswith(BUILD_BOX_PREFIX):  # a build box's: told in its build's log
-            line = f"egress {entry.verdict}: {entry.host}:{entry.port}" + (f" ({entry.error})" if entry.error else "")
-            self._loop.call_soon_threadsafe(self.templates.egress_record, entry.sandbox_id, line)
+            if self.templates is not None:
+                line = f"egress {entry.verdict}: {entry.host}:{entry.port}" + (f" ({entry.error})" if entry.error else "")
+                self._loop.call_soon_threadsafe(self.templates.egress_record, entry.sandbox_id, line)
             return
         self.store.add_network_log(**entry.__dict__)
-        self.metrics.egress_connections.labels(entry.verdict).inc()
-        if entry.secrets:
-            self.metrics.secret_connections.inc()
+        if self.metrics is not None:
+            self.metrics.egress_connections.labels(entry.verdict).inc()
+            if entry.secrets:
+                self.metrics.secret_connections.inc()
+
+    async def close(self) -> None:
+        await self.egress.close_all()
+        await self.node.close()  # the sandboxes outlive the server; a restart takes them back
+
+
+class State:
+    """What the routes share, made once at start-up. On a single host the node runs in this
+    process; a fleet's API server (config.fleet) reaches its nodes through hutch.fleet instead."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.store = Store(config.db_url)
+        self.fleet = config.fleet
+        if self.fleet is not None:
+            from hutch.fleet import keys
+
+            keys.materialize(self.store, config.data_dir)  # the signer's, the vault's: the fleet's, not ours
+        self.secrets = Secrets(self.store, Vault(config.data_dir / "secrets.key"))
+        self.local: NodeSide | None = None
+        self.placement: Placement | None = None
+        if self.fleet is None:
+            self.local = NodeSide(config, self.store, self.secrets)
+            self.node: NodeRuntime = self.local.node
+            base_root = self.local.base_root
+        else:
+            from hutch.fleet import cluster, keys
+            from hutch.fleet.remote import FleetRuntime
+
+            cluster.connect(self.fleet.ray, self.fleet.ray_node_ip)
+            self.placement = cluster.Placement(self.fleet.placement_wait)
+            self.node = FleetRuntime(self.store, self.placement, keys.fleet_key(self.store))
+            base_root = base_image.base_root_path(config.cache_dir)  # on every node, at the same path
+        server_key = load_or_create_key(config.data_dir / "server.key")
+        self.signer = TokenSigner(server_key)
+        self.templates = Templates(config, self.store, self.node)
+        self.templates.builds_here = self.fleet is None
+        self.templates.register_base(base_root)
+        self.sandboxes = Sandboxes(config, self.store, self.node, self.signer, self.secrets)
+        self.templates.booting_roots = lambda: set(self.sandboxes.booting_roots)
+        self.previews = Previews(self.sandboxes, PreviewKeys(server_key), self.sandboxes.preview_site)
+        self.pool: WarmPool | None = None
+        if self.local is not None:
+            self.local.templates, self.local.metrics = self.templates, self.sandboxes.metrics
+            self.pool = WarmPool(self.node, config.warm_pool, base_root, self.sandboxes.base_limits())
+        self.sandboxes.pool = self.pool
+        self.metrics = self.sandboxes.metrics
+        self.data = DataPlane(self.sandboxes, config.max_file_bytes)
+        self.audit = audit.AuditLog(self.store)
 
 
 def state(request: Request) -> State:

@@ -64,6 +64,7 @@ class Templates:
         self._closing = False  # builds cut short by a server stop are queued again at the next start
         self._parent_roots: dict[str, str] = {}  # build id -> the root it builds on
         self.booting_roots: Callable[[], set[str]] = set  # roots of sandboxes being created (Sandboxes)
+        self.builds_here = True  # a fleet's API server has no node of its own to build on
 
     # --- the base -------------------------------------------------------------------------------
 
@@ -127,6 +128,9 @@ class Templates:
     # --- create, rebuild, cancel, delete --------------------------------------------------------
 
     def _check_quota(self, team_id: str, new_template: bool) -> None:
+        if not self.builds_here:
+            raise ApiError(Code.NOT_IN_FLEET, "a fleet does not build templates yet: build them on a single-host "
+                                              "hutch and point the fleet's nodes at its template roots")
         templates, builds = self.store.count_templates(team_id)
         if new_template and templates >= self.config.team_max_templates:
             raise ApiError(Code.TOO_MANY_TEMPLATES, f"a team has at most {self.config.team_max_templates} "

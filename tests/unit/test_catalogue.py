@@ -25,7 +25,7 @@ from hutch.sdk.errors import (
 CLASS_BY_STATUS: dict[int, type[SandboxError]] = {
     400: ValidationError, 401: AuthenticationError, 403: AuthenticationError, 404: NotFoundError,
     405: SandboxError, 409: ConflictError, 413: ValidationError, 429: RateLimitError, 500: ServerError,
-    502: ServerError, 503: ServerError, 504: SandboxTimeoutError, 507: ServerError,
+    501: ServerError, 502: ServerError, 503: ServerError, 504: SandboxTimeoutError, 507: ServerError,
 }
 
 

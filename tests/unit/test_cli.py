@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from hutch.cli import commands, files, mcp, previews, sandboxes, secrets, server, templates
+from hutch.cli import commands, files, fleet, mcp, previews, sandboxes, secrets, server, templates
 from hutch.cli.program import build_parser, parse
 
 
@@ -32,11 +32,14 @@ EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
         ["serve", "--host", "0.0.0.0", "--port", "9000", "--cache-dir", "/c", "--warm-pool", "0", "--max-sandboxes", "8",
          "--team-max-sandboxes", "4", "--egress-hosts", "/h", "--egress-no-system-dns", "--trust-ca", "/a.pem",
          "--trust-ca", "/b.pem", "--preview-port", "8000", "--preview-domain", "example.test", "--preview-https",
-         "--max-builds", "3", "--image-dir", "/i", "--registry-pulls"],
+         "--max-builds", "3", "--image-dir", "/i", "--registry-pulls", "--store", "postgresql://h/db", "--ray", "h:6379",
+         "--shared", "/s", "--ray-node-ip", "10.0.0.2", "--placement-wait", "5"],
         {"fn": server.cmd_serve, "host": "0.0.0.0", "port": 9000, "cache_dir": Path("/c"), "warm_pool": 0,
          "max_sandboxes": 8, "team_max_sandboxes": 4, "egress_hosts": Path("/h"), "egress_no_system_dns": True,
          "trust_ca": [Path("/a.pem"), Path("/b.pem")], "preview_port": 8000, "preview_domain": "example.test",
-         "preview_https": True, "max_builds": 3, "image_dir": [Path("/i")], "registry_pulls": True}),
+         "preview_https": True, "max_builds": 3, "image_dir": [Path("/i")], "registry_pulls": True,
+         "store": "postgresql://h/db", "ray": "h:6379", "shared": Path("/s"), "ray_node_ip": "10.0.0.2",
+         "placement_wait": 5.0}),
     ("build-base",): (["build-base", "--cache-dir", "/c"], {"fn": server.cmd_build_base, "cache_dir": Path("/c")}),
     ("team-create",): (["team-create", "acme", "--e2b"], {"fn": server.cmd_team_create, "name": "acme", "e2b": True}),
     ("create",): (
@@ -87,6 +90,15 @@ EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
     ("ps",): (["ps", "sb"], {"fn": commands.cmd_ps, "id": "sb"}),
     ("cp",): (["cp", "-", "sb:/tmp/x"], {"fn": files.cmd_cp, "src": "-", "dst": "sb:/tmp/x"}),
     ("kill",): (["kill", "a", "b"], {"fn": sandboxes.cmd_kill, "ids": ["a", "b"]}),
+    ("node",): (
+        ["node", "--ray", "h:6379", "--store", "postgresql://h/db", "--shared", "/s", "--listen", "10.0.0.2:7430",
+         "--name", "n1", "--vcpu", "8", "--memory-mib", "4096", "--cache-dir", "/c", "--warm-pool", "1",
+         "--egress-hosts", "/h", "--egress-no-system-dns", "--trust-ca", "/a.pem", "--ray-started"],
+        {"fn": fleet.cmd_node, "ray": "h:6379", "store": "postgresql://h/db", "shared": Path("/s"),
+         "listen": "10.0.0.2:7430", "name": "n1", "vcpu": 8, "memory_mib": 4096, "cache_dir": Path("/c"),
+         "warm_pool": 1, "egress_hosts": Path("/h"), "egress_no_system_dns": True, "trust_ca": [Path("/a.pem")],
+         "ray_started": True}),
+    ("nodes",): (["nodes"], {"fn": fleet.cmd_nodes}),
 }
 
 # Each command with nothing optional given: the defaults its handler sees
