@@ -20,6 +20,9 @@ def add_serve(sub: Subparsers) -> None:
     s = sub.add_parser("serve", help="run the server")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=DEFAULT_PORT)
+    s.add_argument("--public-url", metavar="URL",
+                   help="how clients reach this server (a load balancer's URL, say): data-plane URLs name it "
+                        "(default http://HOST:PORT)")
     s.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     s.add_argument("--warm-pool", type=int, default=2, metavar="N",
                    help="base-template boxes kept booted so creates are instant (default %(default)s; 0: none)")
@@ -77,6 +80,7 @@ def add_team_create(sub: Subparsers) -> None:
     s.add_argument("name")
     s.add_argument("--e2b", action="store_true",
                    help="an E2B-shaped key (e2b_<hex>), for the e2b SDK at E2B_API_URL=<server>/e2b")
+    s.add_argument("--store", metavar="URL", help="a fleet's PostgreSQL (default: SQLite in the data dir)")
     s.set_defaults(fn=cmd_team_create)
 
 
@@ -144,7 +148,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         fleet = FleetConfig(ray=args.ray, shared_dir=args.shared, ray_node_ip=args.ray_node_ip,
                             placement_wait=args.placement_wait)
     config = ServerConfig(data_dir=args.data_dir, database_url=args.store, fleet=fleet, cache_dir=args.cache_dir,
-                          host=args.host, port=args.port,
+                          host=args.host, port=args.port, public_url=args.public_url,
                           warm_pool=args.warm_pool, max_sandboxes=args.max_sandboxes,
                           team_max_sandboxes=args.team_max_sandboxes, egress_hosts=args.egress_hosts,
                           egress_system_dns=not args.egress_no_system_dns, trust_ca=tuple(args.trust_ca or ()),
@@ -184,7 +188,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_team_create(args: argparse.Namespace) -> int:
     from hutch.store import Store
 
-    store = Store(ServerConfig(data_dir=args.data_dir).db_url)
+    store = Store(ServerConfig(data_dir=args.data_dir, database_url=args.store).db_url)
     if store.team_by_name(args.name):
         print(f"a team named {args.name!r} exists already", file=sys.stderr)
         return 1

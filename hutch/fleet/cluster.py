@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ MEMORY = "hutch_memory_mib"
 BOX_GROUP = "hutch-box-"  # a box's placement group: this and its key
 BEACON = "hutch-node:"  # a node runtime's beacon actor: this and its name
 FIRST_TRY = 0.5  # seconds a placement waits before it asks the autoscaler for room
+REQUEST_TTL = 300.0  # how long a request for room stands after the create that made it gave up
 
 
 class NoRoom(Exception):
@@ -56,8 +58,14 @@ def connect(address: str, node_ip: str | None = None) -> None:
     is a Ray Client's ray://)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     kwargs: dict[str, Any] = {"_node_ip_address": node_ip} if node_ip else {}
-    ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False,
-             configure_logging=False, **kwargs)
+    # ray.init takes SIGTERM and SIGINT for itself; the server's own shutdown must keep them
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False,
+                 configure_logging=False, **kwargs)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 def this_node_id() -> str:
@@ -93,6 +101,7 @@ class Placement:
     def __init__(self, wait: float) -> None:
         self.wait = wait
         self.requests = 0  # resource requests made of the autoscaler
+        self._asked_at: float | None = None  # when the standing request was made (None: none stands)
 
     async def reserve(self, key: str, vcpu: int, memory_mib: int) -> str:
         """The Ray node id the box's bundle landed on. Raises NoRoom past the wait."""
@@ -101,27 +110,55 @@ class Placement:
         group = await asyncio.to_thread(placement_group, [bundle], strategy="STRICT_PACK",
                                         name=BOX_GROUP + key, lifetime="detached")
         deadline = time.monotonic() + self.wait
+        ready = asyncio.ensure_future(group.ready())
+        ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # a removed group's is never awaited
         try:
-            try:
-                await asyncio.wait_for(asyncio.shield(group.ready()), min(FIRST_TRY, self.wait))
-            except TimeoutError:
+            await asyncio.wait({ready}, timeout=min(FIRST_TRY, self.wait))
+            if not ready.done():
                 await asyncio.to_thread(self._ask_for_room, bundle)
-                await asyncio.wait_for(group.ready(), max(0.0, deadline - time.monotonic()))
+                await asyncio.wait({ready}, timeout=max(0.0, deadline - time.monotonic()))
+            if not ready.done():
+                raise NoRoom(f"no node has {vcpu} vcpu and {memory_mib} MiB free")
+            ready.result()
             table = await asyncio.to_thread(placement_group_table, group)
+            if self._asked_at is not None:
+                await asyncio.to_thread(self.withdraw, False)  # room came: ask only for what still waits
             return str(table["bundles_to_node_id"][0])
-        except BaseException as e:
+        except BaseException:
+            ready.cancel()
             await asyncio.to_thread(remove_placement_group, group)
-            if isinstance(e, TimeoutError):
-                raise NoRoom(f"no node has {vcpu} vcpu and {memory_mib} MiB free") from None
             raise
 
     def _ask_for_room(self, bundle: dict[str, float]) -> None:
         """Ask Ray's autoscaler (or KubeRay's) for the pending boxes' bundles; the pending
         placement groups ask too, this makes it explicit and immediate."""
         self.requests += 1
-        pending = [self._bundle_of(g) for g in placement_group_table().values()
-                   if g.get("name", "").startswith(BOX_GROUP) and g.get("state") == "PENDING"]
-        request_resources(bundles=[b for b in pending if b] or [bundle])
+        self._asked_at = time.monotonic()
+        wanted = self._bundles(("CREATED", "PENDING", "RESCHEDULING"))
+        try:
+            request_resources(bundles=wanted or [bundle])
+        except Exception as e:  # Ray Client (ray://) cannot make the request: the pending group still asks
+            log.warning("Ray's autoscaler could not be asked for room: %r", e)
+
+    def _bundles(self, states: tuple[str, ...]) -> list[dict[str, float]]:
+        """The bundles of the box reservations in those states. A request is the whole room the
+        cluster should have (Ray counts what runs in it), so it names the boxes that hold room
+        too, not only the waiting ones."""
+        return [b for g in placement_group_table().values()
+                if g.get("name", "").startswith(BOX_GROUP) and g.get("state") in states and (b := self._bundle_of(g))]
+
+    def withdraw(self, only_if_stale: bool = True) -> None:
+        """Bring the standing request down to what boxes hold and wait for (none waits: withdrawn), so an
+        autoscaler does not keep room nobody waits for. A create refused for want of room keeps
+        its request standing for REQUEST_TTL, while its client tries again and new hosts come."""
+        if self._asked_at is None or (only_if_stale and time.monotonic() - self._asked_at < REQUEST_TTL):
+            return
+        waiting = self._bundles(("PENDING", "RESCHEDULING"))
+        try:
+            request_resources(bundles=self._bundles(("CREATED", "PENDING", "RESCHEDULING")) if waiting else [])
+        except Exception as e:
+            log.warning("Ray's autoscaler request could not be brought down: %r", e)
+        self._asked_at = time.monotonic() if waiting else None
 
     @staticmethod
     def _bundle_of(group: dict[str, Any]) -> dict[str, float]:

@@ -179,7 +179,8 @@ async def _splice(a_reader: asyncio.StreamReader, a_writer: asyncio.StreamWriter
             dst.write(data)
             await dst.drain()
         if dst.can_write_eof():
-            dst.write_eof()
+            with contextlib.suppress(OSError):  # the other side may be gone already
+                dst.write_eof()
 
     ups = asyncio.ensure_future(copy(a_reader, b_writer))
     downs = asyncio.ensure_future(copy(b_reader, a_writer))
@@ -188,7 +189,7 @@ async def _splice(a_reader: asyncio.StreamReader, a_writer: asyncio.StreamWriter
         done, _ = await asyncio.wait({ups, downs}, return_when=asyncio.FIRST_COMPLETED)
         if downs not in done and ups.exception() is None:
             await downs
-    except (ConnectionError, TimeoutError):
+    except (OSError, TimeoutError):
         pass
     finally:
         for task in (ups, downs):

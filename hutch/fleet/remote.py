@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from hutch.fleet.nodeside import limits_json
 from hutch.node.agent import AgentClient
 from hutch.node.api import BoxAgent, BoxRef, BoxStartError, Capacity, NoSpaceError
 from hutch.node.spec import Limits
+from hutch.server.metrics import Metrics
 from hutch.store import Store
 
 log = logging.getLogger("hutch.fleet")
@@ -44,6 +46,7 @@ class FleetRuntime:
         self._where: dict[str, tuple[str, str]] = {}  # runtime id -> (node, box key): a runtime id is never reused
         self._agents: dict[str, AgentClient] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self.metrics: Metrics | None = None  # the server's, once made
 
     # --- where -----------------------------------------------------------------------------------
 
@@ -70,11 +73,15 @@ class FleetRuntime:
 
     async def _call(self, node: str, call: str, args: dict[str, Any],
                     timeout: httpx.Timeout = CALL_TIMEOUT) -> dict[str, Any]:
+        started = time.perf_counter()
         try:
             resp = await self._http.post(f"{self._url(node)}{relay.RPC}{call}", json=args, timeout=timeout)
             answer = resp.json()
         except (httpx.HTTPError, ValueError) as e:
             raise ApiError(Code.NODE_UNREACHABLE, f"node {node} did not answer: {e}") from None
+        finally:
+            if self.metrics is not None:
+                self.metrics.node_call_seconds.labels(call).observe(time.perf_counter() - started)
         if resp.status_code == 200 and isinstance(answer, dict):
             return answer
         error = answer.get("error") if isinstance(answer, dict) else None
@@ -92,8 +99,11 @@ class FleetRuntime:
     # --- boot, restore ------------------------------------------------------------------------------
 
     async def _placed(self, key: str, limits: Limits, call: str, args: dict[str, Any]) -> BoxRef:
+        started = time.perf_counter()
         try:
             ray_node = await self.placement.reserve(key, vcpu_of(limits), limits.memory_mib)
+            if self.metrics is not None:
+                self.metrics.placement_seconds.observe(time.perf_counter() - started)
         except NoRoom as e:
             raise ApiError(Code.NO_CAPACITY, f"the fleet has no room for this sandbox: {e}; try again later") from None
         try:

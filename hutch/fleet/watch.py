@@ -60,6 +60,7 @@ class NodeWatch:
         if now - self._swept >= STALE / 2:
             self._swept = now
             self.sweep_reservations(now)
+            self.placement.withdraw()
 
     def lose(self, node: str, why: str) -> None:
         self._missing.pop(node, None)

@@ -37,6 +37,10 @@ class Metrics:
         self.secret_connections = Counter("hutch_egress_secret_connections",
                                           "Connections that had a secret swapped into a request", registry=r)
         self.warm_pool = Gauge("hutch_warm_pool_boxes", "Boxes booted and waiting in the warm pool", registry=r)
+        self.placement_seconds = Histogram("hutch_fleet_placement_seconds", "Time for Ray to reserve a box's room on a node",
+                                           buckets=BUCKETS, registry=r)
+        self.node_call_seconds = Histogram("hutch_fleet_node_call_seconds", "Time of an API server's call to a node",
+                                           ["call"], buckets=BUCKETS, registry=r)
         self.node_up = Gauge("hutch_node_up", "Whether a node is up (1) or lost (0)", ["node"], registry=r)
         self.node_boxes = Gauge("hutch_node_boxes", "Active boxes on a node", ["node"], registry=r)
         self.node_vcpu = Gauge("hutch_node_vcpu", "Vcpu boxes may reserve on a node", ["node"], registry=r)

@@ -120,7 +120,8 @@ class State:
 
             cluster.connect(self.fleet.ray, self.fleet.ray_node_ip)
             self.placement = cluster.Placement(self.fleet.placement_wait)
-            self.node = FleetRuntime(self.store, self.placement, keys.fleet_key(self.store))
+            remote = FleetRuntime(self.store, self.placement, keys.fleet_key(self.store))
+            self.node = remote
             base_root = base_image.base_root_path(config.cache_dir)  # on every node, at the same path
         server_key = load_or_create_key(config.data_dir / "server.key")
         self.signer = TokenSigner(server_key)
@@ -136,6 +137,8 @@ class State:
             self.pool = WarmPool(self.node, config.warm_pool, base_root, self.sandboxes.base_limits())
         self.sandboxes.pool = self.pool
         self.metrics = self.sandboxes.metrics
+        if self.fleet is not None:
+            remote.metrics = self.metrics  # placement and node-call times
         self.data = DataPlane(self.sandboxes, config.max_file_bytes)
         self.audit = audit.AuditLog(self.store)
 

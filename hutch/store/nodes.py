@@ -12,8 +12,9 @@ from hutch.store.records import NodeRecord, NodeState, SandboxStatus
 from hutch.store.schema import fleet_keys, nodes, sandboxes
 
 # a sandbox whose box is on its node: a paused one's is not (its checkpoint is in the fleet's shared
-# directory, and it resumes wherever there is room)
-ON_ITS_NODE = (SandboxStatus.ACTIVE, SandboxStatus.PAUSING, SandboxStatus.RESUMING)
+# directory, and it resumes wherever there is room), nor a resuming one's (it is being restored from
+# that checkpoint, on whatever node Ray chose; a restore that fails puts it back to paused)
+ON_ITS_NODE = (SandboxStatus.ACTIVE, SandboxStatus.PAUSING)
 
 
 class NodeQueries(Database):

@@ -29,19 +29,22 @@ LEAVES = {words: p for words, p in ALL.items() if not any(isinstance(a, argparse
 # Each command with every flag it documents, and what the handler then reads
 EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
     ("serve",): (
-        ["serve", "--host", "0.0.0.0", "--port", "9000", "--cache-dir", "/c", "--warm-pool", "0", "--max-sandboxes", "8",
+        ["serve", "--host", "0.0.0.0", "--port", "9000", "--public-url", "https://h.test",
+         "--cache-dir", "/c", "--warm-pool", "0", "--max-sandboxes", "8",
          "--team-max-sandboxes", "4", "--egress-hosts", "/h", "--egress-no-system-dns", "--trust-ca", "/a.pem",
          "--trust-ca", "/b.pem", "--preview-port", "8000", "--preview-domain", "example.test", "--preview-https",
          "--max-builds", "3", "--image-dir", "/i", "--registry-pulls", "--store", "postgresql://h/db", "--ray", "h:6379",
          "--shared", "/s", "--ray-node-ip", "10.0.0.2", "--placement-wait", "5"],
-        {"fn": server.cmd_serve, "host": "0.0.0.0", "port": 9000, "cache_dir": Path("/c"), "warm_pool": 0,
+        {"fn": server.cmd_serve, "host": "0.0.0.0", "port": 9000, "public_url": "https://h.test",
+         "cache_dir": Path("/c"), "warm_pool": 0,
          "max_sandboxes": 8, "team_max_sandboxes": 4, "egress_hosts": Path("/h"), "egress_no_system_dns": True,
          "trust_ca": [Path("/a.pem"), Path("/b.pem")], "preview_port": 8000, "preview_domain": "example.test",
          "preview_https": True, "max_builds": 3, "image_dir": [Path("/i")], "registry_pulls": True,
          "store": "postgresql://h/db", "ray": "h:6379", "shared": Path("/s"), "ray_node_ip": "10.0.0.2",
          "placement_wait": 5.0}),
     ("build-base",): (["build-base", "--cache-dir", "/c"], {"fn": server.cmd_build_base, "cache_dir": Path("/c")}),
-    ("team-create",): (["team-create", "acme", "--e2b"], {"fn": server.cmd_team_create, "name": "acme", "e2b": True}),
+    ("team-create",): (["team-create", "acme", "--e2b", "--store", "postgresql://h/db"],
+                       {"fn": server.cmd_team_create, "name": "acme", "e2b": True, "store": "postgresql://h/db"}),
     ("create",): (
         ["create", "--name", "n", "--template", "t", "--timeout", "60", "--metadata", "a=1", "-m", "b=2", "--env", "X=1",
          "-e", "Y=2", "--allow-out", "10.0.0.0/8", "--deny-out", "0.0.0.0/0", "--secret", "K=s", "-s", "L=t"],
