@@ -40,14 +40,6 @@ def cpu_seconds(pids: Iterable[int]) -> float:
     return total
 
 
-def per_call_cpu(pids: Callable[[], set[int]], work: Callable[[], object], n: int) -> tuple[list[float], float]:
-    """The times of n calls of `work`, and the CPU seconds `pids` spent per call meanwhile."""
-    watched = pids()
-    before = cpu_seconds(watched)
-    samples = timed(work, n)
-    return samples, (cpu_seconds(watched) - before) / n
-
-
 def histogram_mean(metrics: str, name: str, labels: str = "") -> float:
     """The mean of a Prometheus histogram in seconds (its _sum over its _count)."""
     def value(kind: str) -> float:
@@ -57,25 +49,34 @@ def histogram_mean(metrics: str, name: str, labels: str = "") -> float:
     return value("sum") / count if count else 0.0
 
 
-def run_figures(kw: dict[str, str], n: int, pids: Callable[[], set[int]],
+def run_figures(kw: dict[str, str], n: int, watched: dict[str, Callable[[], set[int]]],
                 prefix: str) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """Create-to-first-command and commands.run, with the CPU each watched group of processes
+    (the API server, Ray's head) spent per call meanwhile."""
     made: list[Sandbox] = []
+    extra: dict[str, float] = {}
 
     def create_and_first_command() -> None:
         sb = Sandbox.create(name="bench", **kw)
         sb.commands.run("true")
         made.append(sb)
 
-    creates, create_cpu = per_call_cpu(pids, create_and_first_command, n)
+    def measured(label: str, work: Callable[[], object]) -> list[float]:
+        groups = {name: pids() for name, pids in watched.items()}
+        before = {name: cpu_seconds(p) for name, p in groups.items()}
+        samples = timed(work, n)
+        for name, p in groups.items():
+            extra[f"{prefix}_{name}_cpu_ms_per_{label}"] = (cpu_seconds(p) - before[name]) / n * 1000
+        return samples
+
+    creates = measured("create", create_and_first_command)
     for sb in made:
         sb.kill()
     sb = Sandbox.create(name="bench", **kw)
     sb.commands.run("true")
-    runs, run_cpu = per_call_cpu(pids, lambda: sb.commands.run("true"), n)
+    runs = measured("command", lambda: sb.commands.run("true"))
     sb.kill()
-    return ({f"{prefix}_create_to_first_command": stats(creates), f"{prefix}_commands_run": stats(runs)},
-            {f"{prefix}_control_cpu_ms_per_create": create_cpu * 1000,
-             f"{prefix}_control_cpu_ms_per_command": run_cpu * 1000})
+    return {f"{prefix}_create_to_first_command": stats(creates), f"{prefix}_commands_run": stats(runs)}, extra
 
 
 def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]], dict[str, float]]:
@@ -85,14 +86,15 @@ def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]],
     with bench_env(rootfs) as (kw, _raw):
         port = int(kw["base_url"].rsplit(":", 1)[1])
         server = _serving_on(port)
-        f, e = run_figures(kw, n, lambda: server, "single")
+        f, e = run_figures(kw, n, {"server": lambda: server}, "single")
         figures.update(f)
         extra.update(e)
     with Fleet(node_names=("a", "b"), apis=1, vcpu=4 * n + 8, memory_mib=1024 * (4 * n + 8)) as fleet:
         api = fleet.api(0)
         assert api.proc is not None
         api_pid = api.proc.pid
-        f, e = run_figures(dict(fleet.client_args(0)), n, lambda: {api_pid} | fleet.head_pids(), "fleet")
+        f, e = run_figures(dict(fleet.client_args(0)), n, {"api_server": lambda: {api_pid}, "ray_head": fleet.head_pids},
+                           "fleet")
         figures.update(f)
         extra.update(e)
         metrics = httpx.get(f"{api.url}/metrics", timeout=10).text

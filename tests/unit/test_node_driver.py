@@ -15,7 +15,7 @@ import pytest
 
 from hutch.node.api import NodeRuntime
 from hutch.node.driver import Driver, DriverError
-from hutch.node.node import DEFAULT_DRIVER, DRIVERS, Node
+from hutch.node.node import DEFAULT_DRIVER, DRIVERS, Node, _tail
 from hutch.node.runsc import Runsc, RunscConfig
 from hutch.node.spec import AgentRuntime
 
@@ -141,3 +141,15 @@ def test_adopt_keeps_no_container_and_no_directory_it_was_not_told_of(work: Path
     assert run(node.adopt({})) == set()
     assert ("delete", "hstray") in driver.calls
     assert not list((work / "run" / "boxes").iterdir())
+
+
+def test_a_boxs_stderr_is_read_by_its_tail_only_and_never_through_a_link(tmp_path: Path) -> None:
+    err = tmp_path / "runsc.err"
+    err.write_bytes(b"x" * 5_000_000 + b"the reason it failed")
+    assert _tail(err, 20) == "the reason it failed"
+    assert _tail(tmp_path / "absent", 20) == ""
+    secret = tmp_path / "secret"
+    secret.write_text("host secret")
+    link = tmp_path / "linked.err"
+    link.symlink_to(secret)
+    assert _tail(link, 100) == ""
