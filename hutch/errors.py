@@ -79,7 +79,6 @@ class Code(StrEnum):
     TEMPLATE_START_FAILED = "template_start_failed", 503
     STORE_UNAVAILABLE = "store_unavailable", 503
     NODE_UNREACHABLE = "node_unreachable", 503  # a fleet's node did not answer its API server
-    NOT_IN_FLEET = "not_in_fleet", 501  # what a fleet cannot do yet (template builds)
     READY_TIMEOUT = "ready_timeout", 504
     INSUFFICIENT_STORAGE = "insufficient_storage", 507
 

@@ -33,6 +33,12 @@ def add_node(sub: Subparsers) -> None:
                    help="an /etc/hosts-style map the egress proxy resolves names with before DNS")
     s.add_argument("--egress-no-system-dns", action="store_true")
     s.add_argument("--trust-ca", action="append", type=Path, metavar="PEM")
+    s.add_argument("--max-builds", type=int, default=2, help="template builds this host runs at once (default %(default)s)")
+    s.add_argument("--image-dir", type=Path, action="append", metavar="DIR",
+                   help="a directory templates may import local OCI images from (repeatable; the same on every "
+                        "member as on the API servers)")
+    s.add_argument("--registry-pulls", action="store_true",
+                   help="let templates built here pull images from registries over the host's network")
     s.add_argument("--ray-started", action="store_true",
                    help="a Ray node runs on this host already (KubeRay's pod): do not start one")
     s.set_defaults(fn=cmd_node)
@@ -59,7 +65,8 @@ def cmd_node(args: argparse.Namespace) -> int:
     config = ServerConfig(data_dir=args.data_dir, cache_dir=args.cache_dir, database_url=args.store,
                           warm_pool=args.warm_pool, egress_hosts=args.egress_hosts,
                           egress_system_dns=not args.egress_no_system_dns, trust_ca=tuple(args.trust_ca or ()),
-                          fleet=FleetConfig(ray=args.ray, shared_dir=args.shared))
+                          max_builds=args.max_builds, image_dirs=tuple(args.image_dir or ()),
+                          registry_pulls=args.registry_pulls, fleet=FleetConfig(ray=args.ray, shared_dir=args.shared))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     raise_open_files()

@@ -33,7 +33,7 @@ from hutch.server.config import ServerConfig
 from hutch.server.sandboxes import Sandboxes
 from hutch.server.secrets import Secrets
 from hutch.server.state import NodeSide
-from hutch.server.templates import Templates
+from hutch.server.templates import BUILD_BOX_PREFIX, Templates
 from hutch.server.tokens import TokenSigner, load_or_create_key
 from hutch.store import NodeRecord, Store
 
@@ -100,7 +100,8 @@ async def sweep_orphans(store: Store, node: Node, pool: WarmPool, every: float =
             if runtime_id not in held:
                 del unclaimed[runtime_id]
         for runtime_id, key in held.items():
-            if runtime_id in waiting or store.sandbox_by_runtime(runtime_id) is not None:
+            # a build box has no sandbox: its build's node stops it (hutch.server.templates)
+            if runtime_id in waiting or key.startswith(BUILD_BOX_PREFIX) or store.sandbox_by_runtime(runtime_id) is not None:
                 unclaimed.pop(runtime_id, None)
             elif now - unclaimed.setdefault(runtime_id, now) >= ORPHAN_AFTER:
                 log.warning("stopping box %s: no sandbox claims it (its create was cut short)", runtime_id)
@@ -120,9 +121,12 @@ async def serve_node(config: ServerConfig, settings: NodeSettings) -> None:
                           secrets)
     sandboxes.owner = settings.name
     side.metrics = sandboxes.metrics
-    Templates(config, store, side.node).register_base(side.base_root)
+    templates = Templates(config, store, side.node)  # builds the fleet's queued templates on this host
+    templates.register_base(side.base_root)
+    side.templates = templates  # build boxes' egress policy, and their connections in their build's log
     side.node.start_reaping()
     await sandboxes.reconcile()
+    await templates.serve_queue(settings.name)  # after the reconcile: its adopt stops boxes nothing claims
     pool = WarmPool(side.node, config.warm_pool, side.base_root, sandboxes.base_limits())
     pool.start()
     roots = (config.cache_dir, config.fleet.shared_dir / "templates")
@@ -144,6 +148,7 @@ async def serve_node(config: ServerConfig, settings: NodeSettings) -> None:
         await stop.wait()
     finally:
         sweeper.cancel()
+        await templates.close()  # builds cut short are queued again, for any node
         del beacon
         await relay.close()
         await pool.close()

@@ -67,7 +67,8 @@ class NodeWatch:
         if not self.store.mark_node_down(node):
             return  # another API server was first
         failed = self.store.fail_boxes_of(node, f"{NODE_LOST}: node {node} was lost ({why})")
-        log.warning("node %s was lost (%s): %d sandboxes failed", node, why, len(failed))
+        builds = self.store.fail_builds_of(node, f"{NODE_LOST}: node {node} was lost ({why})")
+        log.warning("node %s was lost (%s): %d sandboxes and %d builds failed", node, why, len(failed), len(builds))
         for sandbox_id in failed:
             rec = self.store.get_sandbox(sandbox_id, include_deleted=True)
             if rec is not None:

@@ -68,7 +68,6 @@ class ServerCode:
     TEMPLATE_START_FAILED = "template_start_failed"
     STORE_UNAVAILABLE = "store_unavailable"
     NODE_UNREACHABLE = "node_unreachable"
-    NOT_IN_FLEET = "not_in_fleet"
     READY_TIMEOUT = "ready_timeout"
     INSUFFICIENT_STORAGE = "insufficient_storage"
 

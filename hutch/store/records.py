@@ -218,6 +218,8 @@ class BuildRecord:
     created_at: float = field(default_factory=time.time)
     started_at: float | None = None
     finished_at: float | None = None
+    node: str | None = None  # the fleet node that claimed it
+    parent_rootfs: str | None = None
 
 
 BUILD_JSON = JsonColumns(("spec", "error", "env"))

@@ -98,13 +98,15 @@ template_builds = sa.Table(
     sa.Column("error", sa.Text),  # JSON {"code", "message", "step", "exit_code"}
     sa.Column("steps_total", sa.Integer, nullable=False),
     sa.Column("steps_cached", sa.Integer, nullable=False),
-    sa.Column("rootfs", sa.Text),  # the root it made
+    sa.Column("rootfs", sa.Text),  # the root it made (a fleet's: the root it makes, from when it chose it)
     sa.Column("env", sa.Text),  # JSON: the defaults it made
     sa.Column("workdir", sa.Text),
     sa.Column("user", sa.String(64)),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("started_at", sa.Float),
     sa.Column("finished_at", sa.Float),
+    sa.Column("node", sa.String(64)),  # the fleet node that claimed it (null: queued, or a single host's)
+    sa.Column("parent_rootfs", sa.Text),  # the root it builds on (a fleet's: kept from removal while it runs)
 )
 
 secrets_table = sa.Table(

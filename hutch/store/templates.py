@@ -1,12 +1,19 @@
-"""The store's templates and their builds, and which template roots something may still boot from."""
+"""The store's templates and their builds, and which template roots something may still boot from.
+
+In a fleet the builds are a queue every node takes from: `claim_build` moves one queued build to
+running on one node (a conditional UPDATE, so of nodes that claim at once one gets it), and what
+a node writes back is conditional on the build being still its own and running.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
+from hutch.errors import BuildFailure
 from hutch.store.database import Database, conflict_insert
 from hutch.store.records import BUILD_JSON, LIVE_STATUSES, TEMPLATE_JSON, BuildRecord, BuildStatus, TemplateRecord
 from hutch.store.schema import sandboxes, template_builds, templates
@@ -112,13 +119,15 @@ class TemplateQueries(Database):
         return BUILD_JSON.record(BuildRecord, row) if row else None
 
     def list_builds(self, template_id: str | None = None, statuses: Sequence[str] | None = None,
-                    limit: int = 100) -> list[BuildRecord]:
-        """Newest first."""
+                    limit: int = 100, node: str | None = None) -> list[BuildRecord]:
+        """Newest first; only `node`'s if given."""
         q = sa.select(template_builds).order_by(template_builds.c.created_at.desc()).limit(limit)
         if template_id is not None:
             q = q.where(template_builds.c.template_id == template_id)
         if statuses is not None:
             q = q.where(template_builds.c.status.in_(statuses))
+        if node is not None:
+            q = q.where(template_builds.c.node == node)
         with self._tx() as c:
             return [BUILD_JSON.record(BuildRecord, r) for r in c.execute(q)]
 
@@ -133,14 +142,59 @@ class TemplateQueries(Database):
             builds = [BUILD_JSON.record(BuildRecord, r) for r in c.execute(q)]
         return {b.template_id: b for b in builds}
 
-    def update_build(self, build_id: str, *, only_if_status: tuple[str, ...] | None = None, **values: Any) -> bool:
-        """Change a build; with `only_if_status`, only while it is in one of those states."""
+    def update_build(self, build_id: str, *, only_if_status: tuple[str, ...] | None = None,
+                     only_if_node: str | None = None, **values: Any) -> bool:
+        """Change a build; with `only_if_status`, only while it is in one of those states; with
+        `only_if_node`, only while that node holds it. True if it changed."""
         values = BUILD_JSON.encoded(values)
         q = template_builds.update().where(template_builds.c.id == build_id)
         if only_if_status is not None:
             q = q.where(template_builds.c.status.in_(only_if_status))
+        if only_if_node is not None:
+            q = q.where(template_builds.c.node == only_if_node)
         with self._tx() as c:
             return bool(c.execute(q.values(**values)).rowcount)
+
+    # --- a fleet's queue ------------------------------------------------------------------------
+
+    def claim_build(self, node: str, now: float | None = None, look_at: int = 16) -> BuildRecord | None:
+        """The oldest queued build, now running on `node`; None if none is queued. Each try is one
+        conditional UPDATE (queued to running): of nodes that claim the same build at once, one
+        gets it, and the others try the next."""
+        b = template_builds.c
+        with self._tx() as c:
+            ids = c.execute(sa.select(b.id).where(b.status == BuildStatus.QUEUED)
+                            .order_by(b.created_at, b.id).limit(look_at)).scalars().all()
+        for build_id in ids:
+            q = (template_builds.update().where(b.id == build_id, b.status == BuildStatus.QUEUED)
+                 .values(status=BuildStatus.RUNNING, node=node, started_at=time.time() if now is None else now)
+                 .returning(*template_builds.c))
+            with self._tx() as c:
+                row = c.execute(q).first()
+            if row is not None:
+                return BUILD_JSON.record(BuildRecord, row)
+        return None
+
+    def fail_builds_of(self, node: str, reason: str) -> list[str]:
+        """Every build running on `node` becomes failed (`build_failed`, with `reason` as its
+        message), in one UPDATE; returns their ids. For a node that was lost, or that starts again
+        (what it was building is gone with its process)."""
+        b = template_builds.c
+        error = {"code": BuildFailure.BUILD_FAILED, "message": reason}
+        q = (template_builds.update().where(b.node == node, b.status == BuildStatus.RUNNING)
+             .values(**BUILD_JSON.encoded({"status": BuildStatus.FAILED, "error": error, "finished_at": time.time()}))
+             .returning(b.id))
+        with self._tx() as c:
+            return sorted(str(i) for i in c.execute(q).scalars())
+
+    def builds_in_flight(self) -> tuple[set[str], set[str]]:
+        """The builds queued or running, and the roots they make or build on (a fleet's collector
+        of shared roots keeps those)."""
+        b = template_builds.c
+        q = sa.select(b.id, b.rootfs, b.parent_rootfs).where(b.status.in_((BuildStatus.QUEUED, BuildStatus.RUNNING)))
+        with self._tx() as c:
+            rows = c.execute(q).all()
+        return {str(r.id) for r in rows}, {str(p) for r in rows for p in (r.rootfs, r.parent_rootfs) if p}
 
 
 def _team_is(team_id: str | None) -> Any:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,9 @@ class Builder:
     def __init__(self, node: NodeRuntime, layers: LayerCache, roots_dir: Path, work_dir: Path, pids: int) -> None:
         self.node, self.layers, self.roots_dir, self.work_dir, self.pids = node, layers, roots_dir, work_dir, pids
         self.claimed: dict[str, str] = {}  # build id -> the root directory it made or reuses (kept from removal)
+        # told of the root a build will make or reuse before it looks for it (a fleet's: in the store,
+        # so that another host's collector keeps it)
+        self.on_root: Callable[[str, Path], None] | None = None
 
     async def build(self, build_id: str, spec: dict[str, Any], parent: Parent, log: BuildLog,
                     no_cache: bool = False) -> Built:
@@ -130,6 +134,8 @@ class Builder:
             return parent.root  # nothing written: the parent's root serves as it is
         self.claimed[build_id] = key
         final = self.roots_dir / key
+        if self.on_root is not None:
+            self.on_root(build_id, final / "rootfs")
         if (final / "rootfs").is_dir():
             log.system(f"root cached ({key[:12]})")
             return final / "rootfs"

@@ -64,7 +64,6 @@ export const ServerCode = {
   TEMPLATE_START_FAILED: "template_start_failed",
   STORE_UNAVAILABLE: "store_unavailable",
   NODE_UNREACHABLE: "node_unreachable",
-  NOT_IN_FLEET: "not_in_fleet",
   READY_TIMEOUT: "ready_timeout",
   INSUFFICIENT_STORAGE: "insufficient_storage",
 

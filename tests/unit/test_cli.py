@@ -96,11 +96,12 @@ EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
     ("node",): (
         ["node", "--ray", "h:6379", "--store", "postgresql://h/db", "--shared", "/s", "--listen", "10.0.0.2:7430",
          "--name", "n1", "--vcpu", "8", "--memory-mib", "4096", "--cache-dir", "/c", "--warm-pool", "1",
-         "--egress-hosts", "/h", "--egress-no-system-dns", "--trust-ca", "/a.pem", "--ray-started"],
+         "--egress-hosts", "/h", "--egress-no-system-dns", "--trust-ca", "/a.pem", "--max-builds", "3",
+         "--image-dir", "/i", "--registry-pulls", "--ray-started"],
         {"fn": fleet.cmd_node, "ray": "h:6379", "store": "postgresql://h/db", "shared": Path("/s"),
          "listen": "10.0.0.2:7430", "name": "n1", "vcpu": 8, "memory_mib": 4096, "cache_dir": Path("/c"),
          "warm_pool": 1, "egress_hosts": Path("/h"), "egress_no_system_dns": True, "trust_ca": [Path("/a.pem")],
-         "ray_started": True}),
+         "max_builds": 3, "image_dir": [Path("/i")], "registry_pulls": True, "ray_started": True}),
     ("nodes",): (["nodes"], {"fn": fleet.cmd_nodes}),
 }
 

@@ -325,7 +325,7 @@ def test_api_servers_carry_store_ray_and_shared() -> None:
     assert args.ray == f"{raycluster()['metadata']['name']}-head-svc:6379"
     assert_store(args.store, "hutch-api", serve)
     assert_shared_mounted("hutch-api", template, serve, argv(serve))
-    assert args.host != "0.0.0.0", "clients are sent to --host for the data plane"
+    assert args.public_url, "clients are sent to --public-url for the data plane (else to --host)"
     # its Ray node: in the same cluster, at the same address the driver says, running nothing
     started = parse_ray_start(argv(ray)[2:])
     assert started["address"] == args.ray and started["num_cpus"] == 0
@@ -418,7 +418,7 @@ def test_serve_unit_carries_store_ray_and_shared() -> None:
     args = parse_hutch(exec_start("hutch-serve.service")[1:])
     assert args.cmd == "serve" and args.store.startswith("postgresql://") and args.ray and args.shared
     assert "@" in args.store and ":" not in args.store.split("//", 1)[1].split("@")[0], "a password in the unit"
-    assert args.host not in ("0.0.0.0", "127.0.0.1"), "clients are sent to --host for the data plane"
+    assert args.public_url, "clients are sent to --public-url for the data plane (else to --host)"
     for name in ("hutch-node.service", "hutch-serve.service"):
         assert str(args.shared) in " ".join(unit(name)["Unit.RequiresMountsFor"]), name
 

@@ -292,6 +292,83 @@ def test_a_build_comes_back_and_changes_only_in_the_states_asked(store: Store, t
     assert got is not None and (got.status, got.error, got.env) == (BuildStatus.FAILED, error, {"A": "1"})
 
 
+
+# --- a fleet's build queue ----------------------------------------------------------------------
+
+
+def add_build(store: Store, template_id: str, status: str = BuildStatus.QUEUED, **fields: Any) -> BuildRecord:
+    rec = BuildRecord(id=str(uuid.uuid4()), template_id=template_id, status=status, spec={"steps": []}, **fields)
+    store.insert_build(rec)
+    return rec
+
+
+def test_the_oldest_queued_build_is_claimed_running_on_the_node(store: Store, team: str) -> None:
+    tpl = add_template(store, team, "mine")
+    add_build(store, tpl.id, BuildStatus.RUNNING, node="node-b", created_at=1.0)
+    newer = add_build(store, tpl.id, created_at=3.0)
+    older = add_build(store, tpl.id, created_at=2.0)
+    got = store.claim_build("node-a", now=5.0)
+    assert got == dataclasses.replace(older, status=BuildStatus.RUNNING, node="node-a", started_at=5.0)
+    assert store.get_build(older.id) == got
+    claimed = store.claim_build("node-b")
+    assert claimed is not None and claimed.id == newer.id and claimed.node == "node-b"
+    assert store.claim_build("node-a") is None, "nothing queued is left"
+
+
+def test_of_nodes_claiming_at_once_each_build_goes_to_one(store: Store, another: Store, team: str) -> None:
+    tpl = add_template(store, team, "mine")
+    queued = {add_build(store, tpl.id, created_at=float(i)).id for i in range(20)}
+
+    def drain(s: Store, node: str) -> Callable[[], list[str]]:
+        def claims() -> list[str]:
+            got = []
+            while (build := s.claim_build(node)) is not None:
+                got.append(build.id)
+            return got
+        return claims
+
+    a, b = at_once(drain(store, "node-a"), drain(another, "node-b"))
+    assert not set(a) & set(b), "no build is claimed twice"
+    assert set(a) | set(b) == queued
+    owner = {build.id: build.node for build in store.list_builds(tpl.id)}
+    assert all(owner[i] == "node-a" for i in a) and all(owner[i] == "node-b" for i in b)
+
+
+def test_a_build_is_changed_only_by_the_node_that_holds_it(store: Store, team: str) -> None:
+    tpl = add_template(store, team, "mine")
+    build = add_build(store, tpl.id, BuildStatus.RUNNING, node="node-a")
+    assert not store.update_build(build.id, only_if_status=(BuildStatus.RUNNING,), only_if_node="node-b",
+                                  status=BuildStatus.READY)
+    assert store.update_build(build.id, only_if_status=(BuildStatus.RUNNING,), only_if_node="node-a",
+                              status=BuildStatus.QUEUED, node=None)
+    got = store.get_build(build.id)
+    assert got is not None and (got.status, got.node) == (BuildStatus.QUEUED, None)
+    assert [b.id for b in store.list_builds(node="node-a")] == []
+
+
+def test_failing_a_nodes_builds_fails_its_running_ones_and_no_other(store: Store, team: str) -> None:
+    tpl = add_template(store, team, "mine")
+    mine = add_build(store, tpl.id, BuildStatus.RUNNING, node="node-a")
+    ended = add_build(store, tpl.id, BuildStatus.READY, node="node-a")
+    theirs = add_build(store, tpl.id, BuildStatus.RUNNING, node="node-b")
+    queued = add_build(store, tpl.id)
+    assert store.fail_builds_of("node-a", "node node-a was lost") == [mine.id]
+    got = store.get_build(mine.id)
+    assert got is not None and got.status == BuildStatus.FAILED and got.finished_at is not None
+    assert got.error == {"code": "build_failed", "message": "node node-a was lost"}
+    for rec in (ended, theirs, queued):
+        assert store.get_build(rec.id) == rec
+    assert store.fail_builds_of("node-a", "again") == []
+
+
+def test_builds_in_flight_tell_the_roots_they_make_and_build_on(store: Store, team: str) -> None:
+    tpl = add_template(store, team, "mine")
+    running = add_build(store, tpl.id, BuildStatus.RUNNING, rootfs="/s/templates/k1/rootfs",
+                        parent_rootfs="/s/templates/k0/rootfs")
+    queued = add_build(store, tpl.id)
+    add_build(store, tpl.id, BuildStatus.FAILED, rootfs="/s/templates/k2/rootfs", parent_rootfs="/s/templates/k3/rootfs")
+    assert store.builds_in_flight() == ({running.id, queued.id}, {"/s/templates/k1/rootfs", "/s/templates/k0/rootfs"})
+
 # --- secrets and bindings -----------------------------------------------------------------------
 
 
@@ -492,11 +569,12 @@ def test_a_node_is_upserted_listed_by_name_and_marked_down_once(store: Store) ->
 
 
 def test_failing_a_node_fails_the_boxes_on_it_and_no_other(store: Store, team: str) -> None:
-    """A paused box is on no node (its checkpoint is in the fleet's shared directory): it stays paused."""
+    """A paused box is on no node (its checkpoint is in the fleet's shared directory): it stays paused;
+    so does a resuming one (it is being restored from that checkpoint wherever Ray placed it)."""
     on_it = {status: add_sandbox(store, team, status=status, node="node-a", pause_at=10.0) for status in SandboxStatus}
     elsewhere = add_sandbox(store, team, node="node-b")
     local = add_sandbox(store, team)
-    running = (SandboxStatus.ACTIVE, SandboxStatus.PAUSING, SandboxStatus.RESUMING)
+    running = (SandboxStatus.ACTIVE, SandboxStatus.PAUSING)
     failed = store.fail_boxes_of("node-a", "node node-a stopped answering")
     assert failed == sorted(on_it[s].id for s in running)
     for status, rec in on_it.items():
@@ -687,6 +765,8 @@ def test_a_database_of_the_hutch_before_migrations_keeps_its_rows_and_is_stamped
         c.execute(sa.text("ALTER TABLE sandboxes DROP COLUMN node"))
         c.execute(sa.text("DROP TABLE nodes"))
         c.execute(sa.text("DROP TABLE fleet_keys"))
+        c.execute(sa.text("ALTER TABLE template_builds DROP COLUMN node"))  # revision 0002's
+        c.execute(sa.text("ALTER TABLE template_builds DROP COLUMN parent_rootfs"))
         c.execute(schema.teams.insert().values(id=team, name="team-a", created_at=1.0))
         c.execute(schema.api_keys.insert().values(key_hash="h" * 64, team_id=team, prefix="hutch_abc", created_at=1.0))
         rec = new_record(team, metadata={"k": "v"}, runtime_id="rt-1", status=SandboxStatus.PAUSED)
