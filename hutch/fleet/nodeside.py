@@ -18,6 +18,7 @@ from hutch.node.api import BoxRef, BoxStartError, NoSpaceError
 from hutch.node.node import Node
 from hutch.node.pool import WarmPool
 from hutch.node.spec import Limits
+from hutch.server.sandboxes import CHECKPOINT_DONE
 
 BOX_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
 RUNTIME_ID = re.compile(r"h[0-9a-f]{24}")
@@ -76,7 +77,9 @@ class NodeCalls:
         if not self.node.holds(runtime_id):
             raise CallError("not_held", f"box {runtime_id} does not run on node {self.name}")
         if call == "pause":
-            await self.node.pause(runtime_id, self._image(args.get("image")))
+            image = self._image(args.get("image"))
+            await self.node.pause(runtime_id, image)
+            (image / CHECKPOINT_DONE).touch()  # whole: a pause whose API server died midway is kept
             return {}
         if call == "wake":
             await self.node.wake(runtime_id)

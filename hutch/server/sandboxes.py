@@ -47,6 +47,7 @@ from hutch.store import SandboxRecord, SandboxStatus, Store, TemplateRecord
 log = logging.getLogger("hutch.server")
 
 CHECKPOINT_DONE = "hutch-checkpoint-complete"  # written into an image directory once it is whole
+STUCK_SECONDS = 1800.0  # a pause or resume older than this was left by a server that died (a pause may take 10 min)
 PAUSE_RETRY_SECONDS = 60  # after an automatic pause failed
 DISK_RESERVE = 64 * 2**20  # below this much free space in the data dir, a failed pause is called a full disk
 
@@ -432,9 +433,17 @@ class Sandboxes:
 
     async def run_lifetimes(self, every: float = 1.0) -> None:
         """Pause boxes past their timeout and delete boxes paused past their auto-delete. The
-        deadlines are in the store, so a restarted server keeps them."""
+        deadlines are in the store, so a restarted server keeps them. Now and then, settle a
+        pause or resume left midway by a server that died (a fleet's others live on)."""
+        ticks = 0
         while True:
             await asyncio.sleep(every)
+            ticks += 1
+            if ticks % 60 == 0:
+                try:
+                    await self.settle_stuck()
+                except Exception:
+                    log.exception("settling stuck pauses and resumes failed")
             to_pause, to_delete = self.store.due(time.time())
             for sandbox_id in to_pause + to_delete:
                 try:
@@ -448,6 +457,27 @@ class Sandboxes:
                     log.warning("lifetime action on %s failed: %s", sandbox_id, e.message)
                 except Exception:
                     log.exception("lifetime action on %s failed", sandbox_id)
+
+    async def settle_stuck(self, now: float | None = None) -> None:
+        """A pause or resume unchanged for longer than any takes: its server died midway. A
+        pause is settled as at a start (kept if its checkpoint is whole, else the box runs on or
+        has failed); a resume goes back to paused (its image is kept until a resume succeeds; a
+        box the node restored meanwhile belongs to no record, and the node stops it)."""
+        cutoff = (now or time.time()) - STUCK_SECONDS
+        for status in (SandboxStatus.PAUSING, SandboxStatus.RESUMING):
+            for rec in self.store.list_sandboxes(None, status=status):
+                if rec.updated_at > cutoff or self._locks[rec.id].locked():
+                    continue
+                async with self._locks[rec.id]:
+                    current = self.store.get_sandbox(rec.id)
+                    if current is None or current.status != status or current.updated_at > cutoff:
+                        continue
+                    log.warning("sandbox %s was left %s by a server that stopped: settling it", rec.id, status)
+                    if status == SandboxStatus.PAUSING:
+                        await self._settle_pausing(current)
+                    else:
+                        self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.RESUMING,),
+                                                  status=SandboxStatus.PAUSED)
 
     # --- restart --------------------------------------------------------------------------------
 
