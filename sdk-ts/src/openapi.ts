@@ -262,6 +262,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/nodes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Nodes
+         * @description The hosts that run boxes, with their room and health (`hutch nodes`).
+         */
+        get: operations["list_nodes_v1_nodes_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/providers": {
         parameters: {
             query?: never;
@@ -1066,6 +1086,33 @@ export interface components {
             /** Next Before */
             next_before: number | null;
         };
+        /**
+         * NodeInfo
+         * @description A host that runs boxes: a fleet's node, or a single host's own.
+         */
+        NodeInfo: {
+            /** Boxes */
+            boxes: number;
+            /**
+             * Health
+             * @enum {string}
+             */
+            health: "up" | "down";
+            /** Memory Mib */
+            memory_mib: number;
+            /** Memory Mib Reserved */
+            memory_mib_reserved: number;
+            /** Name */
+            name: string;
+            /** Started At */
+            started_at?: string | null;
+            /** Url */
+            url: string;
+            /** Vcpu */
+            vcpu: number;
+            /** Vcpu Reserved */
+            vcpu_reserved: number;
+        };
         /** PreviewPort */
         PreviewPort: {
             /**
@@ -1197,6 +1244,8 @@ export interface components {
             /** Name */
             name: string;
             network?: components["schemas"]["NetworkConfig"] | null;
+            /** Node */
+            node?: string | null;
             /**
              * Preview Access
              * @default public
@@ -1248,6 +1297,8 @@ export interface components {
             /** Name */
             name: string;
             network?: components["schemas"]["NetworkConfig"] | null;
+            /** Node */
+            node?: string | null;
             /**
              * Preview Access
              * @default public
@@ -3030,6 +3081,110 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description invalid input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no or a wrong API key or access token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no such thing (or not yours) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's state does not allow it */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a quota is reached */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's agent answered wrongly */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox or node cannot do it now */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the server's disk is full */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    list_nodes_v1_nodes_get: {
+        parameters: {
+            query?: never;
+            header?: {
+                authorization?: string | null;
+                "x-api-key"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NodeInfo"][];
+                };
             };
             /** @description invalid input */
             400: {

@@ -61,6 +61,8 @@ export interface SandboxInfo {
   previewAccess: PreviewAccess;
   /** A published port's URL, "{port}" standing for the port. */
   previewUrlTemplate: string;
+  /** The fleet node it runs or last ran on (null on a single host). */
+  node: string | null;
 }
 
 export function sandboxInfo(d: Schemas["SandboxInfo"] | Schemas["SandboxAccess"]): SandboxInfo {
@@ -72,6 +74,7 @@ export function sandboxInfo(d: Schemas["SandboxInfo"] | Schemas["SandboxAccess"]
     failure: d.failure ?? null, network: network(d.network),
     secrets: (d.secrets ?? []).map(secretBinding),
     previewAccess: d.preview_access ?? "public", previewUrlTemplate: d.preview_url_template ?? "",
+    node: d.node ?? null,
   };
 }
 

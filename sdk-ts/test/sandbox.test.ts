@@ -29,6 +29,7 @@ describe("Sandbox", () => {
     assert.ok(info.createdAt instanceof Date && !Number.isNaN(info.createdAt.getTime()));
     assert.ok(info.vcpuCount >= 1 && info.memoryMib >= 256);
     assert.ok(info.previewUrlTemplate.includes("{port}"));
+    assert.equal(info.node, null, "a single host runs its boxes on no fleet node");
     const { stdout } = await sandbox.commands.run("printenv MODE");
     assert.equal(stdout, "dev\n");
     assert.ok(!JSON.stringify(sandbox).includes("hat_"), "a sandbox never serializes its token");
