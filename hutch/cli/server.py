@@ -105,7 +105,15 @@ def _admin_key(store: Any, data_dir: Path, variable: str = "HUTCH_API_KEY") -> s
                 key = line.split("=", 1)[1]
                 if store.team_for_api_key(key):
                     return key
-    team_id = store.team_by_name("default") or store.create_team("default")
+    import sqlalchemy.exc
+
+    team_id = store.team_by_name("default")
+    if team_id is None:
+        try:
+            team_id = store.create_team("default")
+        except sqlalchemy.exc.IntegrityError:  # a fleet's other API server, starting at the same moment
+            team_id = store.team_by_name("default")
+            assert team_id is not None
     new_key: str = store.create_api_key(team_id, e2b=variable == "E2B_API_KEY")
     return new_key
 
@@ -140,7 +148,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     fleet = None
     if args.ray or args.shared:
-        if not (args.ray and args.shared and args.store and args.store.startswith("postgresql")):
+        if not (args.ray and args.shared and args.store and args.store.startswith(("postgresql", "postgres:"))):
             print("a fleet's API server takes --ray, --shared and a PostgreSQL --store together", file=sys.stderr)
             return 2
         if not fleet_installed():

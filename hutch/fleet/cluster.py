@@ -95,12 +95,11 @@ def room_of(node_id: str) -> tuple[int, int]:
 # --- reservations -------------------------------------------------------------------------------
 
 class Placement:
-    """A reservation per active box, named by the box's key so any API server can release it.
+    """A reservation per active box, named by its sandbox's id so any API server can release it.
     Detached: it outlives the API server that made it, as the box does."""
 
     def __init__(self, wait: float) -> None:
         self.wait = wait
-        self.requests = 0  # resource requests made of the autoscaler
         self._asked_at: float | None = None  # when the standing request was made (None: none stands)
 
     async def reserve(self, key: str, vcpu: int, memory_mib: int) -> str:
@@ -132,7 +131,6 @@ class Placement:
     def _ask_for_room(self, bundle: dict[str, float]) -> None:
         """Ask Ray's autoscaler (or KubeRay's) for the pending boxes' bundles; the pending
         placement groups ask too, this makes it explicit and immediate."""
-        self.requests += 1
         self._asked_at = time.monotonic()
         wanted = self._bundles(("CREATED", "PENDING", "RESCHEDULING"))
         try:
@@ -177,14 +175,11 @@ class Placement:
         remove_placement_group(group)
 
     @staticmethod
-    def reserved() -> dict[str, str]:
-        """Every live box reservation: its key -> its Ray node id."""
-        found = {}
-        for g in placement_group_table().values():
-            name = g.get("name", "")
-            if name.startswith(BOX_GROUP) and g.get("state") == "CREATED":
-                found[name[len(BOX_GROUP):]] = str(next(iter(g["bundles_to_node_id"].values()), ""))
-        return found
+    def reserved() -> set[str]:
+        """The names (sandbox ids) of every box reservation not yet removed: made, waiting for
+        room, or being moved off a lost node."""
+        return {g["name"][len(BOX_GROUP):] for g in placement_group_table().values()
+                if g.get("name", "").startswith(BOX_GROUP) and g.get("state") in ("CREATED", "PENDING", "RESCHEDULING")}
 
 
 # --- membership -----------------------------------------------------------------------------------

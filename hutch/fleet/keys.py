@@ -26,10 +26,14 @@ def _new_ca() -> bytes:
 
 
 def _write(path: Path, data: bytes) -> None:
-    """Atomically, readable by root only; unchanged if it already holds `data`."""
+    """Atomically, readable by root only; unchanged if it already holds `data`. A data dir that
+    holds another key (a single host's, say, whose secrets it sealed) is refused, not overwritten."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if path.exists() and path.read_bytes() == data:
-        return
+    if path.exists():
+        if path.read_bytes() == data:
+            return
+        raise RuntimeError(f"{path} holds a key other than the fleet's: give this fleet member a data dir of its own "
+                           "(what that key sealed or signed is not the fleet's)")
     fd, tmp = tempfile.mkstemp(dir=path.parent)
     with os.fdopen(fd, "wb") as f:
         f.write(data)

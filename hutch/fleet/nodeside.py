@@ -15,13 +15,13 @@ from typing import Any
 
 from hutch.fleet.relay import CallError
 from hutch.node.api import BoxRef, BoxStartError, NoSpaceError
-from hutch.node.node import Node
+from hutch.node.node import RUNTIME_ID_PATTERN, Node
 from hutch.node.pool import WarmPool
 from hutch.node.spec import Limits
 from hutch.server.sandboxes import CHECKPOINT_DONE
 
 BOX_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
-RUNTIME_ID = re.compile(r"h[0-9a-f]{24}")
+RUNTIME_ID = re.compile(RUNTIME_ID_PATTERN)
 
 
 def limits_json(limits: Limits) -> dict[str, int]:

@@ -14,14 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import json
 import logging
 import re
+import resource
+from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import h11
+
+from hutch.node.node import RUNTIME_ID_PATTERN
 
 log = logging.getLogger("hutch.fleet.relay")
 
@@ -30,12 +36,25 @@ CHANNEL = "/channel/"
 RPC = "/rpc/"
 MAX_HEAD = 16 * 1024
 MAX_CALL_BODY = 1 * 2**20
-HEAD_TIMEOUT = 10.0
 BODY_TIMEOUT = 30.0
 IDLE_TIMEOUT = 330.0  # longer than a preview's idle tunnel (300 s); commands ping every 10 s
 READ = 64 * 1024
-MAX_CONNECTIONS = 4096
-RUNTIME_ID = re.compile(rb"h[0-9a-f]{24}")
+RUNTIME_ID = re.compile(RUNTIME_ID_PATTERN.encode())
+
+
+@dataclass(frozen=True)
+class RelayLimits:
+    """What the relay holds open. Connections whose head has not yet shown the fleet's key are
+    few and short (anyone on the network can open them); one box's are capped, so a tenant's
+    streams and previews cannot take the node's whole budget."""
+
+    connections: int = 4096  # in all (kept within a quarter of the process' descriptors)
+    unauthenticated: int = 128
+    per_box: int = 256
+    head_seconds: float = 3.0
+
+    def within(self, nofile: int) -> RelayLimits:
+        return dataclasses.replace(self, connections=max(16, min(self.connections, nofile // 4)))
 _HOP_BY_HOP = {b"connection", b"keep-alive", KEY_HEADER.encode()}
 
 
@@ -54,12 +73,15 @@ Sockets = Callable[[str], str | None]  # a runtime id's pinned channel socket, N
 class Relay:
     """The node's listener for its API servers."""
 
-    def __init__(self, key: str, calls: Calls, sockets: Sockets) -> None:
+    def __init__(self, key: str, calls: Calls, sockets: Sockets, limits: RelayLimits | None = None) -> None:
         self._key = key.encode()
         self._calls = calls
         self._sockets = sockets
+        self.limits = (limits or RelayLimits()).within(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         self._server: asyncio.Server | None = None
         self._open = 0
+        self._unauthenticated = 0
+        self._per_box: Counter[bytes] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, host: str, port: int) -> None:
@@ -79,7 +101,7 @@ class Relay:
         self._tasks.add(task)
         self._open += 1
         try:
-            if self._open > MAX_CONNECTIONS:
+            if self._open > self.limits.connections or self._unauthenticated >= self.limits.unauthenticated:
                 await _answer(writer, 503, {"kind": "busy", "message": "the node has too many connections open"})
                 return
             await self._one(reader, writer)
@@ -92,13 +114,21 @@ class Relay:
 
     async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
-        async with asyncio.timeout(HEAD_TIMEOUT):
-            request = await _next(conn, reader)
+        self._unauthenticated += 1
+        try:
+            async with asyncio.timeout(self.limits.head_seconds):
+                request = await _next(conn, reader)
+        finally:
+            self._unauthenticated -= 1
         if not isinstance(request, h11.Request):
             return
         given = dict(request.headers).get(KEY_HEADER.encode(), b"")
         if not hmac.compare_digest(given, self._key):
             await _answer(writer, 401, {"kind": "unauthorized", "message": "not a member of this fleet"})
+            return
+        framing = {name for name, _ in request.headers} & {b"content-length", b"transfer-encoding"}
+        if len(framing) > 1:  # never left to two parsers to agree on
+            await _answer(writer, 400, {"kind": "invalid", "message": "a request with two framings"})
             return
         target = bytes(request.target)
         if target.startswith(CHANNEL.encode()):
@@ -143,8 +173,22 @@ class Relay:
         socket = self._sockets(runtime_id.decode()) if RUNTIME_ID.fullmatch(runtime_id) and slash else None
         if socket is None:
             return  # closed unanswered: to the API server, a box that cannot be reached
+        if self._per_box[runtime_id] >= self.limits.per_box:
+            await _answer(writer, 503, {"kind": "busy", "message": "the box has too many connections open"})
+            return
+        self._per_box[runtime_id] += 1
         try:
-            box_reader, box_writer = await asyncio.wait_for(asyncio.open_unix_connection(socket, limit=READ), HEAD_TIMEOUT)
+            await self._to_box(conn, request, route, socket, reader, writer)
+        finally:
+            self._per_box[runtime_id] -= 1
+            if not self._per_box[runtime_id]:
+                del self._per_box[runtime_id]
+
+    async def _to_box(self, conn: h11.Connection, request: h11.Request, route: bytes, socket: str,
+                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            box_reader, box_writer = await asyncio.wait_for(asyncio.open_unix_connection(socket, limit=READ),
+                                                            BODY_TIMEOUT)
         except (OSError, TimeoutError):
             return
         head = [request.method + b" /" + route + b" HTTP/1.1"]

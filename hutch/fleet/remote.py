@@ -30,6 +30,7 @@ log = logging.getLogger("hutch.fleet")
 
 CALL_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
 PAUSE_TIMEOUT = httpx.Timeout(600.0, connect=5.0)  # a checkpoint of a large box to a shared disk
+ALIVE_TIMEOUT = httpx.Timeout(5.0, connect=2.0)  # asked in a loop while a call waits: a silent node must not hold it
 
 
 def vcpu_of(limits: Limits) -> int:
@@ -43,20 +44,22 @@ class FleetRuntime:
         self.store, self.placement, self._key = store, placement, key
         self._http = httpx.AsyncClient(timeout=CALL_TIMEOUT, headers={relay.KEY_HEADER: key},
                                        limits=httpx.Limits(max_keepalive_connections=0))
-        self._where: dict[str, tuple[str, str]] = {}  # runtime id -> (node, box key): a runtime id is never reused
+        # runtime id -> (node, box key, sandbox id): a runtime id is never reused. A box's reservation
+        # is named by its sandbox's id (a box from a node's warm pool has a key of the pool's).
+        self._where: dict[str, tuple[str, str, str]] = {}
         self._agents: dict[str, AgentClient] = {}
         self._background: set[asyncio.Task[None]] = set()
         self.metrics: Metrics | None = None  # the server's, once made
 
     # --- where -----------------------------------------------------------------------------------
 
-    def _locate(self, runtime_id: str) -> tuple[str, str] | None:
+    def _locate(self, runtime_id: str) -> tuple[str, str, str] | None:
         found = self._where.get(runtime_id)
         if found is None:
             rec = self.store.sandbox_by_runtime(runtime_id)
             if rec is None or rec.node is None:
                 return None
-            found = self._where[runtime_id] = (rec.node, rec.box_key)
+            found = self._where[runtime_id] = (rec.node, rec.box_key, rec.id)
         return found
 
     def _url(self, node: str) -> str:
@@ -94,66 +97,80 @@ class FleetRuntime:
             raise OSError(errno.ENOSPC, message)
         if kind == "root_gone":
             raise ApiError(Code.TEMPLATE_ROOT_GONE, message)
+        if kind == "busy":
+            raise ApiError(Code.NODE_UNREACHABLE, f"node {node} is busy: {message}")
         raise RuntimeError(f"node {node}: {message or kind}")
 
     # --- boot, restore ------------------------------------------------------------------------------
 
-    async def _placed(self, key: str, limits: Limits, call: str, args: dict[str, Any]) -> BoxRef:
+    async def _placed(self, sandbox_id: str, limits: Limits, call: str, args: dict[str, Any],
+                      timeout: httpx.Timeout = CALL_TIMEOUT) -> BoxRef:
         started = time.perf_counter()
         try:
-            ray_node = await self.placement.reserve(key, vcpu_of(limits), limits.memory_mib)
+            ray_node = await self.placement.reserve(sandbox_id, vcpu_of(limits), limits.memory_mib)
             if self.metrics is not None:
                 self.metrics.placement_seconds.observe(time.perf_counter() - started)
         except NoRoom as e:
             raise ApiError(Code.NO_CAPACITY, f"the fleet has no room for this sandbox: {e}; try again later") from None
         try:
             node = self._node_on(ray_node)
-            answer = await self._call(node, call, args)
+            answer = await self._call(node, call, args, timeout)
         except BaseException:
-            await asyncio.shield(self.placement.release(key))
+            await asyncio.shield(self._release(sandbox_id))
             raise
         ref = BoxRef(str(answer["runtime_id"]), str(answer["key"]), node=node)
-        self._where[ref.runtime_id] = (node, ref.key)
+        self._where[ref.runtime_id] = (node, ref.key, sandbox_id)
         return ref
+
+    async def _release(self, sandbox_id: str) -> None:
+        """Best effort: a reservation left behind is the watch's to release (a minute later)."""
+        try:
+            await self.placement.release(sandbox_id)
+        except Exception as e:
+            log.warning("releasing the reservation of %s: %r", sandbox_id, e)
 
     async def boot(self, key: str, rootfs: Path, limits: Limits, writable_root: bool = False) -> BoxRef:
         if writable_root:
             raise ApiError(Code.INVALID_REQUEST, "a fleet's API server builds no templates itself")
+        # the key of a box being created is its sandbox's id (hutch.server.sandboxes)
         return await self._placed(key, limits, "boot", {"key": key, "rootfs": str(rootfs), "limits": limits_json(limits)})
 
     async def restore(self, key: str, rootfs: Path, limits: Limits, image_dir: Path) -> BoxRef:
-        return await self._placed(key, limits, "restore", {"key": key, "rootfs": str(rootfs),
-                                                           "limits": limits_json(limits), "image": str(image_dir)})
+        rec = self.store.sandbox_by_box_key(key)
+        return await self._placed(rec.id if rec else key, limits, "restore",
+                                  {"key": key, "rootfs": str(rootfs), "limits": limits_json(limits), "image": str(image_dir)},
+                                  timeout=PAUSE_TIMEOUT)  # a large image read back from a shared disk
 
     # --- pause, wake, stop ----------------------------------------------------------------------------
 
-    def _held(self, runtime_id: str) -> tuple[str, str]:
+    def _held(self, runtime_id: str) -> tuple[str, str, str]:
         found = self._locate(runtime_id)
         if found is None:
             raise KeyError(runtime_id)
         return found
 
     async def pause(self, runtime_id: str, image_dir: Path) -> None:
-        node, key = self._held(runtime_id)
+        node, _, sandbox_id = self._held(runtime_id)
         await self._call(node, "pause", {"runtime_id": runtime_id, "image": str(image_dir)}, timeout=PAUSE_TIMEOUT)
         await self._forget(runtime_id)
-        await self.placement.release(key)  # a paused box holds no reservation
+        await self._release(sandbox_id)  # a paused box holds no reservation
 
     async def wake(self, runtime_id: str) -> None:
-        node, _ = self._held(runtime_id)
+        node, _, _ = self._held(runtime_id)
         await self._call(node, "wake", {"runtime_id": runtime_id})
 
     async def stop(self, runtime_id: str, key: str | None = None) -> None:
         found = self._locate(runtime_id)
+        reservation = key
         if found is not None:
-            node, key = found
+            node, key, reservation = found
             try:
                 await self._call(node, "stop", {"runtime_id": runtime_id, "key": key})
             except ApiError as e:  # a lost node: its boxes went with it
                 log.warning("stopping %s on node %s: %s", runtime_id, node, e.message)
         await self._forget(runtime_id)
-        if key is not None:
-            await self.placement.release(key)
+        if reservation is not None:
+            await self._release(reservation)
 
     def stop_later(self, runtime_id: str, key: str) -> None:
         task = asyncio.get_running_loop().create_task(self.stop(runtime_id, key))
@@ -183,7 +200,7 @@ class FleetRuntime:
         if found is None or not self.holds(runtime_id):
             return False
         try:
-            return bool((await self._call(found[0], "alive", {"runtime_id": runtime_id}))["alive"])
+            return bool((await self._call(found[0], "alive", {"runtime_id": runtime_id}, ALIVE_TIMEOUT))["alive"])
         except (ApiError, RuntimeError, KeyError):
             return True
 

@@ -8,7 +8,8 @@ since their checkpoints are in the shared directory. Every API server watches; w
 first changes the records (each change is conditional, so a second is a no-op).
 
 The watch also releases reservations that no live box holds (a create whose API server died
-between the reservation and the record, a box a node marked failed): seen unclaimed twice,
+between the reservation and the record, a box a node marked failed, a pause whose server died after
+the checkpoint): seen unclaimed twice,
 `STALE` seconds apart, so a create in flight is never taken for one.
 """
 
@@ -20,13 +21,14 @@ import time
 
 from hutch.fleet import cluster
 from hutch.fleet.cluster import Placement
-from hutch.store import LIVE_STATUSES, Store
+from hutch.store import SandboxStatus, Store
 
 log = logging.getLogger("hutch.fleet")
 
 NODE_LOST = "node_lost"
-GRACE = 30.0
+GRACE = 60.0  # longer than a node runtime's restart (systemd's stop timeout is 30 s)
 STALE = 60.0
+HOLD_ROOM = (SandboxStatus.ACTIVE, SandboxStatus.PAUSING, SandboxStatus.RESUMING)  # a paused box holds none
 
 
 class NodeWatch:
@@ -70,13 +72,11 @@ class NodeWatch:
         builds = self.store.fail_builds_of(node, f"{NODE_LOST}: node {node} was lost ({why})")
         log.warning("node %s was lost (%s): %d sandboxes and %d builds failed", node, why, len(failed), len(builds))
         for sandbox_id in failed:
-            rec = self.store.get_sandbox(sandbox_id, include_deleted=True)
-            if rec is not None:
-                Placement._release(rec.box_key)
+            Placement._release(sandbox_id)
 
     def sweep_reservations(self, now: float) -> None:
         reserved = Placement.reserved()
-        claimed = {r.box_key for r in self.store.list_sandboxes(None) if r.status in LIVE_STATUSES}
+        claimed = {r.id for r in self.store.list_sandboxes(None) if r.status in HOLD_ROOM}
         for key in list(self._unclaimed):
             if key not in reserved or key in claimed:
                 del self._unclaimed[key]

@@ -142,6 +142,9 @@ def _meminfo() -> dict[str, int]:
     return found
 
 
+RUNTIME_ID_PATTERN = r"h[0-9a-f]{24}"  # what new_runtime_id makes (the fleet checks ids it is sent against it)
+
+
 def new_runtime_id() -> str:
     # Fixed length and random: runsc ids must never be prefixes of one another.
     return "h" + secrets.token_hex(12)

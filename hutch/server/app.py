@@ -47,16 +47,17 @@ def create_app(config: ServerConfig) -> FastAPI:
         st = State(config)
         app.state.hutch = st
         loop = asyncio.get_running_loop()
-        tasks = [loop.create_task(st.sandboxes.run_lifetimes())]  # a fleet's: each API server's, one wins
+        tasks = []
         if st.local is not None:
             st.node.start_reaping()
-            await st.sandboxes.reconcile()
+            await st.sandboxes.reconcile()  # before any lifetime acts on a box not yet taken back
             await st.templates.reconcile()
         else:  # a fleet's nodes take back their own boxes; the API servers watch for lost nodes
             from hutch.fleet.watch import NodeWatch
 
             assert st.placement is not None
             tasks.append(loop.create_task(NodeWatch(st.store, st.placement).run()))
+        tasks.append(loop.create_task(st.sandboxes.run_lifetimes()))  # a fleet's: each API server's, one wins
         if st.pool is not None:
             st.pool.start()
         await st.previews.proxy.start(config.host, config.preview_port)

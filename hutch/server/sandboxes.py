@@ -294,18 +294,19 @@ class Sandboxes:
             try:
                 await self.node.pause(rec.runtime_id, image)
                 self.metrics.pause_seconds.observe(time.perf_counter() - started)
-                (image / CHECKPOINT_DONE).touch()
+                if self.config.fleet is None:  # a fleet's node marks it whole itself, on its own mount
+                    (image / CHECKPOINT_DONE).touch()
             except NoSpaceError as e:  # found before anything was done to the box
-                self.store.update_sandbox(rec.id, status=SandboxStatus.ACTIVE, pause_at=self._deadline(PAUSE_RETRY_SECONDS)
-                                          if rec.pause_at is not None else None)
+                self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.ACTIVE,
+                                          pause_at=self._deadline(PAUSE_RETRY_SECONDS) if rec.pause_at is not None else None)
                 raise ApiError(Code.INSUFFICIENT_STORAGE, f"the server's disk has no room for this sandbox's "
                                f"checkpoint ({e}); it runs on") from e
             except Exception as e:
                 alive = await self.node.is_alive(rec.runtime_id) and self.node.holds(rec.runtime_id)
                 log.error("pausing %s failed: %s", rec.id, e)
                 if alive:  # try again later, not every second: a pause cuts the box's streams
-                    self.store.update_sandbox(rec.id, status=SandboxStatus.ACTIVE, pause_at=self._deadline(PAUSE_RETRY_SECONDS)
-                                              if rec.pause_at is not None else None)
+                    self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.ACTIVE,
+                                              pause_at=self._deadline(PAUSE_RETRY_SECONDS) if rec.pause_at is not None else None)
                 else:
                     self.mark_failed(rec.id, f"the pause failed: {e}")
                 if self._disk_full(e):
@@ -338,12 +339,15 @@ class Sandboxes:
                 self.metrics.resume_seconds.observe(time.perf_counter() - started)
             except Exception as e:
                 log.error("resuming %s failed: %s", rec.id, e)
-                self.store.update_sandbox(rec.id, status=SandboxStatus.PAUSED)  # the image is still there: try again
+                # the image is still there: try again (unless the sandbox was killed meanwhile)
+                self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.RESUMING,), status=SandboxStatus.PAUSED)
                 raise ApiError(Code.RESUME_FAILED, f"the sandbox could not be resumed: {e}") from e
-            self.store.update_sandbox(rec.id, status=SandboxStatus.ACTIVE, runtime_id=box.runtime_id, node=box.node,
-                                      delete_at=None,
-                                      token_generation=rec.token_generation + (0 if rec.stable_token else 1),
-                                      pause_at=self._deadline(rec.timeout_seconds))
+            if not self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.RESUMING,), status=SandboxStatus.ACTIVE,
+                                             runtime_id=box.runtime_id, node=box.node, delete_at=None,
+                                             token_generation=rec.token_generation + (0 if rec.stable_token else 1),
+                                             pause_at=self._deadline(rec.timeout_seconds)):
+                await self.node.stop(box.runtime_id, rec.box_key)  # killed meanwhile (on another server): no box without a record
+                raise not_found("sandbox", sandbox_id)
             shutil.rmtree(image, ignore_errors=True)  # restored: the image is no longer needed
             return self.get(team_id, sandbox_id)
 
@@ -488,7 +492,7 @@ class Sandboxes:
         for rec in records:
             if rec.status == SandboxStatus.PAUSING:
                 await self._settle_pausing(rec)
-            elif rec.status == SandboxStatus.RESUMING:
+            elif rec.status == SandboxStatus.RESUMING and self.owner is None:  # a fleet's may be under way elsewhere
                 self.store.update_sandbox(rec.id, status=SandboxStatus.PAUSED)  # the image was kept until resumed
         live = [r for r in self.store.list_sandboxes(None, status=SandboxStatus.ACTIVE)
                 if r.runtime_id and (self.owner is None or r.node == self.owner)]

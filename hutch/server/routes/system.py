@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Response
 
+from hutch.errors import ApiError, Code
 from hutch.server.auth import TeamDep
 from hutch.server.models import NodeInfo
 from hutch.server.state import State, StateDep
 from hutch.store import SandboxStatus
 
 router = APIRouter()
+OPERATOR_TEAM = "default"  # the team `hutch serve` makes, whose key it writes to its client.env
 
 
 def node_infos(st: State) -> list[NodeInfo]:
@@ -40,7 +43,8 @@ def node_infos(st: State) -> list[NodeInfo]:
 @router.get("/metrics", response_class=Response)
 async def metrics(st: StateDep) -> Response:
     """Prometheus metrics (text format)."""
-    body = st.metrics.render(st.store.count_by_status, len(st.pool) if st.pool else 0, node_infos(st))
+    nodes = await asyncio.to_thread(node_infos, st)
+    body = st.metrics.render(st.store.count_by_status, len(st.pool) if st.pool else 0, nodes)
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
@@ -52,5 +56,8 @@ async def health(st: StateDep) -> dict[str, Any]:
 
 @router.get("/v1/nodes", response_model=list[NodeInfo])
 async def list_nodes(st: StateDep, team_id: TeamDep) -> list[NodeInfo]:
-    """The hosts that run boxes, with their room and health (`hutch nodes`)."""
-    return node_infos(st)
+    """The hosts that run boxes, with their room and health (`hutch nodes`): the operator's view
+    (every team's use, the nodes' internal addresses), for the server's own team only."""
+    if team_id != st.store.team_by_name(OPERATOR_TEAM):
+        raise ApiError(Code.FORBIDDEN, f"the fleet's nodes are shown to the {OPERATOR_TEAM!r} team's keys only")
+    return await asyncio.to_thread(node_infos, st)
