@@ -111,4 +111,7 @@ class NodeCalls:
         path = Path(value)
         if path.parent.resolve() != self.checkpoints or not BOX_KEY.fullmatch(path.name):
             raise CallError("invalid", "a checkpoint outside the fleet's checkpoint directory")
-        return self.checkpoints / path.name
+        image = self.checkpoints / path.name
+        if image.is_symlink():  # never followed: a checkpoint is a directory of the checkpoint directory's own
+            raise CallError("invalid", "a checkpoint that is a link")
+        return image

@@ -122,6 +122,10 @@ class Relay:
             self._unauthenticated -= 1
         if not isinstance(request, h11.Request):
             return
+        # h11 bounds a head still arriving; one that came whole in a read is measured here
+        if len(request.target) + sum(len(n) + len(v) + 4 for n, v in request.headers) > MAX_HEAD:
+            await _answer(writer, 431, {"kind": "too_large", "message": "the request's head is too large"})
+            return
         given = dict(request.headers).get(KEY_HEADER.encode(), b"")
         if not hmac.compare_digest(given, self._key):
             await _answer(writer, 401, {"kind": "unauthorized", "message": "not a member of this fleet"})
