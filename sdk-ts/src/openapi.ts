@@ -271,7 +271,8 @@ export interface paths {
         };
         /**
          * List Nodes
-         * @description The hosts that run boxes, with their room and health (`hutch nodes`).
+         * @description The hosts that run boxes, with their room and health (`hutch nodes`): the operator's view
+         *     (every team's use, the nodes' internal addresses), for the server's own team only.
          */
         get: operations["list_nodes_v1_nodes_get"];
         put?: never;
