@@ -610,6 +610,12 @@ class Templates:
 
     async def close(self) -> None:
         self._closing = True
+        if self.owner is None:
+            # Queued again in the store first: a stop that is cut short (a service manager's kill
+            # after its timeout, with build boxes slow to go) must not leave them running there.
+            for build_id in list(self._tasks):
+                self.store.update_build(build_id, only_if_status=(BuildStatus.RUNNING,), status=BuildStatus.QUEUED,
+                                        started_at=None)
         if self._queue_task is not None:
             self._queue_task.cancel()
             await asyncio.wait({self._queue_task})

@@ -54,7 +54,9 @@ async def health(st: StateDep) -> dict[str, Any]:
     return {"status": "ok", "warm_pool": len(st.pool) if st.pool else 0, "isolation": "gvisor"}
 
 
-@router.get("/v1/nodes", response_model=list[NodeInfo])
+@router.get("/v1/nodes", response_model=list[NodeInfo], responses={403: {
+    "description": "a key of another team than the operator's",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}})
 async def list_nodes(st: StateDep, team_id: TeamDep) -> list[NodeInfo]:
     """The hosts that run boxes, with their room and health (`hutch nodes`): the operator's view
     (every team's use, the nodes' internal addresses), for the server's own team only."""
