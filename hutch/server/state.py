@@ -37,6 +37,7 @@ from hutch.store import Store
 
 if TYPE_CHECKING:
     from hutch.fleet.cluster import Placement
+    from hutch.fleet.remote import FleetRuntime
 
 
 class NodeSide:
@@ -110,6 +111,7 @@ class State:
         self.secrets = Secrets(self.store, Vault(config.data_dir / "secrets.key"))
         self.local: NodeSide | None = None
         self.placement: Placement | None = None
+        remote: FleetRuntime | None = None
         if self.fleet is None:
             self.local = NodeSide(config, self.store, self.secrets)
             self.node: NodeRuntime = self.local.node
@@ -120,13 +122,11 @@ class State:
 
             cluster.connect(self.fleet.ray, self.fleet.ray_node_ip)
             self.placement = cluster.Placement(self.fleet.placement_wait)
-            remote = FleetRuntime(self.store, self.placement, keys.fleet_key(self.store))
-            self.node = remote
+            self.node = remote = FleetRuntime(self.store, self.placement, keys.fleet_key(self.store))
             base_root = base_image.base_root_path(config.cache_dir)  # on every node, at the same path
         server_key = load_or_create_key(config.data_dir / "server.key")
         self.signer = TokenSigner(server_key)
         self.templates = Templates(config, self.store, self.node)
-        self.templates.builds_here = self.fleet is None
         self.templates.register_base(base_root)
         self.sandboxes = Sandboxes(config, self.store, self.node, self.signer, self.secrets)
         self.templates.booting_roots = lambda: set(self.sandboxes.booting_roots)
@@ -137,7 +137,7 @@ class State:
             self.pool = WarmPool(self.node, config.warm_pool, base_root, self.sandboxes.base_limits())
         self.sandboxes.pool = self.pool
         self.metrics = self.sandboxes.metrics
-        if self.fleet is not None:
+        if remote is not None:
             remote.metrics = self.metrics  # placement and node-call times
         self.data = DataPlane(self.sandboxes, config.max_file_bytes)
         self.audit = audit.AuditLog(self.store)

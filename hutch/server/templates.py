@@ -10,7 +10,7 @@ queued again at start; one that was running is marked failed.
        │          ├──────▶ failed (error.code: step_failed, image_not_found, ready_timeout, ...)
        └──────────┴──────▶ cancelled
 
-In a fleet the queue is the store's. An API server (`builds_here` off) stores the build, queued,
+In a fleet the queue is the store's. An API server (`config.fleet` set, no `owner`) stores the build, queued,
 and starts nothing; each node runtime (`serve_queue`) claims queued builds, up to `max_builds` at
 once, and runs them as a single host does, with roots and logs in the shared directory. Anyone
 may end a build in the store (a cancel, a delete, a lost node): the node that runs it sees its
@@ -83,7 +83,6 @@ class Templates:
         self._closing = False  # builds cut short by a server stop are queued again at the next start
         self._parent_roots: dict[str, str] = {}  # build id -> the root it builds on
         self.booting_roots: Callable[[], set[str]] = set  # roots of sandboxes being created (Sandboxes)
-        self.builds_here = True  # a fleet's API server has no node of its own to build on: it only queues
         self.owner: str | None = None  # a fleet node's name, once it serves the store's queue
         self._queue_task: asyncio.Task[None] | None = None
         self._ended_elsewhere: set[str] = set()  # builds this node runs whose record another process ended
