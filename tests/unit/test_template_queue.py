@@ -62,10 +62,9 @@ def stores(tmp_path: Path) -> Iterator[Callable[[], Store]]:
 class Member:
     """A fleet process's Templates: an API server's (queues only) or a node's."""
 
-    def __init__(self, tmp_path: Path, shared: Path, store: Store, name: str, api: bool = False) -> None:
+    def __init__(self, tmp_path: Path, shared: Path, store: Store, name: str) -> None:
         self.store = store
         self.t = Templates(config_of(tmp_path, shared, name), store, cast(NodeRuntime, object()))
-        self.t.builds_here = not api
         base = tmp_path / "cache" / "base" / "rootfs"
         base.mkdir(parents=True, exist_ok=True)
         self.t.register_base(base)
@@ -84,7 +83,7 @@ class Member:
 
 def members(tmp_path: Path, shared: Path, stores: Callable[[], Store], monkeypatch: pytest.MonkeyPatch,
             *nodes: str) -> tuple[Member, list[Member]]:
-    api = Member(tmp_path, shared, stores(), "api", api=True)
+    api = Member(tmp_path, shared, stores(), "api")
     made = [Member(tmp_path, shared, stores(), n) for n in nodes]
     for m in made:
         monkeypatch.setattr(m.t, "_build", m.build)
