@@ -15,11 +15,11 @@ import time
 
 try:
     from hutch.guest import protocol as p
-    from hutch.guest.spawner import Spawner
+    from hutch.guest.spawner import Spawner, release_host_stdio
 except ImportError:  # in the box: run as a script beside its modules, without the hutch package
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import protocol as p  # type: ignore[import-not-found, no-redef]
-    from spawner import Spawner  # type: ignore[import-not-found, no-redef]
+    from spawner import Spawner, release_host_stdio  # type: ignore[import-not-found, no-redef]
 
 
 def serve() -> None:
@@ -37,6 +37,7 @@ def main() -> None:
     child = os.fork()
     if child == 0:
         return serve()
+    release_host_stdio()  # the reaper has nothing to report; the server child does until it listens
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
         signal.signal(sig, lambda s, _f: os.kill(child, s))
     while True:  # PID 1: reap every orphan; the box lives as long as the server child does

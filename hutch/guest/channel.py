@@ -27,7 +27,7 @@ try:
     from hutch.guest import protocol as p
     from hutch.guest.procs import Proc, ProcError, ProcTable, parse_resize, parse_signal
     from hutch.guest.relay import Relay, pipe
-    from hutch.guest.spawner import Spawner
+    from hutch.guest.spawner import Spawner, release_host_stdio
 except ImportError:  # in the box: run as a script beside its modules, without the hutch package
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import fsops  # type: ignore[import-not-found, no-redef]
@@ -36,7 +36,7 @@ except ImportError:  # in the box: run as a script beside its modules, without t
     import protocol as p  # type: ignore[import-not-found, no-redef]
     from procs import Proc, ProcError, ProcTable, parse_resize, parse_signal  # type: ignore[import-not-found, no-redef]
     from relay import Relay, pipe  # type: ignore[import-not-found, no-redef]
-    from spawner import Spawner  # type: ignore[import-not-found, no-redef]
+    from spawner import Spawner, release_host_stdio  # type: ignore[import-not-found, no-redef]
 
 if TYPE_CHECKING:
     import zipfile  # imported where it is used: it is slow to import, and boots must be fast
@@ -650,6 +650,7 @@ def serve(spawner: Spawner) -> None:
         old = os.umask(0o077)  # only root in the box may talk to the agent
         server = ChannelServer(sock)
         os.umask(old)
+        release_host_stdio()  # listening: a boot failure of the agent's is past (a no-op after a wake)
         server.serve_forever()  # returns on quiesce
         wake.clear()  # a wake-up that came while serving is stale: wait for the one after restore
         server.close_all()

@@ -60,6 +60,17 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def release_host_stdio() -> None:
+    """Point this process' stdin, stdout and stderr at /dev/null. PID 1 starts with the host's
+    runsc.err behind them (the host's boot diagnostics): a box process writing into
+    /proc/<agent>/fd/2 would fill the host's disk. Every agent process lets go of it once it no
+    longer has a boot failure to report."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+
+
 class Spawner:
     """The agent's handle on the helper. Thread-safe.
 
@@ -88,6 +99,7 @@ class Spawner:
         pid = os.fork()
         if pid == 0:  # the helper: drop privileges for good, then serve
             ours.close()
+            release_host_stdio()
             try:
                 os.setgroups([])
                 os.setgid(self.gid)

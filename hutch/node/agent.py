@@ -13,7 +13,9 @@ import asyncio
 import json
 import math
 import os
+import socket
 import stat
+import struct
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
@@ -283,18 +285,41 @@ async def _chunks(resp: httpx.Response) -> AsyncGenerator[bytes, None]:
 
 # --- the client -----------------------------------------------------------------------------------
 
-def pin(socket: Path) -> AgentClient | None:
-    """A client of the agent's socket at `socket`, opened once without following links (the
+def pin(path: Path) -> AgentClient | None:
+    """A client of the agent's socket at `path`, opened once without following links (the
     channel directory is the box's to write) and talked to through that open file ever after.
     None while the agent has not made it; ChannelError if something other than a socket is there."""
     try:
-        fd = os.open(socket, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
-    if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            raise ChannelError("the box's channel holds something other than a socket")
+        if not _listened_by_another(f"/proc/self/fd/{fd}"):
+            os.close(fd)
+            return None
+    except BaseException:
         os.close(fd)
-        raise ChannelError("the box's channel holds something other than a socket")
+        raise
     return AgentClient(f"/proc/self/fd/{fd}", on_close=lambda: os.close(fd))
+
+
+def _listened_by_another(path: str) -> bool:
+    """Whether something listens on the socket at `path`, and it is not this process. The box
+    can move the host's own egress socket (it is in the same directory) to the agent's name:
+    the host must not take its own listener for the box's agent. A socket the box bound is
+    listened on by its gofer. False for a socket nothing listens on (yet) or whose backlog is
+    full: a connect here never waits."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC) as probe:
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, BlockingIOError):
+            return False
+        pid, _uid, _gid = struct.unpack("3i", probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    if pid == os.getpid():
+        raise ChannelError("the box's channel holds one of the host's own sockets in the agent's place")
+    return True
 
 
 Dial = Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]

@@ -9,6 +9,8 @@ import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
@@ -367,6 +369,7 @@ def test_the_socket_is_pinned_and_a_planted_link_or_file_is_refused(short_dir: P
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(sock_path))
     try:
+        assert agent.pin(sock_path) is None  # there, but nothing listens yet
         link = short_dir / "link.sock"
         link.symlink_to(sock_path)
         with pytest.raises(ChannelError):
@@ -375,6 +378,29 @@ def test_the_socket_is_pinned_and_a_planted_link_or_file_is_refused(short_dir: P
         plain.write_text("")
         with pytest.raises(ChannelError):
             agent.pin(plain)
+    finally:
+        listener.close()
+
+
+def test_the_hosts_own_socket_in_the_agents_place_is_refused_and_the_boxs_is_pinned(short_dir: Path) -> None:
+    """The box can rename the host's egress socket, beside the agent's, to the agent's name."""
+    sock_path = short_dir / "agent.sock"
+    own = socket.socket(socket.AF_UNIX)
+    own.bind(str(sock_path))
+    own.listen()
+    try:
+        with pytest.raises(ChannelError, match="host's own"):
+            agent.pin(sock_path)
+    finally:
+        own.close()
+        sock_path.unlink()
+    # another process's listener (a box's socket is its gofer's): pinned
+    other = subprocess.Popen([sys.executable, "-c", "import socket, sys, time\n"
+                              "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen()\n"
+                              "print('ready', flush=True); time.sleep(60)", str(sock_path)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline() == "ready\n"
         pinned = agent.pin(sock_path)
         assert pinned is not None and pinned.socket.startswith("/proc/self/fd/")
         fd = int(pinned.socket.rsplit("/", 1)[1])
@@ -382,7 +408,8 @@ def test_the_socket_is_pinned_and_a_planted_link_or_file_is_refused(short_dir: P
         with pytest.raises(OSError):
             os.fstat(fd)  # closed with the client
     finally:
-        listener.close()
+        other.kill()
+        other.wait()
 
 
 async def fake_agent(path: Path, answer: bytes, then: Callable[[], Awaitable[T]]) -> T:

@@ -116,6 +116,21 @@ def test_no_ptrace_or_signal_reaches_a_process_outside(env: Env, pair: tuple[San
     assert b.commands.run(f"kill -0 {b_marker} && echo alive").stdout == "alive\n"
 
 
+def test_no_process_in_a_box_can_write_into_a_host_file_through_its_stdio(env: Env, pair: tuple[Sandbox, Sandbox]) -> None:
+    """The box's PID 1 was started with the host's runsc.err as its stderr: root writing into
+    /proc/1/fd/2 filled the host's disk (issue 20). Every agent process lets go of it once it serves."""
+    a, _ = pair
+    err = env.server.box_dir(a.id) / "runsc.err"
+    before = err.stat().st_size
+    r = py(a, "import glob, os\nwritten = 0\nchunk = b'x' * 2**20\n"
+              "for fd in glob.glob('/proc/[0-9]*/fd/[012]'):\n"  # not the commands' own pipes
+              "    try:\n        if os.readlink(fd).startswith('pipe:'):\n            continue\n"
+              "        with open(fd, 'wb', buffering=0) as f:\n"
+              "            for _ in range(16):\n                written += f.write(chunk)\n"
+              "    except OSError:\n        pass\nprint(written)\n")
+    assert r.exit_code == 0 and int(r.stdout) > 0, "the attempt wrote: into the box's own /dev/null"
+    assert err.stat().st_size == before, "nothing reached the host's file"
+
 def test_setuid_does_not_escalate(pair: tuple[Sandbox, Sandbox]) -> None:
     a, _ = pair
     root(a, "cp /usr/bin/python3.11 /tmp/rootpy && chmod 4755 /tmp/rootpy")
