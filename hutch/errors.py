@@ -45,6 +45,7 @@ class Code(StrEnum):
     TEMPLATE_NOT_FOUND = "template_not_found", 404
     BUILD_NOT_FOUND = "build_not_found", 404
     PORT_NOT_PUBLISHED = "port_not_published", 404
+    CONTEXT_NOT_FOUND = "context_not_found", 404  # a code-interpreter context
 
     # the state of things
     CONFLICT = "conflict", 409
@@ -60,6 +61,7 @@ class Code(StrEnum):
     SYSTEM_TEMPLATE = "system_template", 409
     BUILD_FINISHED = "build_finished", 409
     SECRET_EXISTS = "secret_exists", 409
+    INTERPRETER_UNAVAILABLE = "interpreter_unavailable", 409  # no code interpreter answers in the box
 
     # quotas
     RATE_LIMITED = "rate_limited", 429
@@ -67,11 +69,14 @@ class Code(StrEnum):
     TOO_MANY_TEMPLATES = "too_many_templates", 429
     TOO_MANY_BUILDS = "too_many_builds", 429
     NO_CAPACITY = "no_capacity", 429  # a fleet with no node that has room, within the placement wait
+    # a pause past a budget of checkpoints (the team's paused boxes or bytes, the node's bytes): the box runs on
+    CHECKPOINT_BUDGET = "checkpoint_budget", 429
 
     # the server, the node and the box
     SERVER_ERROR = "server_error", 500
     AGENT_ERROR = "agent_error", 502
     BOOT_FAILED = "boot_failed", 503
+    LIMITS_UNAVAILABLE = "limits_unavailable", 503  # the host cannot hold a box to its memory and pid limits
     PAUSE_FAILED = "pause_failed", 503
     RESUME_FAILED = "resume_failed", 503
     SANDBOX_UNREACHABLE = "sandbox_unreachable", 503

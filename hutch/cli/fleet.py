@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from hutch.cli.server import add_fleet_options, raise_open_files
+from hutch.cli.server import add_fleet_options, add_unlimited_option, raise_open_files
 from hutch.cli.shared import Subparsers, fleet_installed
 from hutch.server.config import DEFAULT_CACHE_DIR, FleetConfig, ServerConfig
 
@@ -41,6 +41,7 @@ def add_node(sub: Subparsers) -> None:
                    help="let templates built here pull images from registries over the host's network")
     s.add_argument("--ray-started", action="store_true",
                    help="a Ray node runs on this host already (KubeRay's pod): do not start one")
+    add_unlimited_option(s)
     s.set_defaults(fn=cmd_node)
 
 
@@ -66,7 +67,8 @@ def cmd_node(args: argparse.Namespace) -> int:
                           warm_pool=args.warm_pool, egress_hosts=args.egress_hosts,
                           egress_system_dns=not args.egress_no_system_dns, trust_ca=tuple(args.trust_ca or ()),
                           max_builds=args.max_builds, image_dirs=tuple(args.image_dir or ()),
-                          registry_pulls=args.registry_pulls, fleet=FleetConfig(ray=args.ray, shared_dir=args.shared))
+                          registry_pulls=args.registry_pulls, fleet=FleetConfig(ray=args.ray, shared_dir=args.shared),
+                          allow_unlimited_boxes=args.allow_unlimited_boxes)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     raise_open_files()

@@ -30,6 +30,20 @@ def add_serve(sub: Subparsers) -> None:
                    help="running sandboxes this node takes before it answers 429 (default %(default)s)")
     s.add_argument("--team-max-sandboxes", type=int, default=64, metavar="N",
                    help="running sandboxes one team may have (default %(default)s)")
+    s.add_argument("--team-max-paused", type=int, default=256, metavar="N",
+                   help="paused sandboxes one team may have; a pause past it is refused, the box runs on "
+                        "(default %(default)s)")
+    s.add_argument("--team-max-paused-bytes", type=byte_size, metavar="SIZE",
+                   help="disk one team's checkpoints may take, e.g. 20G (default: half the checkpoint budget)")
+    s.add_argument("--checkpoint-budget-bytes", type=byte_size, metavar="SIZE",
+                   help="disk every checkpoint may take in all, e.g. 200G (default: 80%% of the size of the "
+                        "checkpoints' filesystem)")
+    s.add_argument("--over-budget-grace", type=float, default=3600.0, metavar="S",
+                   help="seconds a sandbox whose timeout's pause a budget refused runs on before it is stopped "
+                        "(default %(default)s)")
+    s.add_argument("--audit-retention-days", type=float, default=30.0, metavar="D",
+                   help="network, command and secret-use log rows older than this are deleted "
+                        "(default %(default)s; 0: kept forever)")
     s.add_argument("--egress-hosts", type=Path, metavar="FILE",
                    help="an /etc/hosts-style map the egress proxy resolves names with before DNS")
     s.add_argument("--egress-no-system-dns", action="store_true",
@@ -49,8 +63,29 @@ def add_serve(sub: Subparsers) -> None:
                         "default: <data dir>/images)")
     s.add_argument("--registry-pulls", action="store_true",
                    help="let templates pull images from registries (docker://...) over the host's network")
+    add_unlimited_option(s)
     add_fleet_options(s, api=True)
     s.set_defaults(fn=cmd_serve)
+
+
+def add_unlimited_option(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--allow-unlimited-boxes", action="store_true",
+                   help="where runsc cannot give boxes a cgroup (a container without cgroup delegation), run them "
+                        "WITHOUT memory, pid or CPU limits instead of refusing them (logged loudly)")
+
+
+def byte_size(text: str) -> int:
+    """A size in bytes, with an optional K, M, G or T (powers of 1024)."""
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    text = text.strip().lower().removesuffix("ib").removesuffix("b")
+    scale = units.get(text[-1:], 1)
+    try:
+        value = float(text[:-1] if scale > 1 else text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (bytes, or a number with K, M, G or T)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("a size is not negative")
+    return int(value * scale)
 
 
 def add_fleet_options(s: argparse.ArgumentParser, api: bool) -> None:
@@ -70,7 +105,7 @@ def add_fleet_options(s: argparse.ArgumentParser, api: bool) -> None:
 
 
 def add_build_base(sub: Subparsers) -> None:
-    s = sub.add_parser("build-base", help="build the base template (Debian) if it is not built")
+    s = sub.add_parser("build-base", help="build the system templates' roots (the base, the code interpreter) if not built")
     s.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     s.set_defaults(fn=cmd_build_base)
 
@@ -90,8 +125,9 @@ def add_team_create(sub: Subparsers) -> None:
 def cmd_build_base(args: argparse.Namespace) -> int:
     from hutch.node import base_image
 
-    root = base_image.build(args.cache_dir, progress=lambda line: print(line, flush=True))
-    print(f"base template: {root}")
+    for recipe in (base_image.BASE, base_image.CODE_INTERPRETER):
+        root = base_image.build(args.cache_dir, progress=lambda line: print(line, flush=True), recipe=recipe)
+        print(f"{recipe.name} template: {root}")
     return 0
 
 
@@ -158,11 +194,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = ServerConfig(data_dir=args.data_dir, database_url=args.store, fleet=fleet, cache_dir=args.cache_dir,
                           host=args.host, port=args.port, public_url=args.public_url,
                           warm_pool=args.warm_pool, max_sandboxes=args.max_sandboxes,
-                          team_max_sandboxes=args.team_max_sandboxes, egress_hosts=args.egress_hosts,
+                          team_max_sandboxes=args.team_max_sandboxes, team_max_paused=args.team_max_paused,
+                          team_max_paused_bytes=args.team_max_paused_bytes,
+                          checkpoint_budget_bytes=args.checkpoint_budget_bytes, over_budget_grace=args.over_budget_grace,
+                          audit_retention_days=args.audit_retention_days, egress_hosts=args.egress_hosts,
                           egress_system_dns=not args.egress_no_system_dns, trust_ca=tuple(args.trust_ca or ()),
                           preview_port=args.preview_port, preview_domain=args.preview_domain,
                           preview_https=args.preview_https, max_builds=args.max_builds,
-                          image_dirs=tuple(args.image_dir or ()), registry_pulls=args.registry_pulls)
+                          image_dirs=tuple(args.image_dir or ()), registry_pulls=args.registry_pulls,
+                          allow_unlimited_boxes=args.allow_unlimited_boxes)
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if fleet is None and not base_image.is_built(config.cache_dir):
         base_image.build(config.cache_dir, progress=lambda line: print(line, flush=True))

@@ -16,7 +16,7 @@ longer swapped), and every swap is reported with the response's status.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import h11
@@ -56,12 +56,13 @@ class Swap:
 
 
 # A binding's stand-in -> its secret's current value; None once the binding or the secret is gone
-# (asked at each request, so a detach, a rebind or a delete applies to open connections too).
-Reveal = Callable[[Injection], "str | None"]
+# (asked at each request, so a detach, a rebind or a delete applies to open connections too). A
+# store read: the proxy makes it off the event loop, and only for a request holding a stand-in.
+Reveal = Callable[[Injection], Awaitable["str | None"]]
 
 
-def swap_headers(headers: list[tuple[bytes, bytes]], injections: list[Injection],
-                 reveal: Reveal) -> tuple[list[tuple[bytes, bytes]], list[Injection], list[tuple[bytes, bytes]]]:
+async def swap_headers(headers: list[tuple[bytes, bytes]], injections: list[Injection],
+                       reveal: Reveal) -> tuple[list[tuple[bytes, bytes]], list[Injection], list[tuple[bytes, bytes]]]:
     """The headers with every stand-in in its scheme's place replaced, the injections used, and
     (real, stand-in) pairs to take back out of the response's headers."""
     out = list(headers)
@@ -71,7 +72,7 @@ def swap_headers(headers: list[tuple[bytes, bytes]], injections: list[Injection]
         wanted = inj.render(inj.standin).lower()
         for i, (name, value) in enumerate(out):
             if name == inj.header.encode() and value.strip().lower() == wanted:
-                real = reveal(inj)
+                real = await reveal(inj)
                 if real is None:
                     continue  # detached or deleted since: the stand-in goes on as it is
                 out[i] = (name, inj.render(real))
@@ -98,7 +99,7 @@ async def relay(box_reader: asyncio.StreamReader, box_writer: asyncio.StreamWrit
         if upgrade and upgrade != [b"websocket"]:  # after an h2c switch the answer would go back unscrubbed
             raise http_relay.Answer(400, "only a WebSocket upgrade is relayed here",
                                     [(b"x-hutch-egress", b"upgrade_refused")])
-        headers, used, pairs = swap_headers(list(request.headers), injections, reveal)
+        headers, used, pairs = await swap_headers(list(request.headers), injections, reveal)
         method, path = request.method.decode("latin-1"), request.target.decode("latin-1").split("?", 1)[0][:300]
 
         def answered(status: int | None) -> None:

@@ -4,6 +4,13 @@ A box's connections are capped (so one box cannot take every slot), and so are a
 together, within what the process' descriptors allow (so the proxy never takes the ones the API
 needs). A request head, and the TLS hello after a CONNECT, must come whole within one deadline
 (no slow drip), and a connection with no byte either way for a while is closed.
+
+A box's refusals are rate-limited: each costs a store read (the box's rules). A connection whose
+request head is in takes a token from the box's bucket before that read, and gives it back once it
+is allowed (or if the read failed); a refusal keeps it. While the bucket is empty, the box's
+connections are refused (`rate_limited`) with no read: at once when they arrive, or when their
+head is in. So a box has at most as many connections waiting for a decision as it has tokens, and
+one whose connections are allowed spends none for long.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ MAX_CONNECTIONS_PER_BOX = 256
 HEAD_SECONDS = 10.0  # the whole request head, and the whole TLS hello after a CONNECT
 IDLE_SECONDS = 300.0  # without a byte either way, a connection is closed
 REFUSALS_LOGGED_PER_SECOND = 10  # a box's refusals written one by one; the rest of each second, in one row
+REFUSALS_PER_SECOND = 20.0  # a box's refusals, on average, past which its connections are refused unread
+REFUSAL_BURST = 100  # ... and how many it may have at once (a client retrying a denied host fast)
 
 
 @dataclass(frozen=True)
@@ -26,6 +35,8 @@ class EgressLimits:
     head_seconds: float = HEAD_SECONDS
     idle_seconds: float = IDLE_SECONDS
     refusals_logged_per_second: int = REFUSALS_LOGGED_PER_SECOND
+    refusals_per_second: float = REFUSALS_PER_SECOND
+    refusal_burst: int = REFUSAL_BURST
 
 
 def descriptor_budget() -> int:
@@ -33,6 +44,36 @@ def descriptor_budget() -> int:
     (the box's end and the upstream's). Read at each connection: the limit may be raised at start."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return MAX_CONNECTIONS if soft == resource.RLIM_INFINITY else soft // 4
+
+
+class TokenBucket:
+    """`rate` tokens a second, at most `burst` kept; full at first. Times are a monotonic clock's."""
+
+    def __init__(self, rate: float, burst: int, now: float) -> None:
+        self.rate, self.burst = rate, burst
+        self._tokens = float(burst)
+        self._at = now
+
+    def has(self, now: float) -> bool:
+        """Whether there is a token to take."""
+        return self._refill(now) >= 1
+
+    def take(self, now: float) -> bool:
+        """Take a token, if there is one."""
+        if self._refill(now) < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+    def give(self, now: float) -> None:
+        """Give a taken token back."""
+        self._tokens = min(float(self.burst), self._refill(now) + 1)
+
+    def _refill(self, now: float) -> float:
+        if now > self._at:
+            self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.rate)
+            self._at = now
+        return self._tokens
 
 
 class Idle:

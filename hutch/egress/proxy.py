@@ -15,8 +15,10 @@ to that socket, byte for byte; everything is decided here:
   stand-in for its value. No other TLS is ever terminated; plain HTTP never gets a secret.
 
 A refusal is an HTTP 403 with the deciding rule in `X-Hutch-Egress` (503 `too_many_connections`
-or `proxy_busy` past a cap, limits.py); every attempt, allowed or not, goes to the network log
-with its bytes each way (netlog.py: on a thread of its own, a box's refusals coalesced past a rate).
+or `proxy_busy` past a cap, 429 `rate_limited` past a box's rate of refusals, limits.py); every
+attempt, allowed or not, goes to the network log with its bytes each way (netlog.py: on a thread
+of its own, a box's refusals coalesced past a rate). The box's policy and its secrets' values are
+read from the store on threads of the proxy's own, fresh for each connection (reads.py).
 """
 
 from __future__ import annotations
@@ -30,15 +32,17 @@ import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from hutch.egress import inject, plain, tls
 from hutch.egress.ca import CertificateAuthority
-from hutch.egress.inject import Injection, Reveal, Swap
-from hutch.egress.limits import EgressLimits, Idle, descriptor_budget
+from hutch.egress.inject import Injection, Swap
+from hutch.egress.limits import EgressLimits, Idle, TokenBucket, descriptor_budget
 from hutch.egress.netlog import LogEntry, NetworkLog
+from hutch.egress.policy import Policy
+from hutch.egress.reads import StoreReads
 from hutch.egress.resolve import RESOLVES_PER_BOX, Resolver
 from hutch.egress.rules import IPAddress, NetworkRules, Verdict, normalize_host
 
@@ -60,21 +64,13 @@ async def open_upstream(ip: str, port: int, tls_up: ssl.SSLContext | None, name:
 
 
 @dataclass(frozen=True)
-class Policy:
-    """Whose box this is and the rules it has now (read at each connection: edits apply at once)."""
-
-    sandbox_id: str
-    rules: NetworkRules
-    injections: tuple[Injection, ...] = ()  # the box's secrets, with their hosts
-
-
-@dataclass(frozen=True)
 class Interception:
     """What swapping secrets in takes, given by the server."""
 
     ca: CertificateAuthority  # signs what the box is shown
     upstream: ssl.SSLContext  # checks the real servers
-    reveal: Reveal  # a binding's secret's current value, if the binding and the secret still stand
+    # a binding's secret's current value, if the binding and the secret still stand (on the proxy's store threads)
+    reveal: Callable[[Injection], str | None]
     audit: Callable[[str, str, Swap], None]  # sandbox id, host, a request that got a secret (on the log's thread)
 
 
@@ -82,9 +78,13 @@ class Interception:
 class _Box:
     """What the proxy keeps of one box's listener."""
 
+    refusals: TokenBucket
     connections: set[asyncio.Task[None]] = field(default_factory=set)
     resolving: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(RESOLVES_PER_BOX))
-    sandbox_id: str | None = None  # whose box it is, once a connection has asked (for refusals past a cap)
+    sandbox_id: str | None = None  # whose box it is, once a policy read has told (for refusals made unread)
+    unattributed: list[LogEntry] = field(default_factory=list)  # refusals made before that, for their rows
+    unattributed_more: int = 0  # ... past as many as the box's cap: counted, told as the last one
+    attributing: asyncio.Task[None] | None = None  # the policy read on its way to tell it
 
 
 class _Refused(Exception):
@@ -95,7 +95,8 @@ class _Refused(Exception):
 
 class EgressProxy:
     """`record` writes a network log row; it is called on the proxy's log thread, never the event
-    loop (as is `interception.audit`)."""
+    loop (as is `interception.audit`). `policy_for` and `interception.reveal` read the store; they
+    are called on the proxy's store threads (reads.py), never the event loop."""
 
     def __init__(self, resolver: Resolver, policy_for: Callable[[str], Policy | None],
                  record: Callable[[LogEntry], None],
@@ -104,11 +105,12 @@ class EgressProxy:
                  connect: Connect = open_upstream) -> None:
         self.resolver = resolver
         self.interception = interception
-        self.policy_for = policy_for  # box key -> its sandbox and rules (None: nobody's box)
         self.host_addresses = host_addresses
         self.limits = limits or EgressLimits()
         self.connect = connect
         self.netlog = NetworkLog(record, self.limits.refusals_logged_per_second)
+        # box key -> its sandbox and rules (None: nobody's box), read off the loop
+        self.reads = StoreReads(policy_for, interception.reveal if interception else None)
         self._servers: dict[str, asyncio.Server] = {}
         self._boxes: dict[str, _Box] = {}
         self._open = 0  # every box's connections
@@ -141,9 +143,10 @@ class EgressProxy:
         if server is not None:
             server.close()
         box = self._boxes.pop(key, None)
-        for task in list(box.connections if box else ()):
+        for task in [*(box.connections if box else ()), *([box.attributing] if box and box.attributing else [])]:
             task.cancel()
         self.netlog.forget(key)
+        self.reads.forget(key)
 
     async def close_all(self) -> None:
         for key in list(self._servers):
@@ -151,13 +154,18 @@ class EgressProxy:
 
     def _accept(self, key: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         box = self._boxes.get(key)
+        now = asyncio.get_running_loop().time()
         if box is None:
-            box = self._boxes[key] = _Box()
+            box = self._boxes[key] = _Box(TokenBucket(self.limits.refusals_per_second, self.limits.refusal_burst, now))
         if len(box.connections) >= self.limits.per_box:  # a box holding this many open is not browsing
-            self._shed(key, box, writer, "too_many_connections", f"a box holds at most {self.limits.per_box} connections")
+            self._shed(key, box, writer, 503, "too_many_connections",
+                       f"a box holds at most {self.limits.per_box} connections")
             return
         if self._open >= self.max_connections:
-            self._shed(key, box, writer, "proxy_busy", "the proxy holds all the connections it takes: try again later")
+            self._shed(key, box, writer, 503, "proxy_busy", "the proxy holds all the connections it takes: try again later")
+            return
+        if not box.refusals.has(now):  # each refusal cost a store read: past the box's rate, none is made
+            self._shed(key, box, writer, 429, "rate_limited", self._rate_message)
             return
         task = asyncio.get_running_loop().create_task(self._serve(key, box, reader, writer))
         box.connections.add(task)
@@ -168,24 +176,70 @@ class EgressProxy:
         box.connections.discard(task)
         self._open -= 1
 
-    def _shed(self, key: str, box: _Box, writer: asyncio.StreamWriter, reason: str, message: str) -> None:
-        """Refuse a connection past a cap at once, without reading from it."""
+    @property
+    def _rate_message(self) -> str:
+        return f"this box was refused more than {self.limits.refusals_per_second:g} connections a second: try again later"
+
+    def _shed(self, key: str, box: _Box, writer: asyncio.StreamWriter, status: int, reason: str, message: str) -> None:
+        """Refuse a connection past a cap or a rate at once, without reading from it nor the store."""
         with contextlib.suppress(ConnectionError, OSError):
-            writer.write(_refusal(_Refused(503, reason, message)))
+            writer.write(_refusal(_Refused(status, reason, message)))
         writer.close()
-        if box.sandbox_id is None and (policy := self.policy_for(key)) is not None:
-            box.sandbox_id = policy.sandbox_id
+        self._log_unread(key, box, reason, message)
+
+    def _log_unread(self, key: str, box: _Box, reason: str, message: str) -> None:
+        """The row of a refusal made without the store's say."""
+        entry = LogEntry(box.sandbox_id or "", time.time(), "", 0, None, "denied", reason, error=message)
         if box.sandbox_id is not None:
-            self.netlog.add(key, LogEntry(box.sandbox_id, time.time(), "", 0, None, "denied", reason, error=message))
+            self.netlog.add(key, entry)
+            return
+        # whose box it is is not known yet (no connection of it has sent a head): one read tells,
+        # for all the refusals made meanwhile (a list as long as the box's cap, then its last)
+        if len(box.unattributed) < self.limits.per_box:
+            box.unattributed.append(entry)
+        else:
+            box.unattributed[-1] = entry
+            box.unattributed_more += 1
+        if box.attributing is None:
+            box.attributing = asyncio.get_running_loop().create_task(self._attribute(key, box))
+
+    async def _attribute(self, key: str, box: _Box) -> None:
+        try:
+            policy = await self.reads.policy(key)
+        except Exception:
+            log.exception("reading the policy of box %s", key)
+            policy = None
+        finally:
+            box.attributing = None
+        held, more = box.unattributed, box.unattributed_more
+        box.unattributed, box.unattributed_more = [], 0
+        if policy is None:
+            return  # nobody's box: its refusals are nobody's rows
+        box.sandbox_id = policy.sandbox_id
+        for entry in [*held, *[held[-1]] * more]:  # the log coalesces them as it does any box's refusals
+            self.netlog.add(key, replace(entry, sandbox_id=policy.sandbox_id))
 
     async def _serve(self, key: str, box: _Box, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         entry: LogEntry | None = None
         upstream: asyncio.StreamWriter | None = None
         idle = Idle(self.limits.idle_seconds)
+        token = read = False
+
+        def refund() -> None:  # allowed, or the read failed: the token goes back
+            nonlocal token
+            if token:
+                token = False
+                box.refusals.give(asyncio.get_running_loop().time())
+
         try:
             async with asyncio.timeout(self.limits.head_seconds):
                 method, target, headers = await _read_head(reader)
-            policy = self.policy_for(key)
+            if not box.refusals.take(asyncio.get_running_loop().time()):
+                self._log_unread(key, box, "rate_limited", self._rate_message)
+                raise _Refused(429, "rate_limited", self._rate_message)
+            token = True
+            policy = await self.reads.policy(key)
+            read = True
             if policy is None:
                 raise _Refused(403, "no_sandbox", "this box belongs to no sandbox")
             box.sandbox_id = policy.sandbox_id
@@ -207,6 +261,7 @@ class EgressProxy:
             if not verdict.allowed:
                 raise _Refused(403, verdict.rule, f"{host}:{port} is not allowed ({verdict.rule})")
             entry.verdict = "allowed"
+            refund()
             secrets = [i for i in policy.injections if i.allows(host)] if path is None and self.interception else []
             tls_up = self.interception.upstream if secrets and self.interception else None
             try:
@@ -222,7 +277,7 @@ class EgressProxy:
                 return
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             if secrets:
-                await self._swap_secrets(reader, writer, up_reader, upstream, host, port, secrets, entry, idle)
+                await self._swap_secrets(key, reader, writer, up_reader, upstream, host, port, secrets, entry, idle)
                 return
             async with asyncio.timeout(self.limits.head_seconds):
                 allowed = await _tunnel_allowed(reader, upstream, host, verdict, entry)
@@ -249,10 +304,12 @@ class EgressProxy:
             for w in (upstream, writer):
                 if w is not None:
                     w.close()
+            if not read:
+                refund()
             if entry is not None and (behind := self.netlog.add(key, entry)) is not None:
                 await asyncio.shield(behind)  # the log is behind: this connection's slot waits for its row
 
-    async def _swap_secrets(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+    async def _swap_secrets(self, key: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                             up_reader: asyncio.StreamReader, upstream: asyncio.StreamWriter, host: str, port: int,
                             secrets: list[Injection], entry: LogEntry, idle: Idle) -> None:
         """Terminate the box's TLS and relay its requests with their stand-ins swapped."""
@@ -271,8 +328,9 @@ class EgressProxy:
             self.netlog.call(hooks.audit, entry.sandbox_id, host, swap)
 
         try:
-            await inject.relay(reader, writer, (up_reader, upstream), host, port, secrets, hooks.reveal, swapped,
-                               _counter(entry, idle), self.limits.idle_seconds)
+            await inject.relay(reader, writer, (up_reader, upstream), host, port, secrets,
+                               lambda inj: self.reads.reveal(key, inj), swapped, _counter(entry, idle),
+                               self.limits.idle_seconds)
         finally:  # TLS keeps written data until its close: let it go before the caller drops the socket
             writer.close()
             with contextlib.suppress(OSError, TimeoutError, ssl.SSLError):
@@ -445,7 +503,7 @@ async def _tunnel_allowed(reader: asyncio.StreamReader, upstream: asyncio.Stream
 
 def _refusal(refused: _Refused) -> bytes:
     body = f"hutch egress: {refused.message}\n".encode()
-    phrase = {400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large",
+    phrase = {400: "Bad Request", 403: "Forbidden", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
               502: "Bad Gateway", 503: "Service Unavailable"}.get(refused.status, "Error")
     head = (f"HTTP/1.1 {refused.status} {phrase}\r\nX-Hutch-Egress: {refused.reason}\r\n"
             f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n")

@@ -5,13 +5,12 @@ work, nor holds the event loop), at most a few at once for each box."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import socket
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from hutch.egress.pool import run_held
 from hutch.egress.rules import IPAddress
 
 RESOLVE_TIMEOUT = 10.0  # waiting for a slot included
@@ -35,12 +34,7 @@ class Resolver:
         if not self.system:
             raise LookupError(f"{name} is not in the egress hosts map")
         async with asyncio.timeout(RESOLVE_TIMEOUT):
-            if slots is not None:
-                await slots.acquire()
-            lookup = self._pool.submit(_lookup, name)
-            if slots is not None:
-                lookup.add_done_callback(_releaser(asyncio.get_running_loop(), slots))
-            return await asyncio.wrap_future(lookup)
+            return await run_held(self._pool, slots, _lookup, name)
 
 
 def _lookup(name: str) -> list[IPAddress]:
@@ -54,13 +48,6 @@ def _lookup(name: str) -> list[IPAddress]:
     if not seen:
         raise LookupError(f"{name} has no address")
     return seen
-
-
-def _releaser(loop: asyncio.AbstractEventLoop, slots: asyncio.Semaphore) -> Callable[[Future[list[IPAddress]]], None]:
-    def release(_done: Future[list[IPAddress]]) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for the slot
-            loop.call_soon_threadsafe(slots.release)
-    return release
 
 
 def load_hosts_file(path: Path) -> dict[str, list[str]]:

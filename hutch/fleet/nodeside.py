@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hutch.fleet.relay import CallError
-from hutch.node.api import BoxRef, BoxStartError, NoSpaceError
+from hutch.node.api import BoxRef, BoxStartError, LimitsUnavailable, NoSpaceError
 from hutch.node.node import RUNTIME_ID_PATTERN, Node
 from hutch.node.pool import WarmPool
 from hutch.node.spec import Limits
@@ -46,6 +46,8 @@ class NodeCalls:
     async def __call__(self, call: str, args: dict[str, Any]) -> dict[str, Any]:
         try:
             return await self._dispatch(call, args)
+        except LimitsUnavailable as e:
+            raise CallError("limits", str(e)) from e
         except BoxStartError as e:
             raise CallError("box_start", str(e)) from e
         except NoSpaceError as e:
@@ -70,6 +72,8 @@ class NodeCalls:
             raise CallError("invalid", "malformed runtime id")
         if call == "alive":
             return {"alive": await self.node.is_alive(runtime_id), "holds": self.node.holds(runtime_id)}
+        if call == "usage":
+            return {"samples": [dataclasses.asdict(sample) for sample in await self.node.usage(runtime_id)]}
         if call == "stop":
             key = args.get("key")
             await self.node.stop(runtime_id, self._key(key) if key is not None else None)

@@ -21,7 +21,7 @@ from hutch.fleet import relay
 from hutch.fleet.cluster import NoRoom, Placement
 from hutch.fleet.nodeside import limits_json
 from hutch.node.agent import AgentClient
-from hutch.node.api import BoxAgent, BoxRef, BoxStartError, Capacity, NoSpaceError
+from hutch.node.api import BoxAgent, BoxRef, BoxStartError, Capacity, LimitsUnavailable, NoSpaceError, UsageSample
 from hutch.node.spec import Limits
 from hutch.server.metrics import Metrics
 from hutch.store import Store
@@ -91,6 +91,8 @@ class FleetRuntime:
         kind, message = (str(error.get("kind")), str(error.get("message"))) if isinstance(error, dict) else ("failed", "")
         if kind == "box_start":
             raise BoxStartError(message)
+        if kind == "limits":
+            raise LimitsUnavailable(message)
         if kind == "no_space":
             raise NoSpaceError(message)
         if kind == "disk_full":
@@ -193,6 +195,9 @@ class FleetRuntime:
     def is_running(self, runtime_id: str) -> bool:
         return self.holds(runtime_id)
 
+    def checkpoint_estimate(self, runtime_id: str) -> int | None:
+        return None  # the node's /proc is not this host's: the server holds a pause to its bound
+
     async def is_alive(self, runtime_id: str) -> bool:
         """Whether the box runs. A node that does not answer is not taken for a dead box: the
         fleet's watch says when a node is lost."""
@@ -203,6 +208,17 @@ class FleetRuntime:
             return bool((await self._call(found[0], "alive", {"runtime_id": runtime_id}, ALIVE_TIMEOUT))["alive"])
         except (ApiError, RuntimeError, KeyError):
             return True
+
+    async def usage(self, runtime_id: str) -> list[UsageSample]:
+        """The box's samples, from its node; none from a node that does not answer."""
+        found = self._locate(runtime_id)
+        if found is None or not self.holds(runtime_id):
+            return []
+        try:
+            answer = await self._call(found[0], "usage", {"runtime_id": runtime_id}, ALIVE_TIMEOUT)
+            return [UsageSample(**s) for s in answer["samples"]]
+        except (ApiError, RuntimeError, KeyError, TypeError):
+            return []
 
     def agent(self, runtime_id: str) -> BoxAgent | None:
         client = self._agents.get(runtime_id)

@@ -32,6 +32,7 @@ from hutch.node.api import (
     Entry,
     Event,
     FsChange,
+    LinkEnd,
     ProcessDesc,
     Tunnel,
 )
@@ -66,6 +67,7 @@ AGENT_CODES = frozenset(code for name, value in vars(protocol).items()
                         if name.startswith("ERR_") and (code := code_of(value)) is not None)
 
 _ENTRY_TYPES = ("file", "dir", "symlink", "other")
+MAX_METADATA_KEYS, MAX_METADATA_BYTES = 512, 4096  # the agent's bound on what it reads back
 _CHANGE_TYPES = ("create", "write", "remove", "rename", "chmod")
 _USERS = (protocol.BOX_USER, "root")
 
@@ -146,7 +148,10 @@ def parse_change(line: bytes) -> FsChange | None:
         if ev["t"] == protocol.EVENT_PING:
             return None
         if ev["t"] == protocol.EVENT_FS and ev["type"] in _CHANGE_TYPES:
-            return FsChange(name=_text(ev["name"]), type=ev["type"])
+            change = FsChange(name=_text(ev["name"]), type=ev["type"])
+            if ev.get("entry") is not None:
+                change["entry"] = check_entry(ev["entry"])
+            return change
     except (KeyError, TypeError):
         pass
     raise AgentProtocolError("the agent sent a malformed watch event")
@@ -172,12 +177,32 @@ def check_entry(d: Any) -> Entry:
         size, mode, target = d["size"], d["mode"], d.get("target")
         if type(size) is not int or size < 0 or type(mode) is not int or not 0 <= mode <= 0o7777:
             raise TypeError
-        return Entry(name=_text(d["name"]), path=_text(d["path"]), type=d["type"], size=size, mode=mode,
-                     permissions=_text(d["permissions"], 16), owner=_text(d["owner"], 256),
-                     group=_text(d["group"], 256), mtime=_time(d["mtime"]),
-                     target=None if target is None else _text(target))
+        entry = Entry(name=_text(d["name"]), path=_text(d["path"]), type=d["type"], size=size, mode=mode,
+                      permissions=_text(d["permissions"], 16), owner=_text(d["owner"], 256),
+                      group=_text(d["group"], 256), mtime=_time(d["mtime"]),
+                      target=None if target is None else _text(target), link=_link(d.get("link")))
+        if (metadata := _metadata(d.get("metadata"))) is not None:
+            entry["metadata"] = metadata
+        return entry
     except (KeyError, TypeError):
         raise AgentProtocolError("a malformed file entry from the sandbox's agent") from None
+
+
+def _link(d: Any) -> LinkEnd | None:
+    if d is None:
+        return None
+    if not isinstance(d, dict) or d["type"] not in _ENTRY_TYPES or type(d["mode"]) is not int \
+            or not 0 <= d["mode"] <= 0o7777:
+        raise TypeError
+    return LinkEnd(path=_text(d["path"]), type=d["type"], mode=d["mode"])
+
+
+def _metadata(d: Any) -> dict[str, str] | None:
+    if d is None:
+        return None
+    if not isinstance(d, dict) or len(d) > MAX_METADATA_KEYS:
+        raise TypeError
+    return {_text(k, 255): _text(v, MAX_METADATA_BYTES) for k, v in d.items()}
 
 
 def check_process(d: Any) -> ProcessDesc:
@@ -466,11 +491,17 @@ class AgentClient:
 
     # --- files ----------------------------------------------------------------------------------
 
-    async def write_file(self, path: str, body: AsyncIterator[bytes], root: bool) -> int:
-        params = {"path": path, **({"user": "root"} if root else {})}
-        size = (await self._ask("PUT", protocol.FILES, FILE_TIMEOUT, params=params, content=body)).get("size")
+    async def write_file(self, path: str, body: AsyncIterator[bytes], root: bool,
+                         metadata: dict[str, str] | None = None) -> int:
+        params = {"path": path, **({"user": "root"} if root else {}),
+                  **({"metadata": json.dumps(metadata)} if metadata else {})}
+        answer = await self._ask("PUT", protocol.FILES, FILE_TIMEOUT, params=params, content=body)
+        size = answer.get("size")
         if type(size) is not int:
             raise AgentProtocolError("a malformed answer to a file write")
+        if metadata and answer.get("metadata") != len(metadata):  # an agent from before metadata ignores it
+            raise ApiError(Code.AGENT_ERROR, "the sandbox's agent did not store the file's metadata "
+                                             "(it predates metadata: restart the sandbox)")
         return size
 
     async def read_file(self, path: str, root: bool) -> AgentDownload:
@@ -506,8 +537,8 @@ class AgentClient:
     async def remove(self, path: str, root: bool) -> None:
         await self._ask("POST", protocol.FS_REMOVE, FILE_TIMEOUT, json={"path": path, **self._as(root)})
 
-    async def watch(self, path: str, recursive: bool) -> AgentStream[FsChange | None]:
-        params = {"path": path, "recursive": "true" if recursive else "false"}
+    async def watch(self, path: str, recursive: bool, entries: bool = False) -> AgentStream[FsChange | None]:
+        params = {"path": path, "recursive": "true" if recursive else "false", **({"entries": "true"} if entries else {})}
         return await self._stream(parse_change, "GET", protocol.FS_WATCH, params=params)
 
     # --- tunnels --------------------------------------------------------------------------------

@@ -30,6 +30,11 @@ class BoxStartError(RuntimeError):
     """The box did not come up; nothing of it is left behind."""
 
 
+class LimitsUnavailable(BoxStartError):
+    """runsc could not give the box a cgroup, so its memory and pid limits could not be held: it
+    was not started (a node may allow such boxes: `hutch serve --allow-unlimited-boxes`)."""
+
+
 class NoSpaceError(OSError):
     """Not enough disk for a box's checkpoint; the box was not touched."""
 
@@ -74,8 +79,25 @@ class Capacity:
     cpus: int
     memory_bytes: int
     memory_available_bytes: int
-    cpu_caps: bool  # whether boxes get CPU caps (a host that refuses runsc a cgroup: no)
+    cpu_caps: bool  # whether boxes get CPU caps (a host without the cgroup CPU controller: no)
     disk_caps: bool  # whether boxes get disks of their own (no loop devices: no)
+    # whether boxes are held to their memory and pid limits: no only on a host that refuses runsc a
+    # cgroup and whose operator allowed unlimited boxes (--allow-unlimited-boxes)
+    limits: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSample:
+    """One sample of what a box used (hutch.node.metrics): CPU over the interval before it, as a
+    percentage of the box's own CPUs; the memory charged to it, what its limit holds (gVisor keeps
+    a box's memory in a memory file, so most of it is counted as the cgroup's cache too); bytes on
+    its own disk."""
+
+    timestamp: float  # Unix seconds
+    cpu_used_pct: float
+    mem_used: int
+    mem_cache: int
+    disk_used: int
 
 
 @dataclass(frozen=True)
@@ -94,6 +116,14 @@ class Command:
 Event = dict[str, Any]
 
 
+class LinkEnd(TypedDict):
+    """Where a link leads: the path with no link left in it, and what is there."""
+
+    path: str
+    type: Literal["file", "dir", "symlink", "other"]
+    mode: int
+
+
 class Entry(TypedDict):
     """A file, directory or link in the box as lstat sees it, each field checked."""
 
@@ -107,6 +137,8 @@ class Entry(TypedDict):
     group: str
     mtime: float  # a time datetime can hold
     target: NotRequired[str | None]
+    link: NotRequired[LinkEnd | None]  # a link's end, every link on the way resolved
+    metadata: NotRequired[dict[str, str]]  # E2B's user.e2b.* xattrs, prefix stripped
 
 
 class ProcessDesc(TypedDict):
@@ -125,6 +157,7 @@ class FsChange(TypedDict):
 
     name: str
     type: Literal["create", "write", "remove", "rename", "chmod"]
+    entry: NotRequired[Entry | None]
 
 
 class Stream(Protocol[T_co]):
@@ -191,8 +224,10 @@ class BoxAgent(Protocol):
         """A process' buffered output (past sequence number `after`), then its live output."""
         ...
 
-    async def write_file(self, path: str, body: AsyncIterator[bytes], root: bool) -> int:
-        """Write `body` to `path` (as root, or the box user); the size written."""
+    async def write_file(self, path: str, body: AsyncIterator[bytes], root: bool,
+                         metadata: dict[str, str] | None = None) -> int:
+        """Write `body` to `path` (as root, or the box user), with E2B's metadata (`user.e2b.*`
+        xattrs, replacing any the file had); the size written."""
         ...
 
     async def read_file(self, path: str, root: bool) -> Download: ...
@@ -213,8 +248,9 @@ class BoxAgent(Protocol):
 
     async def remove(self, path: str, root: bool) -> None: ...
 
-    async def watch(self, path: str, recursive: bool) -> Stream[FsChange | None]:
-        """A directory's changes (None: the agent's keep-alive, every 10 s of quiet)."""
+    async def watch(self, path: str, recursive: bool, entries: bool = False) -> Stream[FsChange | None]:
+        """A directory's changes (None: the agent's keep-alive, every 10 s of quiet); with
+        `entries`, a create, write or chmod carries the entry as it is then (if it still is)."""
         ...
 
     async def open_tunnel(self, port: int) -> Tunnel:
@@ -268,6 +304,12 @@ class NodeRuntime(Protocol):
         """Whether the node has this box (booted, restored or adopted, and not stopped)."""
         ...
 
+    def checkpoint_estimate(self, runtime_id: str) -> int | None:
+        """About the disk a pause's checkpoint of this box takes (what pause() finds room for
+        first: the sandbox's resident memory plus slack); None where it cannot be told from here
+        (a box this runtime does not hold; a fleet's API server, which sees no node's /proc)."""
+        ...
+
     def is_running(self, runtime_id: str) -> bool:
         """Whether the node holds this box and has not seen it end."""
         ...
@@ -287,6 +329,11 @@ class NodeRuntime(Protocol):
         ...
 
     def capacity(self) -> Capacity: ...
+
+    async def usage(self, runtime_id: str) -> list[UsageSample]:
+        """The box's samples, oldest first, over the last hour it ran (across its pauses); empty
+        for a box the node does not hold."""
+        ...
 
     async def close(self) -> None:
         """Let go of the boxes without stopping them: they outlive the server."""

@@ -1,6 +1,8 @@
-"""Builds the base template's root (Debian bookworm, minbase, python3 and the usual tools) once.
+"""Builds the system templates' roots once: the base (Debian bookworm, minbase, python3 and the
+usual tools) and the code interpreter's (the base's packages plus Debian's IPython kernel, numpy,
+pandas and matplotlib; its in-box server is hutch/guest/interpreter.py, mounted with the agent).
 
-The root is cached by a hash of its recipe, so every data dir on a host shares one copy and a
+A root is cached by a hash of its recipe, so every data dir on a host shares one copy and a
 changed recipe builds a new one beside the old.
 """
 
@@ -11,9 +13,11 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from hutch.guest import protocol
+from hutch.node import roots
 
 SUITE = "bookworm"
 PACKAGES = [
@@ -28,6 +32,29 @@ CUSTOMIZE = [
     'rm -rf "$1/var/cache/apt/archives/"*.deb "$1/var/lib/apt/lists/"*',
 ]
 RECIPE_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str  # the cache directory's prefix
+    packages: tuple[str, ...]
+    customize: tuple[str, ...]
+    version: str
+    excluded: tuple[str, ...] = ()  # paths dpkg leaves out (beside the docs every root leaves out)
+
+    def key(self) -> str:
+        text = "\n".join([self.version, SUITE, *self.packages, *self.customize, *self.excluded])
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+BASE = Recipe("base", tuple(PACKAGES), tuple(CUSTOMIZE), RECIPE_VERSION)
+# Debian's own builds (no wheel is fetched, at install time or when a box starts); bookworm has no
+# bash or JavaScript kernel, so Python is the one language. matplotlib's fonttools depends on scipy
+# and sympy, scipy on pythran and so on Boost's headers: 130 MB and 15,000 files nothing here
+# compiles against, left out.
+CODE_INTERPRETER = Recipe("code-interpreter", (*PACKAGES, "python3-ipykernel", "python3-jupyter-client",
+                                               "python3-numpy", "python3-pandas", "python3-matplotlib"),
+                          tuple(CUSTOMIZE), "1", excluded=("/usr/include/boost/*",))
 
 
 def debian_mirror() -> str | None:
@@ -48,22 +75,21 @@ def debian_mirror() -> str | None:
 
 
 def recipe_key() -> str:
-    text = "\n".join([RECIPE_VERSION, SUITE, *PACKAGES, *CUSTOMIZE])
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    return BASE.key()
 
 
-def base_root_path(cache_dir: Path) -> Path:
-    return cache_dir / f"base-{SUITE}-{recipe_key()}" / "rootfs"
+def base_root_path(cache_dir: Path, recipe: Recipe = BASE) -> Path:
+    return cache_dir / f"{recipe.name}-{SUITE}-{recipe.key()}" / "rootfs"
 
 
-def is_built(cache_dir: Path) -> bool:
-    return (base_root_path(cache_dir) / "usr/bin/python3").exists()
+def is_built(cache_dir: Path, recipe: Recipe = BASE) -> bool:
+    return roots.lstat_in(base_root_path(cache_dir, recipe), "usr/bin/python3") is not None  # a link to python3.x
 
 
-def build(cache_dir: Path, progress: Callable[[str], None] = print) -> Path:
-    """Build the base root unless it is cached; return its path. Needs root and mmdebstrap."""
-    root = base_root_path(cache_dir)
-    if is_built(cache_dir):
+def build(cache_dir: Path, progress: Callable[[str], None] = print, recipe: Recipe = BASE) -> Path:
+    """Build a root unless it is cached; return its path. Needs root and mmdebstrap."""
+    root = base_root_path(cache_dir, recipe)
+    if is_built(cache_dir, recipe):
         return root
     if shutil.which("mmdebstrap") is None:
         raise RuntimeError("mmdebstrap is not installed (apt-get install mmdebstrap)")
@@ -71,13 +97,15 @@ def build(cache_dir: Path, progress: Callable[[str], None] = print) -> Path:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     argv = [
-        "mmdebstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
+        "mmdebstrap", "--variant=minbase", f"--include={','.join(recipe.packages)}",
         "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*", "--dpkgopt=path-include=/usr/share/locale/locale.alias",
-        *[f"--customize-hook={hook}" for hook in CUSTOMIZE],
+        *[f"--dpkgopt=path-exclude={path}" for path in recipe.excluded],
+        *[f"--customize-hook={hook}" for hook in recipe.customize],
         SUITE, str(work / "rootfs"), *([mirror] if (mirror := debian_mirror()) else []),
     ]
-    progress(f"building the base template ({SUITE}, about 30 s) into {root.parent}")
+    progress(f"building the {recipe.name} template ({SUITE}, {'about 30 s' if recipe is BASE else 'a minute or two'}) "
+             f"into {root.parent}")
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     tail: list[str] = []
@@ -89,7 +117,8 @@ def build(cache_dir: Path, progress: Callable[[str], None] = print) -> Path:
     if proc.wait() != 0:
         shutil.rmtree(work, ignore_errors=True)
         raise RuntimeError("mmdebstrap failed:\n" + "\n".join(tail))
+    roots.scrub(work / "rootfs")  # mmdebstrap's /dev nodes: a box's /dev is its own tmpfs
     shutil.rmtree(root.parent, ignore_errors=True)
     work.rename(root.parent)
-    progress(f"base template ready: {root}")
+    progress(f"{recipe.name} template ready: {root}")
     return root

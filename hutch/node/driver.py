@@ -19,14 +19,14 @@ class Driver(Protocol):
     running: set[int]
 
     async def run_detached(self, container_id: str, bundle: Path, stderr_path: Path, pid_file: Path,
-                           overlay: str = "root:memory") -> None:
+                           overlay: str = "root:memory", cgroups: bool = True) -> None:
         """Start a container from `bundle` and return once it runs, its sandbox process' pid in
         `pid_file`. `overlay`: where its root's writes go (its memory, "root:dir=D", or "none":
-        the root itself)."""
+        the root itself). Without `cgroups`, the container gets no cgroup: none of its limits holds."""
         ...
 
     async def restore_detached(self, container_id: str, bundle: Path, image_dir: Path, stderr_path: Path,
-                               pid_file: Path, overlay: str = "root:memory") -> None:
+                               pid_file: Path, overlay: str = "root:memory", cgroups: bool = True) -> None:
         """Start a container from its checkpoint in `image_dir`, on the kind of overlay it had."""
         ...
 

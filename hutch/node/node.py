@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hutch.guest import protocol
-from hutch.node import agent, disks, mounts
+from hutch.node import agent, disks, metrics, mounts
 from hutch.node.agent import AgentClient
-from hutch.node.api import BoxAgent, BoxRef, BoxStartError, Capacity, ChannelError, NoSpaceError
+from hutch.node.api import BoxAgent, BoxRef, BoxStartError, Capacity, ChannelError, LimitsUnavailable, NoSpaceError, UsageSample
 from hutch.node.driver import Driver, DriverError
 from hutch.node.runsc import Runsc, RunscConfig
 from hutch.node.spec import AgentRuntime, Limits, box_spec
@@ -145,6 +145,15 @@ def _meminfo() -> dict[str, int]:
 RUNTIME_ID_PATTERN = r"h[0-9a-f]{24}"  # what new_runtime_id makes (the fleet checks ids it is sent against it)
 
 
+def _cgroup_refused(e: BoxStartError) -> bool:
+    """Whether runsc failed the start for want of a cgroup (or of a controller in it)."""
+    return "cgroup" in str(e).lower()
+
+
+# Starts a box's container (a boot's or a restore's), with these limits, in a cgroup or with none
+Starter = Callable[["Box", Limits, bool], Awaitable[None]]
+
+
 def new_runtime_id() -> str:
     # Fixed length and random: runsc ids must never be prefixes of one another.
     return "h" + secrets.token_hex(12)
@@ -155,12 +164,19 @@ class Node:
     listener (a hutch.node.api.NodeRuntime)."""
 
     def __init__(self, run_dir: Path, driver: Driver, runtime: AgentRuntime, trust_dir: Path | None = None,
-                 disks_dir: Path | None = None, egress: Egress | None = None) -> None:
+                 disks_dir: Path | None = None, egress: Egress | None = None, allow_unlimited: bool = False) -> None:
         self.disks_dir = disks_dir  # boxes' disk images (hutch.node.disks): on the host's disk, not in run_dir
         self.trust_dir = trust_dir  # what TLS in every box trusts (hutch.egress.ca), mounted read-only
-        # CPU caps need a cgroup per box; a host that refuses runsc one (a container without
-        # cgroup delegation, say) still runs boxes, uncapped, and says so once.
+        # Every box has a cgroup of its own, which holds its memory and pid limits and its CPU cap
+        # (_start_held). A host without the CPU controller runs boxes without CPU caps; one that
+        # refuses runsc a cgroup at all (a container without cgroup delegation, say) runs none,
+        # unless the operator allows unlimited boxes (`hutch serve --allow-unlimited-boxes`).
         self.cpu_caps = True
+        self.cgroups = True  # False: boxes run with no cgroup, so without any limit (allow_unlimited only)
+        self.allow_unlimited = allow_unlimited
+        if allow_unlimited:
+            log.warning("--allow-unlimited-boxes: if runsc cannot give boxes a cgroup on this host, they run "
+                        "WITHOUT MEMORY, PID OR CPU LIMITS, and one box can take the whole host")
         self.disk_caps = True  # likewise disks: loop devices may be missing in a container
         self.boxes_dir = run_dir / "boxes"
         self.boxes_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -172,6 +188,8 @@ class Node:
         self._stopping: set[str] = set()
         mounts.become_subreaper()
         self._reaper: asyncio.Task[None] | None = None
+        self._sampler: asyncio.Task[None] | None = None
+        self.usage_samples = metrics.Usage()
         self._background: set[asyncio.Task[None]] = set()
         self.egress = egress  # each box's way out; None: boxes have none
 
@@ -196,12 +214,31 @@ class Node:
     def start_reaping(self) -> None:
         if self._reaper is None:
             self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
+        if self._sampler is None:
+            self._sampler = asyncio.get_running_loop().create_task(self._sample_forever())
+
+    async def _sample_forever(self) -> None:
+        """Every few seconds, what each running box uses (its cgroup's files, read on a thread)."""
+        while True:
+            await asyncio.sleep(metrics.INTERVAL_SECONDS)
+            boxes = [metrics.Watched(b.dir.name, rid, b.disk_dir if b.on_disk else None)
+                     for rid, b in self._boxes.items() if rid not in self._stopping]
+            if boxes:
+                await asyncio.to_thread(self.usage_samples.sample, boxes)
+
+    async def usage(self, runtime_id: str) -> list[UsageSample]:
+        box = self._boxes.get(runtime_id)
+        return self.usage_samples.of(box.dir.name) if box is not None else []
 
     def notify_exits(self, callback: Callable[[str], None]) -> None:
         self.on_exit = callback
 
     def holds(self, runtime_id: str) -> bool:
         return runtime_id in self._boxes
+
+    def checkpoint_estimate(self, runtime_id: str) -> int | None:
+        box = self._boxes.get(runtime_id)
+        return None if box is None else _resident_bytes(box.dir / "sandbox.pid") + CHECKPOINT_SLACK
 
     def agent(self, runtime_id: str) -> BoxAgent | None:
         box = self._boxes.get(runtime_id)
@@ -220,7 +257,7 @@ class Node:
         memory = _meminfo()
         return Capacity(boxes=len(self._boxes), cpus=os.cpu_count() or 1, memory_bytes=memory.get("MemTotal", 0),
                         memory_available_bytes=memory.get("MemAvailable", 0), cpu_caps=self.cpu_caps,
-                        disk_caps=self.disk_caps and self.disks_dir is not None)
+                        disk_caps=self.disk_caps and self.disks_dir is not None, limits=self.cgroups)
 
     # --- boot, restore ----------------------------------------------------------------------------
 
@@ -228,32 +265,22 @@ class Node:
         """Boot a box from a template root. `key` names its host directory for its whole life,
         across pauses (each run of it gets a new runtime id). With `writable_root` (a template
         build), what the box writes lands in `rootfs` itself; such a box is never paused."""
-        box = Box(new_runtime_id(), self.boxes_dir / key)
-
-        async def start() -> None:
+        async def start(box: Box, limits: Limits, cgroups: bool) -> None:
             self._prepare(box, rootfs, limits)
             await self._open_egress(box)
             overlay = "none" if writable_root else await self._make_disk(box, limits.disk_mib)
             await self.driver.run_detached(box.runtime_id, box.dir, box.dir / "runsc.err", box.dir / "sandbox.pid",
-                                           overlay=overlay)
+                                           overlay=overlay, cgroups=cgroups)
 
-        try:
-            return (await self._launch(box, start())).ref
-        except BoxStartError as e:
-            if not (limits.cpus and self.cpu_caps and "cgroup" in str(e).lower()):
-                raise
-            log.warning("runsc could not make a cgroup for a box (%s): boxes run without CPU caps", e)
-            self.cpu_caps = False
-            return await self.boot(key, rootfs, limits, writable_root)
+        return (await self._start_held(key, limits, start)).ref
 
     async def restore(self, key: str, rootfs: Path, limits: Limits, image_dir: Path) -> BoxRef:
         """Bring a paused box back from its checkpoint, under a new runtime id, on the kind of
         disk it was checkpointed with (runsc restores no other): its own disk of `limits.disk_mib`,
         or its memory (so was every box paused before boxes had disks)."""
-        box = Box(new_runtime_id(), self.boxes_dir / key)
         on_disk = (image_dir / MEDIUM_FILE).exists() and (image_dir / MEDIUM_FILE).read_text() == "disk"
 
-        async def start() -> None:
+        async def start(box: Box, limits: Limits, cgroups: bool) -> None:
             self._prepare(box, rootfs, limits, wake=True)
             await self._open_egress(box)
             if on_disk:
@@ -263,11 +290,51 @@ class Node:
                 box.on_disk = True
             overlay = f"root:dir={box.disk_dir}" if on_disk else "root:memory"
             await self.driver.restore_detached(box.runtime_id, box.dir, image_dir, box.dir / "runsc.err",
-                                               box.dir / "sandbox.pid", overlay=overlay)
+                                               box.dir / "sandbox.pid", overlay=overlay, cgroups=cgroups)
             if on_disk:
                 await asyncio.to_thread(disks.fill_to, box.disk_dir, size)
 
-        return (await self._launch(box, start())).ref
+        return (await self._start_held(key, limits, start)).ref
+
+    async def _start_held(self, key: str, limits: Limits, start: Starter) -> Box:
+        """A new run of box `key`, started by `start` in a cgroup of its own, which holds it to its
+        memory and pid limits (and its CPU cap). What the host refuses is found at the first box:
+        a cgroup without the CPU controller, and boxes run without CPU caps (said once); no cgroup
+        at all, and no box starts (LimitsUnavailable, said at each) unless the node allows
+        unlimited boxes, which then run with no cgroup (said once, loudly)."""
+        async def attempt(limits: Limits) -> Box:
+            box = Box(new_runtime_id(), self.boxes_dir / key)  # a new id: runsc may keep a failed one's
+            return await self._launch(box, start(box, limits, self.cgroups))
+
+        uncapped = dataclasses.replace(limits, cpus=0)
+        try:
+            return await attempt(limits if self.cpu_caps else uncapped)
+        except BoxStartError as e:
+            if not (self.cgroups and _cgroup_refused(e)):
+                raise
+            refusal = e
+        if limits.cpus and self.cpu_caps:  # perhaps only the CPU controller is missing
+            try:
+                box = await attempt(uncapped)
+            except BoxStartError as e:
+                if not _cgroup_refused(e):
+                    raise
+            else:
+                log.warning("runsc could not give a box a CPU cap (%s): boxes run without CPU caps, still held to "
+                            "their memory and pid limits", refusal)
+                self.cpu_caps = False
+                return box
+        if not self.allow_unlimited:
+            log.error("runsc could not make a box a cgroup (%s): no box can be held to its memory and pid limits, "
+                      "so none starts. Give hutch a writable cgroup hierarchy (a container: --cgroupns=host and "
+                      "/sys/fs/cgroup mounted read-write, or cgroup delegation), or accept boxes without any "
+                      "limit with --allow-unlimited-boxes", refusal)
+            raise LimitsUnavailable("this host cannot hold boxes to their memory and pid limits (runsc could not "
+                                    "make a cgroup), so none starts; its operator must fix that (see the log)") from refusal
+        log.critical("runsc could not make a box a cgroup (%s): with --allow-unlimited-boxes, boxes now run "
+                     "WITHOUT MEMORY, PID OR CPU LIMITS", refusal)
+        self.cgroups = self.cpu_caps = False
+        return await attempt(uncapped)
 
     async def _make_disk(self, box: Box, size_mib: int) -> str:
         """The box's disk, if it has a size and the node keeps disks; the runsc overlay to use. A
@@ -290,6 +357,8 @@ class Node:
     async def _forget_dir(self, box: Box) -> None:
         """The box's host directory and disk, once runsc is done with it."""
         mounts.unmount(box.channel_dir)
+        if box.runtime_id:
+            await asyncio.to_thread(metrics.remove_cgroup, box.runtime_id)
         if self._disk_image(box).exists():
             await asyncio.to_thread(disks.remove, self._disk_image(box), box.disk_dir)
         shutil.rmtree(box.dir, ignore_errors=True)
@@ -301,8 +370,6 @@ class Node:
             mounts.mount_channel_tmpfs(box.channel_dir)
         if wake:  # a restored agent sees it at once and listens again: no signal to race with
             (box.channel_dir / protocol.WAKE_FILE).touch()
-        if not self.cpu_caps:
-            limits = dataclasses.replace(limits, cpus=0)
         spec = box_spec(rootfs=rootfs, channel_dir=box.channel_dir, agent_dir=AGENT_DIR,
                         runtime=self.runtime, hostname="sandbox", limits=limits, trust_dir=self.trust_dir,
                         cgroup=box.runtime_id)
@@ -367,7 +434,7 @@ class Node:
         for the image is found out first (a checkpoint that runs out of space can end the box).
         """
         box = self._boxes[runtime_id]
-        needed = _resident_bytes(box.dir / "sandbox.pid") + CHECKPOINT_SLACK
+        needed = self.checkpoint_estimate(runtime_id) or CHECKPOINT_SLACK
         free = shutil.disk_usage(_existing(image_dir)).free
         if free < needed:
             raise NoSpaceError(f"{free // 2**20} MiB free where the checkpoint needs about {needed // 2**20} MiB")
@@ -381,6 +448,7 @@ class Node:
             await asyncio.sleep(0.002)
         self._stopping.add(runtime_id)
         self._unwatch(runtime_id)
+        self.usage_samples.paused(box.dir.name)
         await self._close_egress(box)  # and every connection of it: nothing of the host's may be open
         try:
             shutil.rmtree(image_dir, ignore_errors=True)
@@ -478,7 +546,9 @@ class Node:
         try:
             self._unwatch(runtime_id)
             box = self._boxes.pop(runtime_id, None)
-            await self._remove(box or Box(runtime_id, self.boxes_dir / (key or runtime_id)))
+            box = box or Box(runtime_id, self.boxes_dir / (key or runtime_id))
+            self.usage_samples.forget(box.dir.name)
+            await self._remove(box)
         finally:
             self._stopping.discard(runtime_id)
 
@@ -549,8 +619,9 @@ class Node:
 
     async def close(self) -> None:
         """Let go of the boxes without stopping them: they outlive the server."""
-        if self._reaper is not None:
-            self._reaper.cancel()
+        for task in (self._reaper, self._sampler):
+            if task is not None:
+                task.cancel()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         for runtime_id in list(self._boxes):

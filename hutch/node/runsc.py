@@ -29,7 +29,7 @@ class RunscConfig:
     # ~60 ms faster; "flate-best-speed" when disk matters more than latency.
     checkpoint_compression: str = "none"
 
-    def global_flags(self, overlay: str = "root:memory") -> list[str]:
+    def global_flags(self, overlay: str = "root:memory", cgroups: bool = True) -> list[str]:
         flags = [
             f"--root={self.state_dir}",
             "--network=none",  # no network card: egress goes through the agent's relay
@@ -42,6 +42,8 @@ class RunscConfig:
         ]
         if self.platform:
             flags.append(f"--platform={self.platform}")
+        if not cgroups:  # no memory, pid or CPU limit at all: only with the operator's --allow-unlimited-boxes
+            flags.append("--ignore-cgroups")
         return flags
 
 
@@ -66,13 +68,13 @@ class Runsc:
         self._heavy = asyncio.Semaphore(max(2, 2 * (os.cpu_count() or 1)))
 
     async def _heavy_call(self, *args: str, stderr_path: Path | None = None, timeout: float | None = None,
-                          overlay: str = "root:memory") -> str:
+                          overlay: str = "root:memory", cgroups: bool = True) -> str:
         async with self._heavy:
-            return await self._call(*args, stderr_path=stderr_path, timeout=timeout, overlay=overlay)
+            return await self._call(*args, stderr_path=stderr_path, timeout=timeout, overlay=overlay, cgroups=cgroups)
 
     async def _call(self, *args: str, stderr_path: Path | None = None, timeout: float | None = None,
-                    overlay: str = "root:memory") -> str:
-        argv = [self.config.binary, *self.config.global_flags(overlay), *args]
+                    overlay: str = "root:memory", cgroups: bool = True) -> str:
+        argv = [self.config.binary, *self.config.global_flags(overlay, cgroups), *args]
         # stdio: /dev/null or a file for anything that may outlive the call (a detached box keeps
         # inherited pipes open forever); a pipe only for short-lived queries.
         err_file = open(stderr_path, "wb") if stderr_path else None  # noqa: SIM115
@@ -105,12 +107,13 @@ class Runsc:
         return (out or b"").decode(errors="replace")
 
     async def run_detached(self, container_id: str, bundle: Path, stderr_path: Path, pid_file: Path,
-                           overlay: str = "root:memory") -> None:
+                           overlay: str = "root:memory", cgroups: bool = True) -> None:
         """Start a box and return once it runs; its sandbox process' pid is left in `pid_file`.
         `overlay`: where its writes go: its memory, a host directory's file ("root:dir=D"), or its
-        root directory itself ("none"). Later calls on the box need not repeat it; a restore does."""
+        root directory itself ("none"). Later calls on the box need not repeat it; a restore does.
+        Without `cgroups`, the box gets no cgroup, so none of its limits is held."""
         await self._heavy_call("run", "--detach", f"--bundle={bundle}", f"--pid-file={pid_file}", container_id,
-                               stderr_path=stderr_path, overlay=overlay)
+                               stderr_path=stderr_path, overlay=overlay, cgroups=cgroups)
 
     async def state(self, container_id: str) -> dict[str, Any] | None:
         """runsc's view of a container, or None when it does not know it. Any other failure (a
@@ -129,11 +132,11 @@ class Runsc:
         return [line.strip() for line in out.splitlines() if line.strip()]
 
     async def restore_detached(self, container_id: str, bundle: Path, image_dir: Path, stderr_path: Path,
-                               pid_file: Path, overlay: str = "root:memory") -> None:
+                               pid_file: Path, overlay: str = "root:memory", cgroups: bool = True) -> None:
         """`overlay` must be of the kind the box was checkpointed with (memory, or a directory)."""
         await self._heavy_call("restore", "--detach", f"--bundle={bundle}", f"--image-path={image_dir}",
                                f"--pid-file={pid_file}", container_id, stderr_path=stderr_path, timeout=120,
-                               overlay=overlay)
+                               overlay=overlay, cgroups=cgroups)
 
     async def checkpoint(self, container_id: str, image_dir: Path) -> None:
         """Save a container to `image_dir`; the container stops once saved."""

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from hutch.guest import protocol
+from hutch.node import roots
 
 # What the agent (root inside the box) may do: run commands as another user, hand files to that
 # user, write anywhere in the box. Docker's default set, without raw sockets.
@@ -75,7 +76,9 @@ def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: Agent
     trust = []
     if trust_dir is not None:
         trust.append(bind(trust_dir, protocol.TRUST_DIR, "ro"))
-        if (rootfs / protocol.SYSTEM_BUNDLE.lstrip("/")).is_file():  # tools that read only the system's bundle
+        # Tools that read only the system's bundle. Where the root has a link there instead, it keeps
+        # it: runsc would resolve a link in the box, but then a file would be mounted wherever it points.
+        if roots.is_file_in(rootfs, protocol.SYSTEM_BUNDLE):  # a link in the root: never followed by the host
             trust.append(bind(trust_dir / "bundle.crt", protocol.SYSTEM_BUNDLE, "ro"))
     return {
         "ociVersion": "1.0.0",
@@ -114,6 +117,8 @@ def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: Agent
                 "cpu": {"shares": limits.cpu_shares,
                         **({"quota": limits.cpus * CPU_PERIOD, "period": CPU_PERIOD} if limits.cpus else {})},
             },
-            **({"cgroupsPath": f"/hutch/{cgroup}"} if limits.cpus else {}),
+            # Always a cgroup of its own: it holds the memory and pid limits (and the CPU cap). runsc
+            # refuses to start a box it cannot give one, unless told to ignore cgroups (hutch.node.node).
+            "cgroupsPath": f"/hutch/{cgroup}",
         },
     }

@@ -34,6 +34,7 @@ class ServerCode:
     TEMPLATE_NOT_FOUND = "template_not_found"
     BUILD_NOT_FOUND = "build_not_found"
     PORT_NOT_PUBLISHED = "port_not_published"
+    CONTEXT_NOT_FOUND = "context_not_found"
 
     # the state of things
     CONFLICT = "conflict"
@@ -49,11 +50,13 @@ class ServerCode:
     SYSTEM_TEMPLATE = "system_template"
     BUILD_FINISHED = "build_finished"
     SECRET_EXISTS = "secret_exists"
+    INTERPRETER_UNAVAILABLE = "interpreter_unavailable"
 
     # quotas
     RATE_LIMITED = "rate_limited"
     TOO_MANY_SANDBOXES = "too_many_sandboxes"
     NO_CAPACITY = "no_capacity"
+    CHECKPOINT_BUDGET = "checkpoint_budget"
     TOO_MANY_TEMPLATES = "too_many_templates"
     TOO_MANY_BUILDS = "too_many_builds"
 
@@ -61,6 +64,7 @@ class ServerCode:
     SERVER_ERROR = "server_error"
     AGENT_ERROR = "agent_error"
     BOOT_FAILED = "boot_failed"
+    LIMITS_UNAVAILABLE = "limits_unavailable"
     PAUSE_FAILED = "pause_failed"
     RESUME_FAILED = "resume_failed"
     SANDBOX_UNREACHABLE = "sandbox_unreachable"
@@ -118,6 +122,7 @@ class SdkCode:
     STREAM_TIMEOUT = "stream_timeout"  # a command's or a watch's stream went silent
     STREAM_ENDED = "stream_ended"  # a stream broke before its end
     COMMAND_TIMEOUT = "command_timeout"  # a command hit its timeout_seconds
+    EXECUTION_TIMEOUT = "execution_timeout"  # run_code hit its timeout
     WAIT_TIMEOUT = "wait_timeout"  # a wait (a build's, a process') ran out of time
     PROCESS_EXITED = "process_exited"
     DETACHED = "detached"  # the process was let go of with close()

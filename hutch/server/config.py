@@ -32,9 +32,23 @@ class ServerConfig:
     public_url: str | None = None  # how clients reach this server; default http://host:port
     max_sandboxes: int = 256  # running boxes per node (an idle one takes ~50 MB); more is refused with 429
     team_max_sandboxes: int = 64  # running boxes per team, so one team cannot take the whole node
+    # Checkpoints (paused boxes) on disk: a pause past one of these is refused (429 checkpoint_budget)
+    # and the box runs on. Per team, how many and how many bytes (None: half the node's budget); the
+    # node's bytes, all teams' (a fleet's: its shared directory's; None: 80% of that filesystem's size).
+    team_max_paused: int = 256
+    team_max_paused_bytes: int | None = None
+    checkpoint_budget_bytes: int | None = None
+    over_budget_grace: float = 3600.0  # seconds a box refused its timeout's pause runs on before it is stopped
+    # Retention of the logs (network, commands and files, secrets' use): rows older than this go
+    # (0: kept forever); and the newest entries of each box's network log that are kept.
+    audit_retention_days: float = 30.0
+    network_log_max_rows: int = 10_000
     memory_mib: int = 1024  # per box, unless the template says otherwise
     vcpu: int = 1
     pids: int = 1024
+    # Where runsc cannot give boxes a cgroup (a container without cgroup delegation), run them without
+    # memory, pid or CPU limits, logged, instead of refusing them (limits_unavailable)
+    allow_unlimited_boxes: bool = False
     max_file_bytes: int = 4 * 2**30
     runsc_platform: str | None = None
     warm_pool: int = 2  # base-template boxes booted ahead, so creates only claim one

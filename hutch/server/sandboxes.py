@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
+import stat
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -22,7 +24,8 @@ from pathlib import Path
 
 from hutch.errors import ApiError, BuildFailure, Code, not_found
 from hutch.node import boxcmd
-from hutch.node.api import BoxAgent, BoxRef, BoxStartError, NodeRuntime, NoSpaceError
+from hutch.node.api import BoxAgent, BoxRef, BoxStartError, LimitsUnavailable, NodeRuntime, NoSpaceError
+from hutch.node.node import CHECKPOINT_SLACK
 from hutch.node.pool import WarmPool
 from hutch.node.spec import Limits
 from hutch.preview.proxy import PreviewSite
@@ -42,7 +45,7 @@ from hutch.server.models import (
 from hutch.server.secrets import Secrets
 from hutch.server.templates import BASE_TEMPLATE_ID
 from hutch.server.tokens import TokenSigner
-from hutch.store import SandboxRecord, SandboxStatus, Store, TemplateRecord
+from hutch.store import CheckpointBudgets, PauseRefused, SandboxRecord, SandboxStatus, Store, TemplateRecord
 
 log = logging.getLogger("hutch.server")
 
@@ -50,6 +53,32 @@ CHECKPOINT_DONE = "hutch-checkpoint-complete"  # written into an image directory
 STUCK_SECONDS = 1800.0  # a pause or resume older than this was left by a server that died (a pause may take 10 min)
 PAUSE_RETRY_SECONDS = 60  # after an automatic pause failed
 DISK_RESERVE = 64 * 2**20  # below this much free space in the data dir, a failed pause is called a full disk
+RETENTION_EVERY = 60  # lifetime ticks between two passes of the logs' retention
+CHECKPOINT_SHARE = 0.8  # of the checkpoints' filesystem, their default budget (the rest: the store, roots, disks)
+BUDGET_NAMES = {"team_paused": "team_max_paused", "team_bytes": "team_max_paused_bytes",
+                "all_bytes": "checkpoint_budget_bytes"}  # a refusal's budget, by its setting's name
+
+
+def checkpoint_size(image: Path) -> int:
+    """The disk a checkpoint's directory takes: its regular files' allocated blocks, links never
+    followed (0 if it is gone)."""
+    total = 0
+    for top, dirs, files in os.walk(image, followlinks=False):
+        for name in (*files, *dirs):
+            try:
+                st = os.lstat(os.path.join(top, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_blocks * 512
+    return total
+
+
+def checkpoint_bound(rec: SandboxRecord) -> int:
+    """The most a box's checkpoint can take: its memory and its own disk, if it has one (its
+    writes go into the checkpoint), and the node's slack. What a pause holds against the budgets
+    where the node's estimate cannot be had (a fleet's API server sees no node's /proc)."""
+    return (rec.memory_mib + (rec.disk_mib or 0)) * 2**20 + CHECKPOINT_SLACK
 
 
 class Sandboxes:
@@ -64,6 +93,7 @@ class Sandboxes:
                                         config.preview_https)
         self.metrics = Metrics()
         self.owner: str | None = None  # a fleet node's name: its start takes back only its own boxes
+        self._logged_up_to = 0  # the network log's newest id at the last retention pass
         node.notify_exits(self._box_ended)
 
     # --- views ----------------------------------------------------------------------------------
@@ -192,6 +222,8 @@ class Sandboxes:
                 box = await self.pool.claim(rootfs, limits) if self.pool else None
                 source = "warm_pool" if box else "boot"
                 box = box or await self.node.boot(rec.id, rootfs, limits)
+            except LimitsUnavailable as e:  # the node logged what its operator must do
+                raise ApiError(Code.LIMITS_UNAVAILABLE, f"the sandbox could not start: {e}") from e
             except BoxStartError as e:
                 log.error("a box failed to start: %s", e)
                 raise ApiError(Code.BOOT_FAILED, f"the sandbox could not start: {e}") from e
@@ -246,6 +278,7 @@ class Sandboxes:
                 changes["network"] = changes["network"].model_dump()
             if "timeout_seconds" in changes and rec.status == SandboxStatus.ACTIVE:
                 changes["pause_at"] = self._deadline(changes["timeout_seconds"])  # counts from now
+                changes["pause_refused_at"] = None  # and a budget's refusal of the last one is forgotten
             if "auto_delete_seconds" in changes and rec.status == SandboxStatus.PAUSED:
                 changes["delete_at"] = self._deadline(changes["auto_delete_seconds"])
             if changes:
@@ -284,8 +317,13 @@ class Sandboxes:
             if rec.status != SandboxStatus.ACTIVE or not rec.runtime_id:
                 raise ApiError(Code.SANDBOX_FAILED if rec.status == SandboxStatus.FAILED else Code.INVALID_STATE,
                                f"sandbox {rec.id} is {rec.status} and cannot be paused")
-            # Another API server of a fleet may take it first: one of them pauses it.
-            if not self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.ACTIVE,), status=SandboxStatus.PAUSING):
+            # Another API server of a fleet may take it first: one of them pauses it. Its team's
+            # and the node's checkpoints are counted in the same transaction.
+            refused = await asyncio.to_thread(self._begin_pause, rec)
+            if refused is not None and refused.budget != "state":
+                await self._over_budget(rec, refused, only_if_due)
+                return
+            if refused is not None:
                 if only_if_due:
                     return
                 raise ApiError(Code.INVALID_STATE, f"sandbox {rec.id} is being paused or resumed elsewhere")
@@ -298,6 +336,7 @@ class Sandboxes:
                     (image / CHECKPOINT_DONE).touch()
             except NoSpaceError as e:  # found before anything was done to the box
                 self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.ACTIVE,
+                                          checkpoint_bytes=None,
                                           pause_at=self._deadline(PAUSE_RETRY_SECONDS) if rec.pause_at is not None else None)
                 raise ApiError(Code.INSUFFICIENT_STORAGE, f"the server's disk has no room for this sandbox's "
                                f"checkpoint ({e}); it runs on") from e
@@ -306,6 +345,7 @@ class Sandboxes:
                 log.error("pausing %s failed: %s", rec.id, e)
                 if alive:  # try again later, not every second: a pause cuts the box's streams
                     self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.ACTIVE,
+                                              checkpoint_bytes=None,
                                               pause_at=self._deadline(PAUSE_RETRY_SECONDS) if rec.pause_at is not None else None)
                 else:
                     self.mark_failed(rec.id, f"the pause failed: {e}")
@@ -313,10 +353,62 @@ class Sandboxes:
                     raise ApiError(Code.INSUFFICIENT_STORAGE, "the server's disk is too full to hold the "
                                    "sandbox's checkpoint; it runs on" if alive else "the server's disk is full") from e
                 raise ApiError(Code.PAUSE_FAILED, f"the sandbox could not be paused: {e}") from e
+            size = await asyncio.to_thread(checkpoint_size, image)  # what it holds of the budgets from now on
             self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.PAUSED,
-                                      runtime_id=None, pause_at=None, delete_at=self._deadline(rec.auto_delete_seconds))
+                                      runtime_id=None, pause_at=None, delete_at=self._deadline(rec.auto_delete_seconds),
+                                      checkpoint_bytes=size, pause_refused_at=None)
         if rec.auto_delete_seconds == 0:
             await self.kill(team_id, sandbox_id, only_if_due=True)
+
+    def checkpoint_budgets(self) -> CheckpointBudgets:
+        """The budgets a pause is held to now; the defaults follow the checkpoints' filesystem."""
+        every = self.config.checkpoint_budget_bytes
+        if every is None:
+            where = self.config.checkpoint_dir
+            every = int(shutil.disk_usage(next(p for p in (where, *where.parents) if p.exists())).total
+                        * CHECKPOINT_SHARE)
+        team = self.config.team_max_paused_bytes
+        return CheckpointBudgets(team_paused=self.config.team_max_paused,
+                                 team_bytes=every // 2 if team is None else team, all_bytes=every)
+
+    def _reserve(self, rec: SandboxRecord) -> int:
+        """What a pause holds against the budgets until its checkpoint's real size is known: the
+        node's own estimate (which its free-disk check uses too), else the box's bound."""
+        estimate = self.node.checkpoint_estimate(rec.runtime_id) if rec.runtime_id else None
+        return checkpoint_bound(rec) if estimate is None else estimate
+
+    def _begin_pause(self, rec: SandboxRecord) -> PauseRefused | None:
+        """Off the event loop: a statfs (of a fleet's shared mount, maybe) and one transaction."""
+        return self.store.begin_pause(rec.id, self._reserve(rec), self.checkpoint_budgets())
+
+    async def _over_budget(self, rec: SandboxRecord, refused: PauseRefused, automatic: bool) -> None:
+        """A pause a budget refused: nothing was done to the box. Asked for, it is a 429. At its
+        timeout, the box runs on and is tried again every PAUSE_RETRY_SECONDS (a kill, a resume
+        or an auto-delete may make room); refused for `over_budget_grace` seconds, it is stopped
+        and marked failed, saying why (never a box that runs forever, never one gone unsaid)."""
+        setting = BUDGET_NAMES[refused.budget]
+        if refused.budget == "team_paused":
+            why = f"its team has {refused.held} paused sandboxes, the most it may have ({setting}={refused.limit})"
+        else:
+            whose = "its team's" if refused.budget == "team_bytes" else "the server's"
+            why = (f"{whose} checkpoints take {refused.held / 2**20:.0f} MiB of {refused.limit / 2**20:.0f} MiB "
+                   f"({setting}), and this one may take about {self._reserve(rec) / 2**20:.0f} MiB")
+        if not automatic:
+            raise ApiError(Code.CHECKPOINT_BUDGET, f"sandbox {rec.id} was not paused: {why}; it runs on "
+                           "(kill or resume a paused sandbox to make room)")
+        now = time.time()
+        since = rec.pause_refused_at or now
+        if now - since >= self.config.over_budget_grace:
+            log.warning("sandbox %s: its timeout's pause was refused for %.0f s (%s): stopping it", rec.id, now - since, why)
+            self.mark_failed(rec.id, f"its timeout came, and its pause was refused for {now - since:.0f} s "
+                             f"because {why}: it was stopped without a checkpoint")
+            return
+        if rec.pause_refused_at is None:
+            log.warning("sandbox %s reached its timeout but was not paused: %s; it runs on, and is stopped in "
+                        "%.0f s unless room is made", rec.id, why, self.config.over_budget_grace)
+        retry = min(PAUSE_RETRY_SECONDS, since + self.config.over_budget_grace - now)  # and once the grace is over
+        self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.ACTIVE,), pause_refused_at=since,
+                                  pause_at=now + retry)
 
     async def resume(self, team_id: str | None, sandbox_id: str) -> SandboxRecord:
         """Restore a paused box (a no-op for an active one); the access token rotates, except for
@@ -344,6 +436,7 @@ class Sandboxes:
                 raise ApiError(Code.RESUME_FAILED, f"the sandbox could not be resumed: {e}") from e
             if not self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.RESUMING,), status=SandboxStatus.ACTIVE,
                                              runtime_id=box.runtime_id, node=box.node, delete_at=None,
+                                             checkpoint_bytes=None,
                                              token_generation=rec.token_generation + (0 if rec.stable_token else 1),
                                              pause_at=self._deadline(rec.timeout_seconds)):
                 await self.node.stop(box.runtime_id, rec.box_key)  # killed meanwhile (on another server): no box without a record
@@ -448,6 +541,11 @@ class Sandboxes:
                     await self.settle_stuck()
                 except Exception:
                     log.exception("settling stuck pauses and resumes failed")
+            if ticks % RETENTION_EVERY == 1:  # at the first tick too: a server that restarts often still prunes
+                try:
+                    await asyncio.to_thread(self.prune_logs)
+                except Exception:
+                    log.exception("pruning the logs failed")
             to_pause, to_delete = self.store.due(time.time())
             for sandbox_id in to_pause + to_delete:
                 try:
@@ -461,6 +559,21 @@ class Sandboxes:
                     log.warning("lifetime action on %s failed: %s", sandbox_id, e.message)
                 except Exception:
                     log.exception("lifetime action on %s failed", sandbox_id)
+
+    def prune_logs(self, now: float | None = None) -> int:
+        """The logs' retention (on a worker thread: it deletes in batches): rows older than
+        `audit_retention_days`, and each box's network log beyond its newest
+        `network_log_max_rows`. Returns how many rows went. Each API server of a fleet prunes;
+        what one deleted the other finds gone."""
+        removed = 0
+        if self.config.audit_retention_days > 0:
+            cutoff = (now or time.time()) - self.config.audit_retention_days * 86400
+            removed += self.store.prune_logs_before(cutoff)
+        self._logged_up_to, capped = self.store.cap_network_logs(self.config.network_log_max_rows, self._logged_up_to)
+        removed += capped
+        if removed:
+            log.info("log retention: %d rows deleted", removed)
+        return removed
 
     async def settle_stuck(self, now: float | None = None) -> None:
         """A pause or resume unchanged for longer than any takes: its server died midway. A
@@ -502,7 +615,12 @@ class Sandboxes:
                 self.mark_failed(rec.id, "the sandbox was not running when the server started")
         if self.owner is not None:
             return  # a fleet's checkpoints are every node's: not one node's to clear
-        keep = {r.id for r in self.store.list_sandboxes(None, status=SandboxStatus.PAUSED)}
+        paused = self.store.list_sandboxes(None, status=SandboxStatus.PAUSED)
+        keep = {r.id for r in paused}
+        for rec in paused:
+            if rec.checkpoint_bytes is None:  # paused by a hutch that kept no sizes: measured once
+                size = await asyncio.to_thread(checkpoint_size, self.image_dir(rec.id))
+                self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSED,), checkpoint_bytes=size)
         images = self.config.checkpoint_dir
         for d in images.iterdir() if images.exists() else ():
             if d.name not in keep:
@@ -514,11 +632,12 @@ class Sandboxes:
             if rec.runtime_id:
                 await self.node.stop(rec.runtime_id, rec.box_key)
             self.store.update_sandbox(rec.id, status=SandboxStatus.PAUSED, runtime_id=None, pause_at=None,
-                                      delete_at=self._deadline(rec.auto_delete_seconds))
+                                      delete_at=self._deadline(rec.auto_delete_seconds),
+                                      checkpoint_bytes=await asyncio.to_thread(checkpoint_size, image))
         elif rec.runtime_id and await self.node.is_alive(rec.runtime_id):
             await self.node.wake(rec.runtime_id)  # it may have quiesced: listen again
             shutil.rmtree(image, ignore_errors=True)
-            self.store.update_sandbox(rec.id, status=SandboxStatus.ACTIVE)
+            self.store.update_sandbox(rec.id, status=SandboxStatus.ACTIVE, checkpoint_bytes=None)
         else:
             self.mark_failed(rec.id, "the server stopped while the sandbox was pausing")
 

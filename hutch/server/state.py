@@ -13,7 +13,8 @@ from fastapi import Depends, Request
 from hutch.egress.ca import CertificateAuthority, upstream_context
 from hutch.egress.host import HostAddresses
 from hutch.egress.netlog import LogEntry
-from hutch.egress.proxy import EgressProxy, Interception, Policy
+from hutch.egress.policy import Policy
+from hutch.egress.proxy import EgressProxy, Interception
 from hutch.egress.resolve import Resolver, load_hosts_file
 from hutch.egress.rules import NetworkRules
 from hutch.node import base_image
@@ -64,7 +65,8 @@ class NodeSide:
         self.egress = EgressProxy(Resolver(hosts, system=config.egress_system_dns), self._egress_policy,
                                   self._egress_record, HostAddresses().get, interception)
         self.node = Node(config.run_dir, driver, AgentRuntime.find(self.base_root), trust_dir=box_trust,
-                         disks_dir=config.data_dir / "disks", egress=self.egress)
+                         disks_dir=config.data_dir / "disks", egress=self.egress,
+                         allow_unlimited=config.allow_unlimited_boxes)
         self.templates: Templates | None = None  # a build box's policy and log lines (a single host's)
         self.metrics: Metrics | None = None
 

@@ -10,10 +10,11 @@ conditional statement, or holds the row it depends on.
 from __future__ import annotations
 
 from hutch.store.database import POOL_SIZE
-from hutch.store.logs import NETWORK_LOG_KEEP, LogQueries
+from hutch.store.logs import LogQueries
 from hutch.store.nodes import NodeQueries
 from hutch.store.previews import PreviewQueries
 from hutch.store.records import (
+    HOLDS_CHECKPOINT,
     LIVE_STATUSES,
     AuditLogRecord,
     AuditRecord,
@@ -29,30 +30,35 @@ from hutch.store.records import (
     SecretRecord,
     TemplateRecord,
 )
-from hutch.store.sandboxes import SandboxQueries
+from hutch.store.sandboxes import CheckpointBudgets, PauseRefused, SandboxQueries
 from hutch.store.secrets import SecretQueries
+from hutch.store.sessions import ConsoleSession, SessionQueries
 from hutch.store.teams import API_KEY_PREFIX, E2B_KEY_PREFIX, TeamQueries, hash_secret
 from hutch.store.templates import TemplateQueries
 
 
-class Store(TeamQueries, SandboxQueries, TemplateQueries, SecretQueries, PreviewQueries, LogQueries, NodeQueries):
+class Store(TeamQueries, SandboxQueries, TemplateQueries, SecretQueries, PreviewQueries, LogQueries, NodeQueries,
+            SessionQueries):
     """Every query of the durable state; `Store(url)` opens the database and brings its schema up to date."""
 
 
 __all__ = [
     "API_KEY_PREFIX",
     "E2B_KEY_PREFIX",
+    "HOLDS_CHECKPOINT",
     "LIVE_STATUSES",
-    "NETWORK_LOG_KEEP",
     "POOL_SIZE",
     "AuditLogRecord",
     "AuditRecord",
     "BindingRecord",
     "BuildRecord",
     "BuildStatus",
+    "CheckpointBudgets",
+    "ConsoleSession",
     "NetworkLogRecord",
     "NodeRecord",
     "NodeState",
+    "PauseRefused",
     "PreviewPortRecord",
     "SandboxRecord",
     "SandboxStatus",

@@ -7,6 +7,7 @@ read-then-write, and the values PostgreSQL would refuse in a log row.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -82,6 +83,22 @@ def hold(c: Connection, table: sa.Table, *where: Any) -> None:
         c.execute(table.update().where(*where).values({key.name: key}))
     else:
         c.execute(sa.select(*table.primary_key).where(*where).with_for_update(key_share=True))
+
+
+def hold_all(c: Connection, table: sa.Table) -> None:
+    """Hold all of `table` against every other `hold_all` of it until the transaction ends: for a
+    read-then-write over many rows that no one row stands for (a sum across teams, say).
+    PostgreSQL: an advisory lock keyed by the table's name (plain reads and writes of the table go
+    on). SQLite: its one write lock, taken now by a write of nothing."""
+    if c.dialect.name == "sqlite":
+        key = next(iter(table.primary_key))
+        c.execute(table.update().where(sa.false()).values({key.name: key}))
+    else:
+        c.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _lock_key(table.name)})
+
+
+def _lock_key(name: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"hutch.hold_all.{name}".encode()).digest()[:8], "big", signed=True)
 
 
 def fitted(table: sa.Table, values: Mapping[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,9 @@ class SandboxStatus(StrEnum):
 
 # a sandbox that may run again
 LIVE_STATUSES = (SandboxStatus.ACTIVE, SandboxStatus.PAUSING, SandboxStatus.PAUSED, SandboxStatus.RESUMING)
+# a sandbox whose checkpoint is on disk, or being written (what the checkpoint budgets count): a
+# resuming one's image stays until its restore succeeds
+HOLDS_CHECKPOINT = (SandboxStatus.PAUSING, SandboxStatus.PAUSED, SandboxStatus.RESUMING)
 
 
 class BuildStatus(StrEnum):
@@ -94,6 +97,8 @@ class SandboxRecord:
     disk_mib: int | None = None
     stable_token: bool | None = None
     node: str | None = None  # the fleet node it runs or last ran on
+    checkpoint_bytes: int | None = None  # its checkpoint's size (pausing: the most it may take)
+    pause_refused_at: float | None = None  # when a checkpoint budget first refused its automatic pause
 
 
 SANDBOX_JSON = JsonColumns(("metadata", "env_vars", "network"))

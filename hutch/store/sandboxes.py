@@ -4,15 +4,37 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
-from hutch.store.database import Database, hold
-from hutch.store.records import SANDBOX_JSON, BindingRecord, SandboxRecord, SandboxStatus
+from hutch.store.database import Database, hold, hold_all
+from hutch.store.records import HOLDS_CHECKPOINT, SANDBOX_JSON, BindingRecord, SandboxRecord, SandboxStatus
 from hutch.store.schema import sandboxes, secret_bindings, teams
 
 COUNTED = (SandboxStatus.ACTIVE, SandboxStatus.RESUMING)  # what a team's limit counts (as the server's check does)
+
+
+@dataclass(frozen=True)
+class CheckpointBudgets:
+    """What checkpoints may hold (None: no limit): a team's paused sandboxes, their bytes, and the
+    bytes of every sandbox's checkpoint in the store (the node's, or a fleet's shared directory)."""
+
+    team_paused: int | None = None
+    team_bytes: int | None = None
+    all_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class PauseRefused:
+    """Why `begin_pause` did not mark a sandbox pausing: `budget` is "state" (it was not active:
+    another server took it first) or the CheckpointBudgets field it would have passed, which held
+    `held` (sandboxes, or bytes) of its `limit`."""
+
+    budget: str
+    held: int = 0
+    limit: int = 0
 
 
 class SandboxQueries(Database):
@@ -73,6 +95,33 @@ class SandboxQueries(Database):
             q = q.where(sandboxes.c.status.in_(only_if_status))
         with self._tx() as c:
             return bool(c.execute(q.values(**values)).rowcount)
+
+    def begin_pause(self, sandbox_id: str, reserve: int, budgets: CheckpointBudgets) -> PauseRefused | None:
+        """Mark an active sandbox pausing, with `reserve` bytes (the most its checkpoint may take)
+        recorded as its checkpoint's size, unless that takes its team or the store past a budget.
+        None once it is pausing. The sums and the change are one transaction that holds every
+        other's (hold_all): pauses at once, on any API server, cannot pass a budget between them."""
+        s = sandboxes.c
+        size = sa.func.coalesce(sa.func.sum(s.checkpoint_bytes), 0)
+        with self._tx() as c:
+            hold_all(c, sandboxes)
+            row = c.execute(sa.select(s.team_id, s.status).where(s.id == sandbox_id)).first()
+            if row is None or row.status != SandboxStatus.ACTIVE:
+                return PauseRefused("state")
+            if budgets.team_paused is not None or budgets.team_bytes is not None:
+                count, held = c.execute(sa.select(sa.func.count(), size).where(
+                    s.team_id == row.team_id, s.status.in_(HOLDS_CHECKPOINT))).one()
+                if budgets.team_paused is not None and count >= budgets.team_paused:
+                    return PauseRefused("team_paused", int(count), budgets.team_paused)
+                if budgets.team_bytes is not None and held + reserve > budgets.team_bytes:
+                    return PauseRefused("team_bytes", int(held), budgets.team_bytes)
+            if budgets.all_bytes is not None:
+                held = c.execute(sa.select(size).where(s.status.in_(HOLDS_CHECKPOINT))).scalar_one()
+                if held + reserve > budgets.all_bytes:
+                    return PauseRefused("all_bytes", int(held), budgets.all_bytes)
+            c.execute(sandboxes.update().where(s.id == sandbox_id, s.status == SandboxStatus.ACTIVE)
+                      .values(status=SandboxStatus.PAUSING, checkpoint_bytes=reserve, updated_at=time.time()))
+        return None
 
     def count_by_status(self, team_id: str | None = None) -> dict[str, int]:
         q = sa.select(sandboxes.c.status, sa.func.count()).group_by(sandboxes.c.status)

@@ -56,6 +56,9 @@ sandboxes = sa.Table(
     # made through the E2B API: its access token stays the same across resumes (the e2b SDK keeps it)
     sa.Column("stable_token", sa.Boolean),
     sa.Column("node", sa.String(64), index=True),  # the fleet node it runs or last ran on (null: this server's own)
+    # its checkpoint's size on disk while it has one (pausing: the most it may take, held against the budgets)
+    sa.Column("checkpoint_bytes", sa.BigInteger),
+    sa.Column("pause_refused_at", sa.Float),  # when a checkpoint budget first refused its automatic pause
     sa.Index("ix_sandboxes_box_key", "box_key"),
 )
 network_log = sa.Table(
@@ -192,4 +195,16 @@ fleet_keys = sa.Table(
     "fleet_keys", meta,  # keys every process of a fleet must share, made once by whichever asks first
     sa.Column("name", sa.String(64), primary_key=True),
     sa.Column("value", sa.LargeBinary, nullable=False),
+)
+
+# --- the web console (hutch.console) --------------------------------------------------------------
+
+console_sessions = sa.Table(
+    "console_sessions", meta,  # a signed-in browser: its cookie's hash, never the cookie or the API key
+    sa.Column("token_hash", sa.String(64), primary_key=True),
+    sa.Column("team_id", sa.String(36), sa.ForeignKey("teams.id"), nullable=False),
+    sa.Column("csrf", sa.String(64), nullable=False),  # the token its pages send back with every change
+    sa.Column("key_prefix", sa.String(16), nullable=False),  # which API key signed in (its first characters)
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False, index=True),
 )

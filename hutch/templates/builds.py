@@ -7,7 +7,10 @@ the workdir and with the env of the steps before it, its network through the egr
 any box's. A step already built on the same parent with the same env, workdir and user is taken
 from the cache. A workdir step makes its directory (a small layer of its own), as Docker does.
 The finished root is the stack flattened into one directory; a template whose steps wrote nothing
-shares its parent's root. If the template has a start command or readiness probe, a box is booted
+shares its parent's root. No root or layer holds a socket, FIFO or device node (hutch.node.roots):
+what a step's box bound or made (with runsc's --host-uds a socket it binds is a real host socket)
+is dropped from its layer once the box has ended, and from the flattened root, each with a line in
+the build log. If the template has a start command or readiness probe, a box is booted
 from the new root and must become ready, or the build fails.
 """
 
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hutch.errors import ApiError, BuildFailure
-from hutch.node import boxcmd, mounts
+from hutch.node import boxcmd, mounts, roots
 from hutch.node.api import BoxAgent, BoxStartError, ChannelError, NodeRuntime
 from hutch.node.spec import Limits
 from hutch.templates.buildlog import BuildLog
@@ -144,6 +147,10 @@ class Builder:
         shutil.rmtree(partial, ignore_errors=True)
         try:
             await asyncio.to_thread(flatten, lowers, partial / "rootfs", work / "flat")
+            # the parent's root may hold some (hutch/base has mmdebstrap's /dev nodes), and so may
+            # layers cached before layers were scrubbed
+            for line in (await _scrub(partial / "rootfs", "the template's root")).lines("the template's root"):
+                log.system(line)
             try:
                 partial.rename(final)
             except OSError:
@@ -169,6 +176,10 @@ class Builder:
                 why = "timed out" if code is None else f"exited with code {code}"
                 raise BuildFailed(BuildFailure.STEP_FAILED, f"step {index + 1} ({describe({'run': command})[:200]}) {why}",
                                   step=index, exit_code=code)
+            # the box has ended: what it bound or made stays out of the cache (its whiteouts stay)
+            where = f"step {index + 1}'s layer"
+            for line in (await _scrub(pending.upper, where, keep_whiteouts=True, step=index)).lines(where):
+                log.system(line, index)
             layer = await asyncio.to_thread(self.layers.commit, pending, no_cache)
             committed = True
             return layer
@@ -224,3 +235,12 @@ class Builder:
             raise BuildFailed(e.code, str(e)) from e
         finally:
             await asyncio.shield(self.node.stop(box.runtime_id, key))
+
+
+async def _scrub(root: Path, where: str, *, keep_whiteouts: bool = False, step: int | None = None) -> roots.Dropped:
+    """roots.scrub off the event loop; a root it cannot check fails the build."""
+    try:
+        return await asyncio.to_thread(roots.scrub, root, keep_whiteouts=keep_whiteouts)
+    except roots.RootError as e:
+        raise BuildFailed(BuildFailure.STEP_FAILED if step is not None else BuildFailure.BUILD_FAILED,
+                          f"{where} could not be checked: {e}", step=step) from None

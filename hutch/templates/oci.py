@@ -2,9 +2,13 @@
 
 skopeo copies the image into an OCI layout of our own (converting formats, picking the host's
 platform from a multi-platform index); umoci unpacks that layout's layers in order, applying
-whiteouts, and keeps the files' owners. We then make the directories hutch mounts onto, without
-following any link the image planted. The text naming an image comes from an API user: it is
-parsed into an `ImageSource` that can only ever be a skopeo image name, never an option.
+whiteouts, and keeps the files' owners. It runs in a user namespace of its own (host ids mapped
+to themselves), where the kernel refuses mknod of a device: umoci then writes an empty file in
+place of an image's device node, so the host never holds one (as root, umoci would mknod it). A
+tar layer cannot hold a socket; the FIFOs it can hold are dropped (hutch.node.roots). We then make
+the directories hutch mounts onto, without following any link the image planted. The text naming
+an image comes from an API user: it is parsed into an `ImageSource` that can only ever be a skopeo
+image name, never an option.
 
 An image's key for caching its root is its config's digest (what `docker images` calls its ID): the
 same for the same image in every format, and known from `image_digest` before any layer is read.
@@ -32,6 +36,7 @@ from typing import IO, Any
 
 from hutch.errors import BuildFailure
 from hutch.guest import protocol
+from hutch.node import roots
 
 # ImageError codes
 NOT_FOUND = BuildFailure.IMAGE_NOT_FOUND
@@ -40,7 +45,7 @@ INVALID = BuildFailure.INVALID_IMAGE
 CANCELLED = BuildFailure.CANCELLED
 
 TOOL_TIMEOUT = 600.0  # seconds, for each run of skopeo or umoci
-ROOT_RECIPE = "1"  # bump when what import_image does to a root changes: it is part of cache_key
+ROOT_RECIPE = "2"  # bump when what import_image does to a root changes: it is part of cache_key
 
 # Where hutch mounts into every box, with the mode each is made with if the image lacks it. The
 # ones under /.hutch are hutch's own and are always made afresh as root's, 0755.
@@ -50,6 +55,9 @@ MOUNT_POINTS: list[tuple[str, int]] = [
 ]
 
 LOCAL_TRANSPORTS = ("oci-archive", "docker-archive", "oci")
+# Every host id but the last as itself: owners are kept, and it is not the init namespace's map
+# (umoci writes an empty file for a device node only when it sees it is in a user namespace).
+_USERNS_MAP = "0 0 4294967294\n"
 _TAG = "image"  # the tag of the image in our own layout
 _MAX_SOURCE = 4096
 _REFERENCE = re.compile(r"[A-Za-z0-9_@][A-Za-z0-9._/@:+-]{0,255}")  # a tag, name:tag or @index after a path
@@ -201,7 +209,13 @@ def import_image(source: ImageSource, dest_root: Path, work_dir: Path, log: Call
             log("unpacking the layers")
             _run(["umoci", "--log=info", "raw", "unpack", "--image", f"{layout}:{_TAG}", str(partial)],
                  log=log, cancel=cancel, timeout=timeout, env=_tool_env(scratch, None), timeout_code=INVALID,
-                 failed=lambda tail: ImageError(INVALID, f"its layers would not unpack: {tail}"))
+                 failed=lambda tail: ImageError(INVALID, f"its layers would not unpack: {tail}"), userns=True)
+            try:
+                dropped = roots.scrub(partial)
+            except roots.RootError as e:
+                raise ImageError(INVALID, f"its root could not be checked: {e}") from None
+            for line in dropped.lines("the image"):
+                log(line)
             for replaced in ensure_mount_points(partial):
                 log(f"replaced the image's {replaced} (not a directory) with an empty directory")
             os.chmod(partial, 0o755)
@@ -345,17 +359,32 @@ def _skopeo_error(source: ImageSource, tail: str, local_code: str) -> ImageError
 
 
 def _run(argv: list[str], *, log: Callable[[str], None], cancel: threading.Event | None, timeout: float,
-         env: dict[str, str], timeout_code: str, failed: Callable[[str], ImageError], capture: bool = False) -> bytes:
+         env: dict[str, str], timeout_code: str, failed: Callable[[str], ImageError], capture: bool = False,
+         userns: bool = False) -> bytes:
     """Run a tool in its own process group, passing its output lines to `log` on this thread.
 
     Returns its stdout if `capture` (its stderr is logged), else b"". Raises failed(last lines) if it
-    fails, and kills it if `cancel` is set or `timeout` passes.
+    fails, and kills it if `cancel` is set or `timeout` passes. With `userns` it runs as root of a
+    user namespace of its own (`_USERNS_MAP`): owners and modes work as for root, mknod of a device
+    does not.
     """
     lines: queue.Queue[str | None] = queue.Queue()
     out = bytearray()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    tool = argv[0]
+    if userns:  # unshare, then wait (on stdin) until we have written the namespace's id maps
+        argv = ["unshare", "--user", "--", "sh", "-c", 'read -r _ && exec "$@"', "sh", *argv]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if userns else subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE if capture else subprocess.STDOUT, env=env, start_new_session=True)
     assert proc.stdout is not None
+    if userns:
+        try:
+            _map_ids(proc, time.monotonic() + 10)
+        except BaseException:
+            _end(proc)
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            raise
     text_pipe = proc.stderr if capture else proc.stdout
     assert text_pipe is not None
     readers = [threading.Thread(target=_read_lines, args=(text_pipe, lines), daemon=True)]
@@ -381,22 +410,49 @@ def _run(argv: list[str], *, log: Callable[[str], None], cancel: threading.Event
             if cancel is not None and cancel.is_set():
                 raise ImageError(CANCELLED, "the import was cancelled")
             if time.monotonic() > deadline:
-                raise ImageError(timeout_code, f"{argv[0]} took longer than {timeout:.0f} s")
+                raise ImageError(timeout_code, f"{tool} took longer than {timeout:.0f} s")
     finally:
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+        _end(proc)
         for r in readers:
             r.join(timeout=5)
         proc.stdout.close()
         if proc.stderr is not None:
             proc.stderr.close()
     if proc.returncode != 0:
-        raise failed(" / ".join(tail[-3:]) or f"{argv[0]} exited with {proc.returncode}")
+        raise failed(" / ".join(tail[-3:]) or f"{tool} exited with {proc.returncode}")
     return bytes(out)
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def _map_ids(proc: subprocess.Popen[bytes], deadline: float) -> None:
+    """Map `proc`'s new user namespace's ids once it has made it, then let it go on. Only a process
+    outside the namespace with CAP_SETUID may write a map this wide (newuidmap would refuse it)."""
+    ours = os.readlink("/proc/self/ns/user")
+    while _user_ns(proc.pid) in (ours, None):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the image's unpacker could not make a user namespace (unshare --user failed)")
+        time.sleep(0.001)
+    for name in ("uid_map", "gid_map"):
+        with open(f"/proc/{proc.pid}/{name}", "w") as f:
+            f.write(_USERNS_MAP)
+    assert proc.stdin is not None
+    proc.stdin.write(b"\n")
+    proc.stdin.close()
+
+
+def _user_ns(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/user")
+    except OSError:  # it has ended
+        return None
 
 
 def _read_lines(pipe: IO[bytes], lines: queue.Queue[str | None]) -> None:

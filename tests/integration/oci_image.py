@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 from typing import Literal
@@ -20,6 +21,10 @@ IMAGE_WORKDIR = "/srv"
 REMOVED = "/etc/remove-me"  # in the first layer, deleted by the second: only a whiteout hides it
 PASSWD = "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\n"
 GROUP = "root:x:0:\nuser:x:1000:\n"
+# with specials=True, in layer 1 (a tar layer cannot hold a socket: umoci and Docker refuse to write one)
+DEVICES = {"/dev/null": ("c", 1, 3), "/etc/console": ("c", 5, 1), "/etc/disk": ("b", 7, 0)}
+FIFO = "/srv/pipe"
+OWNED = ("/etc/owned", 200000, 300000, 0o4755)  # a setuid file of ids beyond the usual 65536
 
 
 def needs_image_tools() -> None:
@@ -30,13 +35,13 @@ def needs_image_tools() -> None:
     needs_installed(" and ".join(missing), not missing)
 
 
-def make_busybox_image(dir: Path, fmt: Format, *, symlinks: dict[str, str] | None = None) -> str:
+def make_busybox_image(dir: Path, fmt: Format, *, symlinks: dict[str, str] | None = None, specials: bool = False) -> str:
     """Build the image under `dir` and return the `from` string naming it, e.g. "oci-archive:/…/image.tar".
 
     Layer 1: busybox as /bin/busybox with a link for each applet, /etc/hello, /etc/remove-me, an
     /etc/passwd with root and "user" (uid 1000, home /home/user), and `symlinks` (path in the image →
-    target) planted as they are. Config: Env FOO=from-image, WorkingDir /srv. Layer 2 deletes
-    /etc/remove-me.
+    target) planted as they are; with `specials`, the DEVICES, the FIFO and the OWNED file too.
+    Config: Env FOO=from-image, WorkingDir /srv. Layer 2 deletes /etc/remove-me.
     """
     dir.mkdir(parents=True, exist_ok=True)
     layout, bundle = dir / "layout", dir / "bundle"
@@ -47,6 +52,8 @@ def make_busybox_image(dir: Path, fmt: Format, *, symlinks: dict[str, str] | Non
     _run("umoci", "new", "--image", image)
     _run("umoci", "unpack", "--image", image, str(bundle))
     _fill(bundle / "rootfs", symlinks or {})
+    if specials:
+        _specials(bundle / "rootfs")
     _run("umoci", "repack", "--image", image, str(bundle))
     _run("umoci", "config", "--image", image, "--architecture", "amd64", "--os", "linux",
          "--config.workingdir", IMAGE_WORKDIR, *[f"--config.env={k}={v}" for k, v in IMAGE_ENV.items()])
@@ -86,6 +93,18 @@ def _fill(root: Path, symlinks: dict[str, str]) -> None:
             shutil.rmtree(link)
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(target)
+
+
+def _specials(root: Path) -> None:
+    for path, (kind, major, minor) in DEVICES.items():
+        (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        mode = stat.S_IFCHR if kind == "c" else stat.S_IFBLK
+        os.mknod(root / path.lstrip("/"), mode | 0o666, os.makedev(major, minor))
+    os.mkfifo(root / FIFO.lstrip("/"), 0o644)
+    path, uid, gid, mode = OWNED
+    (root / path.lstrip("/")).write_text("owned\n")
+    os.chown(root / path.lstrip("/"), uid, gid)
+    os.chmod(root / path.lstrip("/"), mode)
 
 
 def _static(path: Path) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import subprocess
 import threading
 from pathlib import Path
@@ -13,7 +14,17 @@ import pytest
 
 from hutch.guest import protocol
 from hutch.templates import oci
-from tests.integration.oci_image import IMAGE_ENV, IMAGE_WORKDIR, REMOVED, Format, make_busybox_image, needs_image_tools
+from tests.integration.oci_image import (
+    DEVICES,
+    FIFO,
+    IMAGE_ENV,
+    IMAGE_WORKDIR,
+    OWNED,
+    REMOVED,
+    Format,
+    make_busybox_image,
+    needs_image_tools,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -101,6 +112,52 @@ def test_links_an_image_plants_on_mount_points_cannot_make_import_write_outside_
         assert p.is_dir() and not p.is_symlink() and not p.parent.is_symlink(), path
     assert (root / protocol.GUEST_ROOT.lstrip("/")).stat().st_uid == 0
     assert any("replaced the image's /.hutch" in line for line in lines)
+
+
+def special_files(root: Path) -> list[str]:
+    """Every socket, FIFO and device node under `root`, links not followed."""
+    found = []
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            mode = os.lstat(os.path.join(dirpath, name)).st_mode
+            if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+                found.append(os.path.join(dirpath, name))
+    return found
+
+
+def test_an_image_with_device_nodes_and_a_fifo_imports_without_them_and_keeps_its_owners(tmp_path: Path) -> None:
+    """As root, umoci would mknod the image's devices on the host; in its user namespace the kernel
+    refuses that and umoci writes an empty file instead (it says so), and the FIFO is dropped."""
+    source = make_busybox_image(tmp_path / "image", "oci-archive", specials=True)
+    root, _, lines = _import(tmp_path, source)
+
+    assert special_files(tmp_path / "roots") == []
+    for path, (_, major, minor) in DEVICES.items():
+        st = (root / path.lstrip("/")).lstat()
+        assert stat.S_ISREG(st.st_mode) and st.st_size == 0, path
+        assert any(f"{{{path.lstrip('/')}}} creating empty file in place of device {major}:{minor}" in line
+                   for line in lines), path
+    assert not os.path.lexists(root / FIFO.lstrip("/"))
+    assert any(f"dropped FIFO {FIFO}" in line for line in lines)
+    path, uid, gid, mode = OWNED
+    st = (root / path.lstrip("/")).lstat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (uid, gid, mode)  # owners and setuid kept
+    assert (root / "home/user").stat().st_uid == 1000
+
+
+def test_the_unpacker_runs_where_the_kernel_refuses_mknod_of_a_device_but_not_chown(tmp_path: Path) -> None:
+    """What umoci runs in: root of a user namespace of its own. A device node cannot be made on the
+    host there at all, whatever the tool tries; owners of any id can."""
+    script = f"chown 200000:300000 {tmp_path}/owned && mknod {tmp_path}/null c 1 3"
+    (tmp_path / "owned").write_text("x")
+    lines: list[str] = []
+    with pytest.raises(oci.ImageError) as e:
+        oci._run(["sh", "-c", script], log=lines.append, cancel=None, timeout=30, env={"PATH": "/usr/bin:/bin"},
+                 timeout_code=oci.INVALID, failed=lambda tail: oci.ImageError(oci.INVALID, tail), userns=True)
+    assert "Operation not permitted" in e.value.message, lines
+    assert not os.path.lexists(tmp_path / "null")
+    st = (tmp_path / "owned").stat()
+    assert (st.st_uid, st.st_gid) == (200000, 300000)
 
 
 def test_cancel_or_a_timeout_stops_the_import(tmp_path: Path) -> None:

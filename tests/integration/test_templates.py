@@ -8,6 +8,9 @@ import base64
 import hashlib
 import io
 import json
+import os
+import re
+import stat
 import subprocess
 import time
 import zipfile
@@ -32,7 +35,7 @@ from hutch import (
 )
 from hutch.server.config import DEFAULT_CACHE_DIR
 from tests.integration.internet import Internet
-from tests.integration.oci_image import IMAGE_ENV, IMAGE_WORKDIR, REMOVED, make_busybox_image, needs_image_tools
+from tests.integration.oci_image import FIFO, IMAGE_ENV, IMAGE_WORKDIR, REMOVED, make_busybox_image, needs_image_tools
 from tests.integration.support import HUTCH, Env, Server
 
 _seq = iter(range(10**6))
@@ -207,6 +210,62 @@ def test_an_oci_image_made_here(env: Env, fmt: Any) -> None:
         assert sb.commands.run("busybox | head -1").stdout.startswith("BusyBox")
     finally:
         sb.kill()
+    template.delete()
+
+
+def special_files(root: Path) -> list[str]:
+    """Every socket, FIFO and device node under `root` but overlayfs whiteouts, links not followed."""
+    found = []
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            st = os.lstat(os.path.join(dirpath, name))
+            if stat.S_ISSOCK(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISBLK(st.st_mode) or \
+                    (stat.S_ISCHR(st.st_mode) and st.st_rdev != 0):
+                found.append(os.path.join(dirpath, name))
+    return found
+
+
+def test_a_step_that_binds_a_socket_or_makes_a_fifo_leaves_neither_in_the_root_or_its_layer(env: Env) -> None:
+    """With runsc's --host-uds a socket a build box binds in its root is a real host socket; the
+    layer and the root hold none. gVisor refuses the device node outright, and keeps the FIFO in
+    the box (runsc makes no host FIFO without --host-fifo): none reaches the host either way."""
+    marker = unique("specials")
+    template = Template.create(unique("specials"), steps=[RunStep(run=(
+        f": {marker}; mkdir -p /srv/run && python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('/srv/run/app.sock')\""
+        " && mkfifo /srv/run/pipe && echo kept > /srv/run/file && (mknod /srv/run/null c 1 3 || echo no-mknod)"
+        " && test -S /srv/run/app.sock && test -p /srv/run/pipe && echo made-both"))])
+    log = build(template)
+    assert "made-both" in log and "no-mknod" in log, log
+    record = env.server.store().get_template(template.id)
+    assert record is not None and record.rootfs is not None
+    root = Path(record.rootfs)
+    assert (root / "srv/run/file").read_text() == "kept\n"
+    assert special_files(root) == []
+    assert any("dropped socket /srv/run/app.sock" in line for line in log), log
+    # the layer in the cache: the rebuild takes it from there and names it
+    template.rebuild()
+    found = re.search(r"\(cached: layer ([0-9a-f]{12})\)", "\n".join(build(template)))
+    assert found is not None
+    [layer] = [d for d in (DEFAULT_CACHE_DIR / "layers").glob(f"{found.group(1)}*") if "." not in d.name]
+    assert (layer / "srv/run/file").exists() and special_files(layer) == []
+    sb = Sandbox.create("specials", from_template=template)
+    try:
+        assert sb.commands.run("ls -A /srv/run").stdout == "file\n"
+    finally:
+        sb.kill()
+    template.delete()
+
+
+def test_an_image_with_device_nodes_and_a_fifo_builds_a_root_without_them(env: Env) -> None:
+    needs_image_tools()
+    source = make_busybox_image(env.server.image_dir / unique("specials"), "oci-archive", specials=True)
+    template = Template.create(unique("img-specials"), from_=source)
+    log = build(template)
+    assert any("creating empty file in place of device 1:3" in line for line in log), log
+    assert any(f"dropped FIFO {FIFO}" in line for line in log), log
+    record = env.server.store().get_template(template.id)
+    assert record is not None and record.rootfs is not None
+    assert special_files(Path(record.rootfs)) == [] and (Path(record.rootfs) / "etc/hello").exists()
     template.delete()
 
 

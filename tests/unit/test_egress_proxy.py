@@ -1,7 +1,8 @@
 """The egress proxy on its own, against stand-in upstreams on loopback: what it refuses without a
 lookup or a connection, one request per plain-HTTP connection, connection caps per box and in
-all, the timeouts on heads, hellos and idle tunnels, refusals coalesced in the network log, and
-the log and lookups on threads of their own (end to end with real boxes: tests/integration).
+all, the timeouts on heads, hellos and idle tunnels, refusals coalesced in the network log and
+rate-limited per box, and the log, lookups and store reads on threads of their own (end to end
+with real boxes: tests/integration).
 
 The proxy decides on the addresses a name resolves to (documentation addresses here); its
 `connect` seam then takes every connection to the stand-in upstream on loopback instead, so
@@ -27,7 +28,8 @@ import pytest
 
 from hutch.egress.limits import EgressLimits
 from hutch.egress.netlog import LogEntry
-from hutch.egress.proxy import EgressProxy, Policy
+from hutch.egress.policy import Policy
+from hutch.egress.proxy import EgressProxy
 from hutch.egress.resolve import RESOLVES_PER_BOX, Resolver
 from hutch.egress.rules import IPAddress, NetworkRules
 
@@ -119,6 +121,8 @@ class Harness:
     rows: list[LogEntry]
     dialled: list[tuple[str, int]]
     log_threads: set[str]
+    policies: dict[str, Policy]  # what the store holds: an edit here is a live rule edit
+    reads: list[tuple[str, str]]  # each policy read: the box, the thread it ran on
 
     async def connect(self, box: str = "a") -> Streams:
         return await asyncio.open_unix_connection(str(self.dir / f"{box}.sock"))
@@ -133,7 +137,7 @@ class Harness:
         """The X-Hutch-Egress of an answer that must be a refusal."""
         answer, conn = await self.ask(head, box)
         conn[1].close()
-        assert answer.split(b" ")[1] in (b"400", b"403", b"502", b"503"), answer
+        assert answer.split(b" ")[1] in (b"400", b"403", b"429", b"502", b"503"), answer
         return next(line.split(":", 1)[1].strip() for line in answer.decode().split("\r\n")
                     if line.lower().startswith("x-hutch-egress:"))
 
@@ -148,8 +152,9 @@ class Harness:
 
 
 @asynccontextmanager
-async def harness(tmp_path: Path, rules: NetworkRules | None = None,
-                  limits: EgressLimits | None = None) -> AsyncIterator[Harness]:
+async def harness(tmp_path: Path, rules: NetworkRules | None = None, limits: EgressLimits | None = None,
+                  reading: Callable[[str], None] = lambda _key: None) -> AsyncIterator[Harness]:
+    """`reading(box)` is called in each policy read, on its thread, after the store has answered."""
     upstream = Upstream()
     server = await asyncio.start_server(upstream.serve, "127.0.0.1", 0)
     upstream.port = server.sockets[0].getsockname()[1]
@@ -171,13 +176,21 @@ async def harness(tmp_path: Path, rules: NetworkRules | None = None,
         return frozenset()
 
     policies = {"a": Policy("sb-a", rules or NetworkRules()), "b": Policy("sb-b", NetworkRules())}
+    reads: list[tuple[str, str]] = []
+
+    def policy_for(key: str) -> Policy | None:
+        reads.append((key, threading.current_thread().name))
+        found = policies.get(key)  # what the store holds when the read is made
+        reading(key)
+        return found
+
     resolver = CountingResolver()
-    proxy = EgressProxy(resolver, policies.get, record, no_host_addresses, limits=limits or EgressLimits(),
+    proxy = EgressProxy(resolver, policy_for, record, no_host_addresses, limits=limits or EgressLimits(),
                         connect=connect)
     for key in policies:
         await proxy.listen(key, tmp_path / f"{key}.sock")
     try:
-        yield Harness(proxy, upstream, resolver, tmp_path, rows, dialled, log_threads)
+        yield Harness(proxy, upstream, resolver, tmp_path, rows, dialled, log_threads, policies, reads)
     finally:
         await proxy.close_all()
         server.close()
@@ -454,4 +467,131 @@ def test_listening_never_changes_a_mode_by_path(tmp_path: Path, monkeypatch: pyt
         async with harness(tmp_path) as h:
             mode = (h.dir / "a.sock").lstat().st_mode
             assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
+    run(test)
+
+
+# --- store reads off the event loop, refusals rate-limited per box -------------------------------------
+
+async def until(predicate: Callable[[], bool], what: str) -> None:
+    for _ in range(500):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+def test_policy_reads_run_on_threads_of_their_own_and_a_slow_one_stalls_nobody(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    def reading(key: str) -> None:
+        if key == "a":
+            release.wait(10)  # a store that hangs on box a's rows
+
+    async def test() -> None:
+        async with harness(tmp_path, reading=reading) as h:
+            waiting = [await h.connect("a") for _ in range(20)]
+            for _, writer in waiting:
+                writer.write(b"CONNECT example.test:7 HTTP/1.1\r\n\r\n")
+            await until(lambda: len(h.reads) == 1, "box a's read began")
+            answer, conn = await h.ask("GET http://example.test/b HTTP/1.1\r\nHost: example.test\r\n\r\n", "b")
+            assert answer.startswith(b"HTTP/1.1 200"), "the loop, and another box's read, go on meanwhile"
+            conn[1].close()
+            assert [key for key, _ in h.reads].count("a") == 1, "box a's other connections wait, not in the pool"
+            release.set()
+            for reader, writer in waiting:
+                assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)).startswith(b"HTTP/1.1 200")
+                writer.close()
+            assert [key for key, _ in h.reads].count("a") <= 2, "20 connections, one read and one shared after it"
+            assert all(name.startswith("hutch-egress-store") for _, name in h.reads), h.reads
+    run(test)
+
+
+def test_a_rule_edit_applies_to_the_next_connection_even_while_a_read_is_under_way(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    def reading(key: str) -> None:
+        release.wait(10)  # the first read holds until the edit is made; none after it waits
+
+    async def test() -> None:
+        async with harness(tmp_path, reading=reading) as h:
+            first = await h.connect("a")
+            first[1].write(b"CONNECT example.test:7 HTTP/1.1\r\n\r\n")
+            await until(lambda: len(h.reads) == 1, "the first connection's read began")
+            h.policies["a"] = Policy("sb-a", NetworkRules.parse([], ["0.0.0.0/0"]))  # the edit, committed
+            second = await h.connect("a")
+            second[1].write(b"CONNECT example.test:7 HTTP/1.1\r\n\r\n")
+            await asyncio.sleep(0.1)  # the second connection's head is in: it must not share the read begun before it
+            release.set()
+            assert (await asyncio.wait_for(first[0].readuntil(b"\r\n\r\n"), 5)).startswith(b"HTTP/1.1 200")
+            answer = await asyncio.wait_for(second[0].readuntil(b"\r\n\r\n"), 5)
+            assert answer.startswith(b"HTTP/1.1 403") and b"deny_out:0.0.0.0/0" in answer, answer
+            for _, writer in (first, second):
+                writer.close()
+    run(test)
+
+
+def test_a_box_refused_past_its_rate_is_refused_unread_and_another_box_goes_on(tmp_path: Path) -> None:
+    async def test() -> None:
+        limits = EgressLimits(refusals_per_second=2, refusal_burst=5)
+        async with harness(tmp_path, NetworkRules.parse([], ["0.0.0.0/0"]), limits) as h:
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            tags = [await h.refused(f"CONNECT flood{n}.test:443 HTTP/1.1\r\n\r\n") for n in range(40)]
+            elapsed = loop.time() - start
+            denied = tags.count("deny_out:0.0.0.0/0")
+            assert tags.count("rate_limited") == 40 - denied, tags
+            assert 5 <= denied <= 5 + int(elapsed * 2) + 1, f"{denied} refusals read in {elapsed:.2f} s"
+            assert tags[:5] == ["deny_out:0.0.0.0/0"] * 5 and tags[-1] == "rate_limited", tags
+            assert [key for key, _ in h.reads].count("a") == denied, "a connection refused past the rate reads nothing"
+            answer, conn = await h.ask("GET http://example.test/b HTTP/1.1\r\nHost: example.test\r\n\r\n", "b")
+            assert answer.startswith(b"HTTP/1.1 200"), "another box's bucket is its own"
+            conn[1].close()
+
+            def told() -> int:
+                return sum(int((r.error or "").split(" more")[0]) if r.rule == "coalesced" else 1
+                           for r in h.rows if r.sandbox_id == "sb-a")
+
+            await until(lambda: told() >= 40, "every refusal told in the log")  # the coalesced row ends its second
+            mine = [r for r in h.rows if r.sandbox_id == "sb-a"]
+            assert told() == 40 and "coalesced" in {r.rule for r in mine}, [(r.rule, r.error) for r in mine]
+            assert any(r.rule == "rate_limited" for r in mine)
+            later = ""
+            for _ in range(20):  # the bucket fills again at its rate
+                await asyncio.sleep(0.1)
+                if (later := await h.refused("CONNECT later.test:443 HTTP/1.1\r\n\r\n")) != "rate_limited":
+                    break
+            assert later == "deny_out:0.0.0.0/0"
+    run(test)
+
+
+def test_allowed_connections_give_their_token_back_and_only_refusals_spend_them(tmp_path: Path) -> None:
+    async def test() -> None:
+        limits = EgressLimits(refusals_per_second=0.001, refusal_burst=3)  # no token comes back by time here
+        async with harness(tmp_path, NetworkRules.parse(["example.test"], ["0.0.0.0/0"]), limits) as h:
+            held = []
+            for _ in range(10):  # more open tunnels than the burst: each held its token only until allowed
+                answer, conn = await h.ask("CONNECT example.test:7 HTTP/1.1\r\n\r\n")
+                assert answer.startswith(b"HTTP/1.1 200"), answer
+                held.append(conn)
+            tags = [await h.refused(f"CONNECT denied{n}.test:443 HTTP/1.1\r\n\r\n") for n in range(4)]
+            assert tags == ["deny_out:0.0.0.0/0"] * 3 + ["rate_limited"], tags
+            answer = (await h.ask("CONNECT example.test:7 HTTP/1.1\r\n\r\n"))[0]
+            assert answer.startswith(b"HTTP/1.1 429"), "an empty bucket refuses before any read, allowed or not"
+            for _, writer in held:
+                writer.close()
+    run(test)
+
+
+def test_connections_that_have_not_sent_a_head_hold_no_token(tmp_path: Path) -> None:
+    async def test() -> None:
+        limits = EgressLimits(refusals_per_second=0.001, refusal_burst=2, per_box=8)
+        async with harness(tmp_path, NetworkRules.parse([], ["0.0.0.0/0"]), limits) as h:
+            silent = [await h.connect("a") for _ in range(8)]  # as many as the cap, more than the burst
+            await asyncio.sleep(0.1)
+            assert await h.refused("CONNECT x.test:443 HTTP/1.1\r\n\r\n") == "too_many_connections"
+            silent.pop()[1].close()
+            await asyncio.sleep(0.1)
+            assert await h.refused("CONNECT x.test:443 HTTP/1.1\r\n\r\n") == "deny_out:0.0.0.0/0"
+            for _, writer in silent:
+                writer.close()
     run(test)

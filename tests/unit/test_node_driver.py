@@ -89,11 +89,11 @@ class ScriptedDriver:
         self.calls: list[tuple[str, ...]] = []
 
     async def run_detached(self, container_id: str, bundle: Path, stderr_path: Path, pid_file: Path,
-                           overlay: str = "root:memory") -> None:
+                           overlay: str = "root:memory", cgroups: bool = True) -> None:
         raise DriverError("this driver boots nothing")
 
     async def restore_detached(self, container_id: str, bundle: Path, image_dir: Path, stderr_path: Path,
-                               pid_file: Path, overlay: str = "root:memory") -> None:
+                               pid_file: Path, overlay: str = "root:memory", cgroups: bool = True) -> None:
         raise DriverError("this driver restores nothing")
 
     async def checkpoint(self, container_id: str, image_dir: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from hutch.fleet.nodeside import NodeCalls, limits_json
 from hutch.fleet.relay import CallError
-from hutch.node.api import BoxRef, BoxStartError, Capacity, NoSpaceError
+from hutch.node.api import BoxRef, BoxStartError, Capacity, LimitsUnavailable, NoSpaceError
 from hutch.node.node import Node
 from hutch.node.spec import Limits
 from hutch.server.sandboxes import CHECKPOINT_DONE
@@ -265,7 +265,8 @@ def test_an_unknown_call_is_refused(fleet: Fleet) -> None:
 
 
 def test_the_node_s_failures_become_call_errors_of_their_kind(fleet: Fleet) -> None:
-    for error, kind in [(BoxStartError("no start"), "box_start"), (NoSpaceError("no room"), "no_space"),
+    for error, kind in [(BoxStartError("no start"), "box_start"), (LimitsUnavailable("no cgroup"), "limits"),
+                        (NoSpaceError("no room"), "no_space"),
                         (OSError(errno.ENOSPC, "disk full"), "disk_full")]:
         fleet.node.fail = error
         assert fleet.refused("boot", **fleet.boot_args()) == kind

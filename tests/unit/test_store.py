@@ -521,15 +521,6 @@ def test_the_network_log_is_read_newest_first_in_pages(store: Store) -> None:
     assert [e.host for e in store.network_log("box-2", limit=10)] == ["elsewhere.example"]
 
 
-def test_the_network_log_keeps_only_a_sandboxs_newest_entries(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("hutch.store.logs.NETWORK_LOG_KEEP", 3)
-    log_connection(store, "other-box", "kept.example")
-    for i in range(499):  # the 500th entry trims
-        log_connection(store, "box", f"{i}.example")
-    assert [e.host for e in store.network_log("box", limit=1000)] == ["498.example", "497.example", "496.example"]
-    assert len(store.network_log("other-box", limit=10)) == 1
-
-
 def test_the_audit_log_is_read_newest_first_in_pages(store: Store) -> None:
     for i, sandbox_id in enumerate(("box-1", "box-1", "box-2", "box-1")):
         store.add_audit(sandbox_id=sandbox_id, at=float(i), actor="127.0.0.1 test", op="exec", detail=f"echo {i}",
@@ -767,10 +758,14 @@ def test_a_database_of_the_hutch_before_migrations_keeps_its_rows_and_is_stamped
         c.execute(sa.text("DROP TABLE fleet_keys"))
         c.execute(sa.text("ALTER TABLE template_builds DROP COLUMN node"))  # revision 0002's
         c.execute(sa.text("ALTER TABLE template_builds DROP COLUMN parent_rootfs"))
+        c.execute(sa.text("ALTER TABLE sandboxes DROP COLUMN checkpoint_bytes"))  # revision 0003's
+        c.execute(sa.text("ALTER TABLE sandboxes DROP COLUMN pause_refused_at"))
+        c.execute(sa.text("DROP TABLE console_sessions"))  # revision 0004's
         c.execute(schema.teams.insert().values(id=team, name="team-a", created_at=1.0))
         c.execute(schema.api_keys.insert().values(key_hash="h" * 64, team_id=team, prefix="hutch_abc", created_at=1.0))
         rec = new_record(team, metadata={"k": "v"}, runtime_id="rt-1", status=SandboxStatus.PAUSED)
-        c.execute(schema.sandboxes.insert().values(**{k: v for k, v in SANDBOX_JSON.row(rec).items() if k != "node"}))
+        c.execute(schema.sandboxes.insert().values(**{k: v for k, v in SANDBOX_JSON.row(rec).items()
+                                                       if k not in ("node", "checkpoint_bytes", "pause_refused_at")}))
         c.execute(schema.templates.insert().values(id="tpl", team_id=team, name="mine", spec="{}", env="{}", created_at=1.0))
         c.execute(schema.network_log.insert().values(sandbox_id=rec.id, at=1.0, host="a.example", port=443, verdict="allowed",
                                                      rule="default", bytes_out=1, bytes_in=2))
@@ -798,3 +793,77 @@ def test_a_database_a_newer_hutch_migrated_is_not_touched(store: Store, url: str
     with pytest.raises(RuntimeError, match="a newer hutch migrated it"):
         Store(url)
     assert revision_of(url) == "from-a-newer-hutch"
+
+
+# --- checkpoint budgets, and the logs' retention ---------------------------------------------------
+
+
+def test_a_pause_is_held_to_its_teams_paused_count_and_bytes_and_to_every_checkpoints_bytes(
+        store: Store, team: str) -> None:
+    from hutch.store import CheckpointBudgets, PauseRefused
+
+    add_sandbox(store, team, status=SandboxStatus.PAUSED, checkpoint_bytes=100)
+    add_sandbox(store, team, status=SandboxStatus.RESUMING, checkpoint_bytes=50)  # its image stays until restored
+    add_sandbox(store, team, status=SandboxStatus.FAILED, checkpoint_bytes=10**9)  # holds nothing now
+    add_sandbox(store, store.create_team("team-b"), status=SandboxStatus.PAUSED, checkpoint_bytes=400)
+    rec = add_sandbox(store, team)
+    refusals = [
+        (CheckpointBudgets(team_paused=2), PauseRefused("team_paused", 2, 2)),
+        (CheckpointBudgets(team_bytes=159), PauseRefused("team_bytes", 150, 159)),
+        (CheckpointBudgets(all_bytes=559), PauseRefused("all_bytes", 550, 559)),
+    ]
+    for budgets, refused in refusals:
+        assert store.begin_pause(rec.id, 10, budgets) == refused
+        got = store.get_sandbox(rec.id)
+        assert got is not None and (got.status, got.checkpoint_bytes) == (SandboxStatus.ACTIVE, None), "untouched"
+    assert store.begin_pause(rec.id, 10, CheckpointBudgets(team_paused=3, team_bytes=160, all_bytes=560)) is None
+    got = store.get_sandbox(rec.id)
+    assert got is not None and (got.status, got.checkpoint_bytes) == (SandboxStatus.PAUSING, 10), "its reservation"
+    assert store.begin_pause(rec.id, 10, CheckpointBudgets()) == PauseRefused("state"), "pausing already"
+
+
+def test_of_two_pauses_at_once_for_the_last_room_one_is_made(store: Store, another: Store, team: str) -> None:
+    from hutch.store import CheckpointBudgets
+
+    other = store.create_team("team-b")
+    for budgets, teams in ((CheckpointBudgets(team_paused=1), (team, team)),
+                           (CheckpointBudgets(team_bytes=150), (team, team)),
+                           (CheckpointBudgets(all_bytes=150), (team, other))):  # the store's sum: any teams
+        with store.engine.begin() as c:
+            c.execute(schema.sandboxes.delete())
+        a, b = (add_sandbox(store, t) for t in teams)
+        results = at_once(lambda: store.begin_pause(a.id, 100, budgets),  # noqa: B023 (run in this turn)
+                          lambda: another.begin_pause(b.id, 100, budgets))  # noqa: B023
+        assert sorted(r is None for r in results) == [False, True], budgets
+        assert sorted(str(store.get_sandbox(r.id).status) for r in (a, b)) == ["active", "pausing"]  # type: ignore[union-attr]
+
+
+def test_the_logs_rows_older_than_the_retention_go_and_the_newer_stay(store: Store) -> None:
+    def netlog(sandbox_id: str, at: float) -> None:
+        store.add_network_log(sandbox_id=sandbox_id, at=at, host="a.example", port=443, ip=None, verdict="allowed",
+                              rule="default", bytes_out=0, bytes_in=0, error=None, secrets=None)
+
+    for at in (1.0, 2.0, 3.0, 1000.0):
+        netlog("box", at)
+        store.add_audit(sandbox_id="box", at=at, actor="me", op="exec", detail="true", exit_code=0, outcome="ok")
+        store.add_secret_audit(secret_id="s", at=at, sandbox_id="box", env="KEY", host="a.example", method="GET",
+                               path="/", status=200, team_id="t", secret_name="key")
+    netlog("box", 2.5)  # logged late (a long connection's row is written at its end): its turn comes all the same
+    assert store.prune_logs_before(100.0, batch=2) == 10
+    assert [e.at for e in store.network_log("box", limit=10)] == [1000.0]
+    assert [e.at for e in store.audit_log("box", limit=10)] == [1000.0]
+    assert [e.at for e in store.secret_audit("t", "key", limit=10)] == [1000.0]
+    assert store.prune_logs_before(100.0) == 0
+
+
+def test_each_boxs_network_log_keeps_its_newest_rows(store: Store) -> None:
+    for i in range(7):
+        for box in ("chatty", "quiet"):
+            if box == "chatty" or i < 2:
+                store.add_network_log(sandbox_id=box, at=float(i), host=f"h{i}.example", port=443, ip=None,
+                                      verdict="allowed", rule="default", bytes_out=0, bytes_in=0, error=None, secrets=None)
+    newest, removed = store.cap_network_logs(3, batch=2)
+    assert removed == 4
+    assert [e.host for e in store.network_log("chatty", limit=10)] == ["h6.example", "h5.example", "h4.example"]
+    assert len(store.network_log("quiet", limit=10)) == 2
+    assert store.cap_network_logs(3, after=newest) == (newest, 0), "no box logged since: none looked at"

@@ -112,7 +112,8 @@ def test_a_server_killed_mid_create_leaves_no_orphans(own_server: Server) -> Non
 
 @pytest.fixture
 def small_disk_server() -> Iterator[Server]:
-    server = make_server("--warm-pool", "0")
+    # a team's default checkpoint budget (half of 80% of 160 MiB) is less than a pause's estimate
+    server = make_server("--warm-pool", "0", "--team-max-paused-bytes", "1G")
     server.data_dir.mkdir(parents=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160m,mode=0700", "tmpfs", str(server.data_dir)], check=True)
     try:

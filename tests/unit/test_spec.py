@@ -1,0 +1,75 @@
+"""A box's OCI spec: a cgroup of its own whatever its vcpu, and no link in a template's root
+followed on the host to decide its mounts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hutch.guest import protocol
+from hutch.node.roots import is_file_in
+from hutch.node.spec import AgentRuntime, Limits, box_spec
+
+BUNDLE = protocol.SYSTEM_BUNDLE.lstrip("/")
+
+
+def spec_of(root: Path, tmp_path: Path, limits: Limits | None = None) -> dict[str, Any]:
+    trust = tmp_path / "trust"
+    trust.mkdir(exist_ok=True)
+    runtime = AgentRuntime(tmp_path / "runtime", "/ld.so", "/lib", "/python3")
+    return box_spec(rootfs=root, channel_dir=tmp_path / "chan", agent_dir=tmp_path / "agent", runtime=runtime,
+                    hostname="sandbox", limits=limits or Limits(), trust_dir=trust, cgroup="hbox")
+
+
+def mounted_at(spec: dict[str, Any]) -> set[str]:
+    return {m["destination"] for m in spec["mounts"]}
+
+
+@pytest.fixture
+def host_file(tmp_path: Path) -> Path:
+    """A file of the host's, outside any root: what a planted link points at."""
+    (tmp_path / "host" / "certs").mkdir(parents=True)
+    target = tmp_path / "host" / "certs" / "ca-certificates.crt"
+    target.write_text("the host's\n")
+    return target
+
+
+def test_a_root_with_the_system_bundle_gets_ours_over_it(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / BUNDLE).parent.mkdir(parents=True)
+    (root / BUNDLE).write_text("the image's\n")
+    assert protocol.SYSTEM_BUNDLE in mounted_at(spec_of(root, tmp_path))
+
+
+@pytest.mark.parametrize("planted", ["the bundle", "a directory on its way"])
+def test_a_link_in_the_root_is_never_followed_on_the_host(tmp_path: Path, host_file: Path, planted: str) -> None:
+    root = tmp_path / "root"
+    (root / BUNDLE).parent.parent.mkdir(parents=True)
+    if planted == "the bundle":
+        (root / BUNDLE).parent.mkdir()
+        (root / BUNDLE).symlink_to(host_file)
+    else:  # etc/ssl/certs -> the host's directory holding a regular ca-certificates.crt
+        (root / BUNDLE).parent.symlink_to(host_file.parent)
+    assert (root / BUNDLE).is_file(), "the host would see a file there if it followed the link"
+    assert not is_file_in(root, protocol.SYSTEM_BUNDLE)
+    assert protocol.SYSTEM_BUNDLE not in mounted_at(spec_of(root, tmp_path))
+
+
+def test_nothing_above_the_root_is_reached(tmp_path: Path, host_file: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    assert not is_file_in(root, "/../host/certs/ca-certificates.crt")
+    assert not is_file_in(root / "missing", protocol.SYSTEM_BUNDLE)
+
+
+@pytest.mark.parametrize("vcpu", [0, 2])
+def test_every_box_has_a_cgroup_and_only_a_vcpu_a_cpu_cap(tmp_path: Path, vcpu: int) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    linux = spec_of(root, tmp_path, Limits.of_shape(vcpu, 256, 128))["linux"]
+    assert linux["cgroupsPath"] == "/hutch/hbox"
+    assert linux["resources"]["memory"] == {"limit": 256 * 2**20}
+    assert linux["resources"]["pids"] == {"limit": 128}
+    assert ("quota" in linux["resources"]["cpu"]) == bool(vcpu)
