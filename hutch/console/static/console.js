@@ -1,0 +1,80 @@
+// hutch console: the few scripted parts (the terminal, a build's live log, errors of htmx requests).
+"use strict";
+
+// An htmx request that failed (a CSRF refusal, a box that went): say so instead of doing nothing.
+document.addEventListener("htmx:responseError", (ev) => {
+  const flash = document.getElementById("flash");
+  let text = ev.detail.xhr.statusText;
+  const found = /<p class="error" id="error-message">([^<]*)<\/p>/.exec(ev.detail.xhr.responseText || "");
+  if (found) text = found[1];
+  flash.textContent = `${ev.detail.xhr.status}: ${text}`;
+  flash.hidden = false;
+});
+
+// A login shell on a pseudo-terminal in the box, attached over the console's WebSocket.
+async function hutchTerminal(button) {
+  const el = document.getElementById("terminal");
+  const box = el.dataset.box, csrf = document.body.dataset.csrf;
+  button.disabled = true;
+  const term = new Terminal({ cursorBlink: true, fontSize: 14, scrollback: 5000 });
+  const fit = new FitAddon.FitAddon();
+  term.loadAddon(fit);
+  term.open(el);
+  fit.fit();
+  const opened = await fetch(`/console/boxes/${box}/terminal?rows=${term.rows}&cols=${term.cols}`,
+                             { method: "POST", headers: { "X-CSRF-Token": csrf } });
+  if (!opened.ok) { term.write(`\r\n[could not open a shell: ${opened.status}]\r\n`); button.disabled = false; return; }
+  const { pid } = await opened.json();
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  const ws = new WebSocket(`${scheme}://${location.host}/console/boxes/${box}/processes/${pid}/ws?csrf=${encodeURIComponent(csrf)}`);
+  ws.onmessage = (ev) => {
+    const m = JSON.parse(ev.data);
+    if (m.t === "stdout" || m.t === "stderr") term.write(m.d);
+    else if (m.t === "exit") term.write(`\r\n[the shell exited: ${m.exit_code}]\r\n`);
+    else if (m.t === "error") term.write(`\r\n[${m.code}: ${m.message}]\r\n`);
+  };
+  ws.onopen = () => { el.dataset.attached = "yes"; term.focus(); };
+  ws.onclose = () => { el.dataset.attached = "closed"; button.disabled = false; };
+  term.onData((d) => { if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ t: "stdin", d })); });
+  term.onResize(({ rows, cols }) => {
+    if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ t: "resize", rows, cols }));
+  });
+  window.addEventListener("resize", () => fit.fit());
+}
+
+// A build's log, one JSON object a line, followed to the build's end.
+async function hutchBuildLog(pre) {
+  const response = await fetch(pre.dataset.src);
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let rest = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    rest += decoder.decode(value, { stream: true });
+    const lines = rest.split("\n");
+    rest = lines.pop();
+    for (const line of lines) {
+      if (!line.trim()) continue;
+      const entry = JSON.parse(line);
+      if (entry.done) {  // the badge the page was rendered with said queued or running
+        const badge = document.getElementById("build-status");
+        badge.textContent = entry.status;
+        badge.className = `status ${entry.status}`;
+      }
+      const text = entry.done ? `— the build ended: ${entry.status} —` : String(entry.text ?? "");
+      pre.append(document.createTextNode(text.endsWith("\n") ? text : text + "\n"));
+    }
+  }
+  pre.dataset.ended = "yes";  // the stream ends with the build
+}
+
+// No inline script anywhere (the pages' Content-Security-Policy forbids it): the parts are wired here.
+document.addEventListener("DOMContentLoaded", () => {
+  const open = document.getElementById("open-terminal");
+  if (open) open.addEventListener("click", () => hutchTerminal(open));
+  const log = document.getElementById("build-log");
+  if (log) hutchBuildLog(log);
+  const filters = document.getElementById("filters");
+  if (filters) filters.addEventListener("submit", (ev) => ev.preventDefault());  // htmx filters as one types
+});
