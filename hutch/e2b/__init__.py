@@ -19,7 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
-from hutch.e2b import files, filesystem, process
+from hutch.e2b import files, filesystem, ports, process
 from hutch.e2b.common import StateGetter
 from hutch.e2b.connect import HTTP_STATUS, ConnectError
 from hutch.e2b.control import control_routes
@@ -148,9 +148,22 @@ def envd_app(get_state: StateGetter, services: EnvdServices) -> FastAPI:
     return app
 
 
+def port_app(get_state: StateGetter) -> FastAPI:
+    """Every path and method of a box's other ports, with envd's error shapes."""
+    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+    _rest_handlers(app, get_state)
+
+    @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"])
+    async def other_port(path: str, request: Request) -> Response:
+        return await ports.forward(get_state, request)
+
+    return app
+
+
 def mount(app: FastAPI, get_state: StateGetter, services: EnvdServices) -> None:
-    """envd first: the control plane's prefix holds it."""
-    app.mount(ENVD_PREFIX, envd_app(get_state, services))
+    """envd first: the control plane's prefix holds it. On envd's URL, a request naming another
+    port of the box goes to that port (ports.py)."""
+    app.mount(ENVD_PREFIX, ports.ByPort(envd_app(get_state, services), port_app(get_state)))
     control = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     _rest_handlers(control, get_state)
     control_routes(control, get_state)

@@ -18,9 +18,10 @@ from hutch.guest.protocol import BOX_HOME
 if TYPE_CHECKING:
     from hutch.server.state import State
 
-# The envd version the facade claims: it passes the SDK's gates for stdin control, close_stdin and
-# octet-stream uploads (0.5.7), and not those of upload metadata, watch entries or network mounts.
-ENVD_VERSION = "0.5.7"
+# The envd version the facade claims: it passes the SDK's gates for stdin control, close_stdin,
+# octet-stream uploads (0.5.7), file metadata (0.6.2), watch events' entries (0.6.3) and watches'
+# allowNetworkMounts (0.6.4: a box has no network mounts to refuse).
+ENVD_VERSION = "0.6.4"
 
 StateGetter = Callable[[], "State"]
 T = TypeVar("T")

@@ -38,6 +38,14 @@ def _state(rec: SandboxRecord) -> str | None:
     return "running" if rec.status in RUNNING else "paused" if rec.status in PAUSED else None
 
 
+def _domain(c: Ctx) -> str:
+    """What the SDK's `get_host(port)` puts after "<port>-<sandbox id>.": the host (and port) of
+    hutch's preview URLs, so it names the port's preview URL. (E2B_SANDBOX_URL, which hutch's
+    clients set, keeps the SDK's envd calls off it.)"""
+    site = c.st.previews.site
+    return f"{site.domain}:{site.url_port}" if site.url_port else site.domain
+
+
 def _iso(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
@@ -56,6 +64,15 @@ def _count(raw: str | None, name: str, default: int) -> int:
     if not raw:
         return default
     if not re.fullmatch(r"[0-9]{1,9}", raw):
+        raise ApiError(Code.INVALID_REQUEST, f"{name} is not valid")
+    return int(raw)
+
+
+def _unix(raw: str | None, name: str) -> int | None:
+    """A query's time in Unix seconds (ASCII digits, at most twelve), or None."""
+    if raw is None or raw == "":
+        return None
+    if not re.fullmatch(r"[0-9]{1,12}", raw):
         raise ApiError(Code.INVALID_REQUEST, f"{name} is not valid")
     return int(raw)
 
@@ -91,7 +108,10 @@ class Control:
     def sandbox(self, c: Ctx, rec: SandboxRecord) -> dict[str, Any]:
         return {"templateID": rec.template_id or rec.template, "sandboxID": rec.id, "alias": rec.template,
                 "clientID": "hutch", "envdVersion": ENVD_VERSION,
-                "envdAccessToken": c.st.sandboxes.access(rec).access_token, "domain": None}
+                "envdAccessToken": (token := c.st.sandboxes.access(rec).access_token), "domain": _domain(c),
+                # what E2B's clients send to a box's other ports (the code interpreter's context
+                # calls carry no other token): the box's own token (ports.py)
+                "trafficAccessToken": token}
 
     def listed(self, c: Ctx, rec: SandboxRecord) -> dict[str, Any]:
         state = _state(rec)
@@ -104,8 +124,9 @@ class Control:
     def detail(self, c: Ctx, rec: SandboxRecord) -> dict[str, Any]:
         on_timeout = "kill" if rec.auto_delete_seconds == 0 else "pause"
         network = rec.network or {}
-        return {**self.listed(c, rec), "envdAccessToken": c.st.sandboxes.access(rec).access_token,
-                "domain": None, "allowInternetAccess": not _denies_everything(network),
+        token = c.st.sandboxes.access(rec).access_token
+        return {**self.listed(c, rec), "envdAccessToken": token, "trafficAccessToken": token, "domain": _domain(c),
+                "allowInternetAccess": not _denies_everything(network),
                 "network": {"allowOut": network.get("allow_out", []), "denyOut": network.get("deny_out", [])},
                 # a paused hutch box resumes on its next data-plane call, so auto-resume is always on
                 "lifecycle": {"onTimeout": on_timeout, "autoResume": on_timeout == "pause"}}
@@ -196,15 +217,18 @@ class Control:
                 rec = await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(timeout_seconds=timeout))
         return JSONResponse(self.sandbox(c, rec), status_code=201 if resumed else 200)
 
-    def metrics(self, c: Ctx, sandbox_id: str) -> list[dict[str, Any]]:
-        """What the node knows without sampling: the box's shape, with zero usage."""
+    async def metrics(self, c: Ctx, sandbox_id: str, start: int | None, end: int | None) -> list[dict[str, Any]]:
+        """What the box used, sampled from its cgroup every few seconds by its node: the samples
+        between `start` and `end` (Unix seconds, both included) of the last hour it ran."""
         rec = self.get(c, sandbox_id)
-        if rec.status not in RUNNING:
+        if rec.status not in RUNNING or rec.runtime_id is None:
             return []
-        now = time.time()
-        return [{"timestamp": _iso(now), "timestampUnix": int(now), "cpuCount": rec.vcpu, "cpuUsedPct": 0.0,
-                 "memUsed": 0, "memTotal": rec.memory_mib * 2**20, "memCache": 0, "diskUsed": 0,
-                 "diskTotal": (rec.disk_mib or 0) * 2**20}]
+        samples = await c.st.node.usage(rec.runtime_id)
+        return [{"timestamp": _iso(s.timestamp), "timestampUnix": int(s.timestamp), "cpuCount": rec.vcpu,
+                 "cpuUsedPct": s.cpu_used_pct, "memUsed": s.mem_used, "memTotal": rec.memory_mib * 2**20,
+                 "memCache": s.mem_cache, "diskUsed": s.disk_used, "diskTotal": (rec.disk_mib or 0) * 2**20}
+                for s in samples
+                if (start is None or s.timestamp >= start) and (end is None or int(s.timestamp) <= end)]
 
 
 DENY_ALL = ("0.0.0.0/0", "::/0")
@@ -320,7 +344,8 @@ def control_routes(app: FastAPI, get_state: StateGetter) -> None:
 
     @app.get("/sandboxes/{sandbox_id}/metrics")
     async def metrics(sandbox_id: str, request: Request) -> Any:
-        return ctl.metrics(await ctl.ctx(request), sandbox_id)
+        q = request.query_params
+        return await ctl.metrics(await ctl.ctx(request), sandbox_id, _unix(q.get("start"), "start"), _unix(q.get("end"), "end"))
 
     @app.get("/health")
     async def health() -> Any:

@@ -5,7 +5,8 @@ Routes: `GET /health`, `GET|POST /files`, `POST /process.Process/<method>` and
 `POST /filesystem.Filesystem/<method>`. An unknown, deleted or failed sandbox gets E2B's proxy
 answer (502 `{"sandboxId", "message": "The sandbox was not found", "code": 502}`), which the SDK
 reads as "not running". The user is the Basic-auth name ("root" or "user"; none: the box's user).
-Only port 49983 (envd) is served; another `E2b-Sandbox-Port` is refused.
+Only port 49983 (envd) is served here; a request naming another `E2b-Sandbox-Port` goes to
+that port inside the box (ports.py).
 """
 
 from __future__ import annotations
@@ -56,14 +57,14 @@ class Call:
         return parse_json(await request.body())
 
 
-def sandbox_of(get_state: StateGetter, request: Request) -> tuple[State, SandboxRecord]:
-    """The sandbox the request names, opened by its token (hutch's `authorize_box`): a wrong or
-    missing token is the same 401 whether or not the box exists; a killed box, to a caller whose
-    token was good for it, is E2B's proxy answer."""
+def sandbox_of(get_state: StateGetter, request: Request, token: str | None = None) -> tuple[State, SandboxRecord]:
+    """The sandbox the request names, opened by its token (hutch's `authorize_box`; X-Access-Token
+    unless `token` is given): a wrong or missing token is the same 401 whether or not the box
+    exists; a killed box, to a caller whose token was good for it, is E2B's proxy answer."""
     st = get_state()
     sandbox_id = request.headers.get("e2b-sandbox-id") or ""
     try:
-        return st, authorize_box(st, sandbox_id, request.headers.get("x-access-token"))
+        return st, authorize_box(st, sandbox_id, token or request.headers.get("x-access-token"))
     except ApiError as e:
         if e.code == Code.NOT_FOUND:
             raise SandboxGone(sandbox_id[:64]) from None

@@ -4,6 +4,8 @@ octet-stream, gzip allowed), through hutch's DataPlane and audit log.
 Auth is the `X-Access-Token` header, or an envd signature (`signature=v1_...`) made from the same
 token. The SDK's `download_url()`/`upload_url()` drop E2B_SANDBOX_URL's path prefix and the
 sandbox header, so those links do not reach this route: hutch does not serve them.
+`X-Metadata-<key>` headers are the uploaded files' metadata (`user.e2b.<key>` xattrs, keys
+lowercased, checked as envd checks them before anything is written); a write replaces a file's set.
 Errors are `{"code": <status>, "message"}`.
 """
 
@@ -27,10 +29,12 @@ from starlette.types import Message
 from hutch.e2b.common import StateGetter, box_path
 from hutch.e2b.envd import Call, check_box, check_user, sandbox_of, signed_sandbox_of
 from hutch.errors import ApiError, Code
+from hutch.guest.protocol import metadata_problem
 from hutch.server import audit, boxops
 
 MAX_PARTS = 1000
 CHUNK = 64 * 1024
+METADATA_HEADER = "x-metadata-"  # as Starlette gives header names: lowercased
 FORM_OVERHEAD = 1 * 2**20  # a multipart body's boundaries, part headers and names, beyond the file bytes
 
 
@@ -67,6 +71,7 @@ async def download(get_state: StateGetter, request: Request) -> StreamingRespons
 
 async def upload(get_state: StateGetter, request: Request) -> JSONResponse:
     call, query_path = _call(get_state, request, "write")
+    metadata = _metadata(request)
     kind = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
     written = []
     limit = call.st.data.max_file_bytes
@@ -85,7 +90,7 @@ async def upload(get_state: StateGetter, request: Request) -> JSONResponse:
             if len(set(paths)) != len(paths):
                 raise ApiError(Code.INVALID_REQUEST, "two parts have the same path")
             for part, path in zip(parts, paths, strict=True):
-                written.append(await _write(call, path, _read_part(part)))
+                written.append(await _write(call, path, _read_part(part), metadata))
         finally:
             await form.close()
     else:
@@ -94,13 +99,25 @@ async def upload(get_state: StateGetter, request: Request) -> JSONResponse:
         body: AsyncIterator[bytes] = request.stream()
         if (request.headers.get("content-encoding") or "").lower() == "gzip":
             body = _gunzip(body, limit)
-        written.append(await _write(call, box_path(query_path, call.user), body))
+        written.append(await _write(call, box_path(query_path, call.user), body, metadata))
     return JSONResponse(written)
 
 
-async def _write(call: Call, path: str, body: AsyncIterator[bytes]) -> dict[str, str]:
-    await boxops.write_file(call.st, call.rec, call.who, path, body, call.user)
-    return {"name": posixpath.basename(path), "type": "file", "path": path}
+async def _write(call: Call, path: str, body: AsyncIterator[bytes], metadata: dict[str, str] | None) -> dict[str, Any]:
+    await boxops.write_file(call.st, call.rec, call.who, path, body, call.user, metadata)
+    # the agent stores the whole set or fails the write: what was given is what the file has
+    return {"name": posixpath.basename(path), "type": "file", "path": path, **({"metadata": metadata} if metadata else {})}
+
+
+def _metadata(request: Request) -> dict[str, str] | None:
+    """envd's file metadata: each `X-Metadata-<key>` header, key lowercased, checked as envd
+    checks it (before anything is written)."""
+    found = {name[len(METADATA_HEADER):]: value for name, value in request.headers.items()
+             if name.startswith(METADATA_HEADER) and len(name) > len(METADATA_HEADER)}
+    problem = metadata_problem(found)
+    if problem:
+        raise ApiError(Code.INVALID_REQUEST, f"invalid metadata: {problem}")
+    return found or None
 
 
 async def _read_part(part: UploadFile) -> AsyncIterator[bytes]:

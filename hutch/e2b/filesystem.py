@@ -3,12 +3,16 @@
 Paths relative to the user's home are made absolute here. `WatchDir` (the async SDK) streams a
 hutch watch; `CreateWatcher`/`GetWatcherEvents`/`RemoveWatcher` (the sync SDK) keep one open in the
 server and buffer its events until polled (bounded; a watcher not polled for 10 minutes is closed).
+`includeEntry` gives create, write and chmod events their entry (read by the agent in the box);
+`allowNetworkMounts` is accepted (a box has no network mounts). Remove of a missing path is done,
+as envd's. A link is described as envd does: by what it leads to (`entry`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -33,8 +37,9 @@ from hutch.e2b.connect import (
     timestamp,
 )
 from hutch.e2b.envd import Call
-from hutch.errors import ApiError
+from hutch.errors import ApiError, Code
 from hutch.server import boxops
+from hutch.server.models import FsEntry, FsEvent
 
 log = logging.getLogger("hutch.e2b")
 
@@ -47,19 +52,41 @@ MAX_WATCHERS_PER_TEAM = 256
 IDLE_WATCHER = 600.0
 
 
-def entry(e: Any) -> dict[str, Any]:
-    """A hutch FsEntry as envd's EntryInfo (int64 size as a string, as protojson has it)."""
-    out: dict[str, Any] = {"name": e.name, "type": FILE_TYPES.get(e.type, "FILE_TYPE_UNSPECIFIED"), "path": e.path,
-                           "size": str(e.size), "mode": e.mode, "permissions": e.permissions, "owner": e.owner,
-                           "group": e.group, "modifiedTime": timestamp(e.modified_time)}
-    if e.symlink_target is not None:
-        out["symlinkTarget"] = e.symlink_target
-        out["isSymlink"] = True
+def entry(e: FsEntry) -> dict[str, Any]:
+    """A hutch FsEntry as envd's EntryInfo (int64 size as a string, as protojson has it). A link
+    is described as envd does: the type and mode of what it leads to, and `symlinkTarget` the
+    path it resolves to (a link that leads nowhere: no type, and its own path)."""
+    kind: str = e.type
+    mode = e.mode
+    out: dict[str, Any] = {"name": e.name, "path": e.path, "size": str(e.size), "permissions": e.permissions,
+                           "owner": e.owner, "group": e.group, "modifiedTime": timestamp(e.modified_time)}
+    if e.type == "symlink":
+        kind, mode = (e.link.type, e.link.mode) if e.link else ("", 0)
+        out["symlinkTarget"] = e.link.path if e.link else e.path
+    out.update(type=FILE_TYPES.get(kind, "FILE_TYPE_UNSPECIFIED"), mode=mode)
+    if e.metadata:
+        out["metadata"] = e.metadata
     return out
 
 
-def event(ev: Any) -> dict[str, Any]:
-    return {"name": ev.name, "type": EVENT_TYPES.get(ev.type, "EVENT_TYPE_UNSPECIFIED")}
+def event(ev: FsEvent, info: FsEntry | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": ev.name, "type": EVENT_TYPES.get(ev.type, "EVENT_TYPE_UNSPECIFIED")}
+    if info is not None:
+        out["entry"] = entry(info)
+    return out
+
+
+@dataclass
+class EnvdWatch:
+    """A hutch watch as envd's: where it looks, and whether its events carry the entry."""
+
+    watch: Any  # hutch's FsWatch
+    with_entry: bool
+
+    def described(self, ev: FsEvent) -> dict[str, Any]:
+        """The event as envd's; the entry (as envd: best effort, only for a create, write or
+        chmod, a removed or renamed path's being gone) is the agent's, read in the box."""
+        return event(ev, ev.entry if self.with_entry else None)
 
 
 @dataclass
@@ -95,10 +122,11 @@ class Watchers:
             raise invalid(f"{key} is required")
         return box_path(path, call.user)
 
-    async def _watch(self, call: Call, msg: dict[str, Any]) -> Any:
-        if flag(msg, "includeEntry", "include_entry") or flag(msg, "allowNetworkMounts", "allow_network_mounts"):
-            raise invalid("includeEntry and allowNetworkMounts are not supported")
-        return await call.st.data.watch(call.rec, self._path(call, msg), bool(flag(msg, "recursive")))
+    async def _watch(self, call: Call, msg: dict[str, Any]) -> EnvdWatch:
+        # allowNetworkMounts lifts envd's refusal of NFS, SMB and FUSE paths: a hutch box has none
+        path = self._path(call, msg)
+        with_entry = bool(flag(msg, "includeEntry", "include_entry"))
+        return EnvdWatch(await call.st.data.watch(call.rec, path, bool(flag(msg, "recursive")), with_entry), with_entry)
 
     # --- unary ----------------------------------------------------------------------------------
 
@@ -126,7 +154,11 @@ class Watchers:
 
     async def remove(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
         path = self._path(call, msg)
-        await boxops.remove(call.st, call.rec, call.who, path, call.user)
+        try:
+            await boxops.remove(call.st, call.rec, call.who, path, call.user)
+        except ApiError as e:
+            if e.code != Code.FILE_NOT_FOUND:  # as envd's (os.RemoveAll): nothing there is done
+                raise
         return {}
 
     async def create_watcher(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
@@ -135,16 +167,18 @@ class Watchers:
         if (len(mine) >= MAX_WATCHERS_PER_TEAM
                 or sum(w.sandbox_id == call.rec.id for w in mine) >= MAX_WATCHERS_PER_BOX):
             raise ConnectError("resource_exhausted", "too many watchers are open; remove some")
-        w = Watcher(call.rec.id, call.rec.team_id, await self._watch(call, msg))
+        envd_watch = await self._watch(call, msg)
+        w = Watcher(call.rec.id, call.rec.team_id, envd_watch.watch)
         watcher_id = str(uuid.uuid4())
         self.open[watcher_id] = w
 
         async def buffer() -> None:
             with contextlib.suppress(Exception):
                 async for ev in w.watch.events:
-                    size = len(ev.name) + 32
+                    described = envd_watch.described(ev)
+                    size = len(ev.name) + (len(json.dumps(described["entry"])) if "entry" in described else 0) + 32
                     if w.buffered + size <= MAX_BUFFERED_BYTES:
-                        w.events.append(event(ev))
+                        w.events.append(described)
                         w.buffered += size
                     else:
                         w.lost += 1
@@ -199,12 +233,17 @@ class Watchers:
     # --- streamed -------------------------------------------------------------------------------
 
     async def watch_dir(self, call: Call, request: Request) -> Response:
-        watch = await self._watch(call, await read_stream_request(request.stream()))
+        envd_watch = await self._watch(call, await read_stream_request(request.stream()))
+        watch = envd_watch.watch
+
         async def relay() -> AsyncIterator[bytes]:
             try:
                 yield envelope({"start": {}})
                 async for ev in watch.ticks:  # None: the agent's keep-alive, every 10 s of quiet
-                    yield envelope({"keepalive": {}} if ev is None else {"filesystem": event(ev)})
+                    if ev is None:
+                        yield envelope({"keepalive": {}})
+                    else:
+                        yield envelope({"filesystem": envd_watch.described(ev)})
                 yield end_stream()
             except ApiError as e:
                 yield end_stream(ConnectError.of(e))

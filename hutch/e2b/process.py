@@ -4,7 +4,10 @@
 background command outlives its client and a later `Connect` finds it. The SDK's
 `{cmd: "/bin/bash", args: ["-l", "-c", cmd]}` becomes one shell command (`shlex.join`).
 `Connect-Timeout-Ms` on `Start` is the process' lifetime, as in envd: a timer kills it at the
-deadline, whether or not a client is still attached (a server restart forgets the timer).
+deadline, whether or not a client is still attached (a server restart forgets the timer), and its
+streams end with `deadline_exceeded` (the SDK's TimeoutException), as envd's do.
+A stream cut short by its box's end (killed, or its lifetime over) ends `unavailable` with envd's
+"ended before the stream completed" and "the sandbox was killed or reached its end of life".
 `stdin: false` closes the process' stdin at once (envd gives it /dev/null).
 
 A process killed by a signal that this service sent ends as envd says it: exitCode -1,
@@ -66,6 +69,7 @@ class Known:
     tag: str | None
     pty: bool
     signalled: int | None = None  # the last signal this service sent it
+    deadline_hit: bool = False  # killed by its Connect-Timeout-Ms timer
     timer: asyncio.Task[None] | None = None
     seq: int | None = None  # the last output event relayed to a client: Connect follows from there
 
@@ -167,6 +171,8 @@ class Processes:
                 if current.status == SandboxStatus.ACTIVE:
                     break
                 await asyncio.sleep(PAUSED_RETRY)  # never resume a paused box to kill: wait for it
+            if k := self.known(call.rec.id, pid):
+                k.deadline_hit = True
             with contextlib.suppress(ApiError, ConnectError):
                 await self.signal(call, pid, 9)
 
@@ -193,11 +199,21 @@ class Processes:
                         yield envelope({"event": {"data": {key: b64encode(ev["d"].encode(errors="replace"))}}})
                     elif kind == protocol.EVENT_EXIT:
                         end = self._end(call, pid, ev["code"])
+                        k = self.known(call.rec.id, pid)
                         self.forget(call.rec.id, pid)  # ended: envd forgets it too (its timer with it)
+                        if k and k.deadline_hit:  # as envd, whose request context ended the process
+                            yield end_stream(ConnectError("deadline_exceeded", "context deadline exceeded"))
+                            return
                         yield envelope({"event": {"end": end}})
                         yield end_stream()
                         return
             err = await call.st.sandboxes.box_unreachable(call.rec)
+            if err.code in (Code.NOT_FOUND, Code.SANDBOX_FAILED):
+                # killed, or ended: envd's words for a stream its sandbox's end cut short, which the
+                # SDK (2.63) checks with a health probe, and says: "sandbox was killed or reached
+                # its end of life" (TimeoutException; SandboxNotRunningException in 2.63)
+                err = ApiError(Code.SANDBOX_UNREACHABLE, f"the connection to sandbox {call.rec.id} ended before the "
+                                                         "stream completed: the sandbox was killed or reached its end of life")
             yield end_stream(ConnectError.of(err))
         finally:
             await close()  # the process runs on in the box

@@ -251,8 +251,16 @@ class Handler(http1.Handler):
         path = self._path_arg()
         if path is None:
             return
-        as_root = self._query().get("user") == "root"
+        query = self._query()
+        as_root = query.get("user") == "root"
         uid, gid = (0, 0) if as_root else (p.BOX_UID, p.BOX_GID)
+        try:
+            meta = json.loads(query.get("metadata") or "{}")
+        except ValueError:
+            meta = None
+        problem = p.metadata_problem(meta)
+        if problem:  # refused before anything is made
+            return self._error(400, p.ERR_BAD_REQUEST, problem)
         try:
             dir_fd, name = _open_parent(path, uid, gid)
         except _UnsafePath as e:
@@ -262,10 +270,12 @@ class Handler(http1.Handler):
         except OSError as e:
             return self._error(400, p.ERR_IO, f"{path}: {e.strerror}")
         try:
+            existed = False
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
                     return self._error(400, p.ERR_IS_DIR, f"is a directory: {path}")
-            tmp = f".{name[:200]}.hutch-{os.getpid()}-{time.monotonic_ns()}"
+                existed = True
+            tmp = fsops.temp_name(name, existed)  # a watch shows the write as the file's own
             size = 0
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
@@ -276,6 +286,7 @@ class Handler(http1.Handler):
                         size += len(data)
                     os.fchown(fd, uid, gid)
                     os.fchmod(fd, 0o644)
+                    fsops.write_metadata(fd, meta)  # on the new inode: an overwrite drops the old set
                 os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # readers never see half a file
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -289,8 +300,10 @@ class Handler(http1.Handler):
             self.close_connection = True
             return None
         except OSError as e:
+            if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+                return self._error(400, p.ERR_IO, f"{path}: this filesystem does not keep metadata (xattrs)")
             return self._error(400, p.ERR_IO, f"{path}: {e.strerror}")
-        self._json(200, {"path": path, "size": size})
+        self._json(200, {"path": path, "size": size, "metadata": len(meta)})  # how many keys it stored
         return None
 
     def _zip_dir(self) -> None:
@@ -412,6 +425,7 @@ class Handler(http1.Handler):
         if path is None:
             return None
         recursive = self._query().get("recursive") == "true"
+        entries = self._query().get("entries") == "true"
         watch = self._fs_call(lambda _trust: fsops.Watch(path, recursive), "root", path)
         if watch is None:
             return None
@@ -421,7 +435,8 @@ class Handler(http1.Handler):
             while stream.alive and not watch.ended:
                 events = watch.read(L.PING_SECONDS)
                 for name, kind in events:
-                    stream.send({"t": p.EVENT_FS, "name": name, "type": kind})
+                    entry = watch.entry(name) if entries and kind in ("create", "write", "chmod") else None
+                    stream.send({"t": p.EVENT_FS, "name": name, "type": kind, **({"entry": entry} if entry else {})})
                 if not events:
                     stream.send({"t": p.EVENT_PING})
             stream.close()

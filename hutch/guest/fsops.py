@@ -1,6 +1,6 @@
 """Filesystem operations of the agent: read, stat, list, mkdir -p, move, remove and watch (inotify).
 
-Standard library only. Two ways of acting, and why each is safe against a box user who swaps path
+Standard library only (and the agent's protocol). Two ways of acting, and why each is safe against a box user who swaps path
 components for links while a call runs:
 
 - For the box user, the calling thread takes the user's effective uid and gid (raw setresuid,
@@ -26,9 +26,17 @@ import select
 import shutil
 import stat
 import struct
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
+
+try:
+    from hutch.guest import protocol as p
+except ImportError:  # in the box: run as a script beside its modules, without the hutch package
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import protocol as p  # type: ignore[import-not-found, no-redef]
 
 MAX_LIST_ENTRIES = 10_000
 MAX_LIST_BYTES = 8 * 2**20  # what one list answer may weigh, as JSON
@@ -269,14 +277,68 @@ def _kind(mode: int) -> str:
 
 
 def entry(dir_fd: int, name: str, path: str, st: os.stat_result) -> dict[str, Any]:
-    target = None
+    target = link = None
     if stat.S_ISLNK(st.st_mode):
         with contextlib.suppress(OSError):
             target = os.readlink(name, dir_fd=dir_fd)
-    return {"name": name or "/", "path": path, "type": _kind(st.st_mode), "size": st.st_size,
-            "mode": stat.S_IMODE(st.st_mode), "permissions": stat.filemode(st.st_mode),
-            "owner": USERS.get(st.st_uid), "group": GROUPS.get(st.st_gid), "mtime": st.st_mtime,
-            "target": target}
+        link = _resolve(path)
+    out = {"name": name or "/", "path": path, "type": _kind(st.st_mode), "size": st.st_size,
+           "mode": stat.S_IMODE(st.st_mode), "permissions": stat.filemode(st.st_mode),
+           "owner": USERS.get(st.st_uid), "group": GROUPS.get(st.st_gid), "mtime": st.st_mtime,
+           "target": target, "link": link}
+    if not stat.S_ISLNK(st.st_mode):  # user.* xattrs are not allowed on links
+        meta = read_metadata(f"/proc/self/fd/{dir_fd}/{name}" if name else f"/proc/self/fd/{dir_fd}")
+        if meta:
+            out["metadata"] = meta
+    return out
+
+
+def _resolve(path: str) -> dict[str, Any] | None:
+    """Where a link leads with every link on the way resolved, and what is there; None if it
+    leads nowhere. Only read (readlink and stat), with the acting thread's rights: as the box
+    user the kernel checks each step; as root it describes, never opens, what the links name."""
+    try:
+        resolved = os.path.realpath(path, strict=True)
+        st = os.stat(resolved)
+    except (OSError, ValueError):
+        return None
+    return {"path": resolved, "type": _kind(st.st_mode), "mode": stat.S_IMODE(st.st_mode)}
+
+
+# --- metadata: E2B's `user.e2b.<key>` extended attributes (protocol.metadata_problem: their rules) --
+
+def write_metadata(fd: int, meta: dict[str, str]) -> None:
+    """Set the file's metadata (a new file: nothing to clear). A filesystem without xattrs
+    refuses it (ENOTSUP) rather than drop it silently."""
+    for key, value in meta.items():
+        os.setxattr(fd, p.METADATA_PREFIX + key, value.encode())
+
+
+def read_metadata(where: str | int) -> dict[str, str] | None:
+    """The `user.e2b.*` attributes of a file or directory (not followed if a link), prefix
+    stripped; None if there are none. What is not UTF-8, or past p.MAX_METADATA_BYTES (set in the
+    box by other means), is left out."""
+    try:
+        names = os.listxattr(where, follow_symlinks=False) if isinstance(where, str) else os.listxattr(where)
+    except OSError:
+        return None
+    meta: dict[str, str] = {}
+    total = 0
+    for attr in sorted(names):
+        if not attr.startswith(p.METADATA_PREFIX):
+            continue
+        try:
+            raw = (os.getxattr(where, attr, follow_symlinks=False) if isinstance(where, str)
+                   else os.getxattr(where, attr))
+            value = raw.decode()
+            attr.encode()  # listxattr's surrogate-escaped names are not UTF-8
+        except (OSError, UnicodeError):
+            continue
+        total += len(attr) + len(raw)
+        if total > p.MAX_METADATA_BYTES:
+            break
+        meta[attr[len(p.METADATA_PREFIX):]] = value
+    return meta or None
 
 
 def _join(parts: list[str]) -> str:
@@ -407,6 +469,29 @@ _KINDS = ((IN_CREATE | IN_MOVED_TO, "create"), (IN_MODIFY, "write"), (IN_DELETE,
           (IN_MOVED_FROM, "rename"), (IN_ATTRIB, "chmod"))
 
 
+# A file write goes to a temp file beside the target, renamed over it when complete (readers never
+# see half a file). Its name says which agent wrote it and whether the target was there before, so
+# a watch shows the write as E2B's envd would (create if new, chmod, write of the real name) and
+# nothing of the temp file.
+_TEMP_MARK = ".hutch-"
+
+
+def temp_name(name: str, existed: bool) -> str:
+    return f".{name[:200]}{_TEMP_MARK}{os.getpid()}-{time.monotonic_ns()}-{'w' if existed else 'c'}"
+
+
+def _temp_write(name: str) -> str | None:
+    """For one of this agent's temp names, "w" (it replaces a file) or "c" (it makes one)."""
+    at = name.rfind(_TEMP_MARK)
+    if not name.startswith(".") or at < 1:
+        return None
+    pid, _, rest = name[at + len(_TEMP_MARK):].partition("-")
+    stamp, _, kind = rest.partition("-")
+    if pid != str(os.getpid()) or not stamp.isdigit() or kind not in ("w", "c"):
+        return None
+    return kind
+
+
 class Watch:
     """inotify on a directory (and, recursively, the directories that are or come to be under it),
     opened as root through `open_dir` (only root's links followed). Subdirectories are opened one
@@ -422,6 +507,7 @@ class Watch:
             e = ctypes.get_errno()
             raise OSError(e, f"inotify: {os.strerror(e)}")
         self.dirs: dict[int, list[str]] = {}  # watch descriptor -> the directory, relative to the root
+        self.writes: dict[int, str] = {}  # rename cookie -> "w"/"c", of a temp file moved away
         self.ended = False
         try:
             root = open_dir(self.parts, trust_all=False)
@@ -507,7 +593,7 @@ class Watch:
         out: list[tuple[str, str]] = []
         pos = 0
         while pos + _EVENT.size <= len(data):
-            wd, mask, _cookie, size = _EVENT.unpack_from(data, pos)
+            wd, mask, cookie, size = _EVENT.unpack_from(data, pos)
             raw = data[pos + _EVENT.size: pos + _EVENT.size + size]
             pos += _EVENT.size + size
             name = raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
@@ -524,6 +610,16 @@ class Watch:
             if not name:
                 continue
             full = "/".join([*rel, name])
+            write = _temp_write(name)
+            if write is not None:  # our temp file: nothing shows, its rename below becomes the write
+                if mask & IN_MOVED_FROM:
+                    if len(self.writes) >= 1024:
+                        self.writes.clear()
+                    self.writes[cookie] = write
+                continue
+            if mask & IN_MOVED_TO and (write := self.writes.pop(cookie, "")):
+                out.extend((full, kind) for kind in (("create", "chmod", "write") if write == "c" else ("chmod", "write")))
+                continue
             for bits, kind in _KINDS:
                 if mask & bits:
                     out.append((full, kind))
@@ -537,6 +633,13 @@ class Watch:
                         os.close(parent)
                     out.extend((n, "create") for n in found)
         return [(n.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), k) for n, k in out]
+
+    def entry(self, name: str) -> dict[str, Any] | None:
+        """What is at `name` (relative to the root) now, as root sees it; None if nothing is."""
+        try:
+            return stat_path(_join([*self.parts, *parts_of(name)]), trust_all=False)
+        except OSError:
+            return None
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -91,3 +91,31 @@ def path_problem(path: str) -> str | None:
     if len(path.encode()) > 4096:
         return "path is longer than 4096 bytes"
     return None
+
+
+# E2B's file metadata: `user.e2b.<key>` extended attributes, checked as envd checks them
+METADATA_PREFIX = "user.e2b."
+MAX_METADATA_BYTES = 4096  # names (with the prefix) and values of one file's set, as envd bounds it
+
+
+def metadata_problem(meta: object) -> str | None:
+    """Why a metadata set cannot be stored (envd's rules: keys non-empty, printable ASCII keys and
+    values, the whole set within MAX_METADATA_BYTES), or None."""
+    if not isinstance(meta, dict):
+        return "metadata must map names to strings"
+    total = 0
+    for key, value in meta.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            return "metadata must map names to strings"
+        if not key or len(METADATA_PREFIX) + len(key) > 255:
+            return "a metadata key must be 1-246 bytes"
+        if not _printable(key) or not _printable(value):
+            return f"metadata key {key[:64]!r} or its value is not printable ASCII"
+        total += len(METADATA_PREFIX) + len(key) + len(value)
+    if total > MAX_METADATA_BYTES:
+        return f"metadata is limited to {MAX_METADATA_BYTES} bytes"
+    return None
+
+
+def _printable(s: str) -> bool:
+    return all(" " <= c <= "~" for c in s)

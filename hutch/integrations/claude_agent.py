@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from hutch.integrations._extra import missing
-from hutch.integrations.tools import TOOLS, AnySandbox, CanUseTool, ToolSpec, invoke
+from hutch.integrations.tools import AnySandbox, CanUseTool, ToolSpec, invoke, specs
 
 try:
     from claude_agent_sdk import SdkMcpTool, create_sdk_mcp_server, tool
@@ -31,8 +31,9 @@ def _tool(spec: ToolSpec, sandbox: AnySandbox, can_use_tool: CanUseTool | None) 
 
 
 def sandbox_tools(sandbox: AnySandbox, can_use_tool: CanUseTool | None = None,
-                  name: str = SERVER_NAME) -> tuple[McpSdkServerConfig, list[str]]:
-    """The SDK MCP server holding bash, write_file and read_file, and the tool names to allow
-    (`mcp__hutch__bash`, ...)."""
-    server = create_sdk_mcp_server(name=name, tools=[_tool(spec, sandbox, can_use_tool) for spec in TOOLS])
-    return server, [f"mcp__{name}__{spec.name}" for spec in TOOLS]
+                  name: str = SERVER_NAME, run_code: bool = False) -> tuple[McpSdkServerConfig, list[str]]:
+    """The SDK MCP server holding bash, write_file and read_file (and, with `run_code`, run_code
+    for a box of hutch/code-interpreter), and the tool names to allow (`mcp__hutch__bash`, ...)."""
+    tools = specs(run_code)
+    server = create_sdk_mcp_server(name=name, tools=[_tool(spec, sandbox, can_use_tool) for spec in tools])
+    return server, [f"mcp__{name}__{spec.name}" for spec in tools]

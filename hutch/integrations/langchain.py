@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hutch.integrations._extra import missing
-from hutch.integrations.tools import TOOLS, AnySandbox, CanUseTool, ToolSpec, invoke, run_blocking
+from hutch.integrations.tools import AnySandbox, CanUseTool, ToolSpec, invoke, run_blocking, specs
 from hutch.sdk import AsyncSandbox
 
 try:
@@ -27,6 +27,8 @@ def _tool(spec: ToolSpec, sandbox: AnySandbox, can_use_tool: CanUseTool | None) 
                                         name=spec.name, description=spec.description, args_schema=spec.parameters)
 
 
-def sandbox_tools(sandbox: AnySandbox, can_use_tool: CanUseTool | None = None) -> list[StructuredTool]:
-    """bash, write_file and read_file against `sandbox`: `invoke` with a Sandbox, `ainvoke` with either."""
-    return [_tool(spec, sandbox, can_use_tool) for spec in TOOLS]
+def sandbox_tools(sandbox: AnySandbox, can_use_tool: CanUseTool | None = None,
+                  run_code: bool = False) -> list[StructuredTool]:
+    """bash, write_file and read_file against `sandbox` (and, with `run_code`, run_code for a box of
+    hutch/code-interpreter): `invoke` with a Sandbox, `ainvoke` with either."""
+    return [_tool(spec, sandbox, can_use_tool) for spec in specs(run_code)]

@@ -24,7 +24,7 @@ import anyio
 import httpx
 
 from hutch.integrations._extra import missing
-from hutch.integrations.tools import command_report
+from hutch.integrations.tools import RUN_CODE, command_report
 from hutch.sdk import AsyncSandbox, NetworkConfig, SandboxError, SandboxTimeoutError
 from hutch.sdk.config import ConnectionConfig
 
@@ -74,7 +74,8 @@ def build(cfg: ConnectionConfig | None = None, ephemeral: bool = False) -> MCPSe
     conn: dict[str, Any] = {"api_key": cfg.api_key, "base_url": cfg.base_url}
     server: MCPServer[Any] = MCPServer("hutch", instructions=(
         "Run shell commands and read and write files in isolated gVisor sandboxes. Create a sandbox once, keep its id, "
-        "and pass it to the other tools; pause it when you are done for now."))
+        "and pass it to the other tools; pause it when you are done for now. For run_code (Python in a kernel that "
+        "keeps its state), create the sandbox from the template hutch/code-interpreter."))
 
     if ephemeral:
         check_isolation(cfg)
@@ -132,6 +133,15 @@ def build(cfg: ConnectionConfig | None = None, ephemeral: bool = False) -> MCPSe
                            timeout_seconds: int = DEFAULT_TIMEOUT) -> str:
         """Run a shell command in a sandbox (resuming it if paused). Returns the exit code, stdout and stderr."""
         return await on_box(sandbox_id, lambda sb: _exec(sb, command, cwd, timeout_seconds))
+
+    @server.tool()
+    async def run_code(sandbox_id: str, code: str, context_id: str | None = None,
+                       timeout_seconds: int = DEFAULT_TIMEOUT) -> str:
+        """Run Python code in a sandbox's Jupyter kernel (a sandbox made from the hutch/code-interpreter
+        template), which keeps variables between calls. Returns stdout, stderr, the last expression's value,
+        displays (charts, tables) and any error with its traceback."""
+        args = {"code": code, "context_id": context_id, "timeout_seconds": timeout_seconds}
+        return await on_box(sandbox_id, lambda sb: RUN_CODE.run(sb, args))
 
     @server.tool()
     async def sandbox_list(metadata: dict[str, str] | None = None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hutch.integrations._extra import missing
-from hutch.integrations.tools import TOOLS, AnySandbox, CanUseTool, ToolSpec, invoke
+from hutch.integrations.tools import AnySandbox, CanUseTool, ToolSpec, invoke, specs
 
 try:
     from agents import FunctionTool
@@ -23,6 +23,8 @@ def _tool(spec: ToolSpec, sandbox: AnySandbox, can_use_tool: CanUseTool | None) 
                         on_invoke_tool=on_invoke, strict_json_schema=False)
 
 
-def sandbox_tools(sandbox: AnySandbox, can_use_tool: CanUseTool | None = None) -> list[FunctionTool]:
-    """bash, write_file and read_file against `sandbox` (Sandbox or AsyncSandbox)."""
-    return [_tool(spec, sandbox, can_use_tool) for spec in TOOLS]
+def sandbox_tools(sandbox: AnySandbox, can_use_tool: CanUseTool | None = None,
+                  run_code: bool = False) -> list[FunctionTool]:
+    """bash, write_file and read_file against `sandbox` (Sandbox or AsyncSandbox); with `run_code`,
+    run_code too, for a box of hutch/code-interpreter."""
+    return [_tool(spec, sandbox, can_use_tool) for spec in specs(run_code)]

@@ -1,4 +1,5 @@
-"""The agent tools, written once: bash, spawn, write_file, read_file, run against a box.
+"""The agent tools, written once: bash, spawn, write_file, read_file, run against a box, and
+run_code for a box of hutch/code-interpreter (offered when asked for: `specs(run_code=True)`).
 
 Each framework module wraps these specs in its own tool type. A tool never raises into the
 agent loop: a failing command, a missing file, a denied call or a dead box come back as text the
@@ -18,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hutch.sdk import AsyncSandbox, Sandbox, SandboxError, SandboxTimeoutError
+from hutch.sdk import AsyncSandbox, Execution, Sandbox, SandboxError, SandboxTimeoutError
 
 MAX_OUTPUT = 32 * 1024  # characters of stdout, of stderr, of a file the model is shown
 DEFAULT_TIMEOUT = 120
@@ -96,6 +97,35 @@ async def _spawn(sandbox: AnySandbox, args: dict[str, Any]) -> str:
         await _on(sandbox, proc.close)  # detach: it runs on
 
 
+def execution_report(execution: Execution) -> str:
+    """What the model sees of a run_code: its output, its value, its displays, its error."""
+    parts = []
+    if execution.logs.stdout:
+        parts.append(f"stdout:\n{_clip(''.join(execution.logs.stdout))}")
+    if execution.logs.stderr:
+        parts.append(f"stderr:\n{_clip(''.join(execution.logs.stderr))}")
+    for result in execution.results:
+        shown = [f for f in result.formats() if f != "text"]
+        if result.is_main_result:
+            parts.append(f"result:\n{_clip(result.text or '')}" + (f"\n(also as: {', '.join(shown)})" if shown else ""))
+        else:
+            parts.append(f"display ({', '.join(result.formats())})" + (f":\n{_clip(result.text)}" if result.text else ""))
+    if execution.error is not None:
+        err = execution.error
+        parts.append(f"error: {err.name}: {err.value}\n{_clip(err.traceback)}")
+    return "\n".join(parts) or "(no output and no value)"
+
+
+async def _run_code(sandbox: AnySandbox, args: dict[str, Any]) -> str:
+    timeout = args.get("timeout_seconds") or DEFAULT_TIMEOUT
+    try:
+        execution = await _call(sandbox, "run_code", str(args["code"]), context=args.get("context_id") or None,
+                                timeout=timeout)
+    except SandboxTimeoutError:
+        return f"timed out after {timeout} s: the code was interrupted (the kernel's state is kept)"
+    return execution_report(execution)
+
+
 async def _write_file(sandbox: AnySandbox, args: dict[str, Any]) -> str:
     content = str(args["content"])
     await _call(sandbox, "files.write", str(args["path"]), content)
@@ -129,6 +159,20 @@ TOOLS: tuple[ToolSpec, ...] = (
              _schema({"path": PATH, "content": {"type": "string"}}, ["path", "content"]), _write_file),
     ToolSpec("read_file", "Read a text file from the sandbox.", _schema({"path": PATH}, ["path"]), _read_file),
 )
+RUN_CODE = ToolSpec(
+    "run_code", "Run Python code in the sandbox's Jupyter kernel, which keeps variables and imports between calls. "
+    "Returns stdout, stderr, the value of the last expression, displays (charts, tables) and any error with its "
+    "traceback.",
+    _schema({"code": {"type": "string", "description": "the Python code (a cell)"},
+             "context_id": {"type": "string", "description": "a context's id, for a kernel of its own (default: the "
+                                                             "shared one)"},
+             "timeout_seconds": {"type": "integer", "description": f"default {DEFAULT_TIMEOUT}"}},
+            ["code"]), _run_code)
+
+
+def specs(run_code: bool = False) -> tuple[ToolSpec, ...]:
+    """The tools a framework offers: with `run_code`, for a box of hutch/code-interpreter."""
+    return (*TOOLS, RUN_CODE) if run_code else TOOLS
 
 
 async def decide(can_use_tool: CanUseTool | None, name: str, args: dict[str, Any]) -> Decision:

@@ -15,7 +15,9 @@ from typing import Any, Generic, TypeAlias, TypeVar
 from hutch.sdk.config import ConnectionConfig
 from hutch.sdk.flow import Flow, mapped
 from hutch.sdk.front import AsyncFront, Job, SyncFront, call, classcall, closing
+from hutch.sdk.ops import code as _code
 from hutch.sdk.ops import commands, files, previews, sandboxes
+from hutch.sdk.ops.code import OnError, OnOutput, OnResult
 from hutch.sdk.ops.commands import OutputCallback
 from hutch.sdk.ops.files import check_watch_opened
 from hutch.sdk.ops.sandboxes import UNSET, DataPlane
@@ -24,8 +26,10 @@ from hutch.sdk.session import Session, close_awaited, close_blocking, iterate_aw
 from hutch.sdk.templates import AsyncTemplate, Template, template_name
 from hutch.sdk.types import (
     AuditPage,
+    CodeContext,
     CommandResult,
     EntryInfo,
+    Execution,
     FilesystemEvent,
     NetworkConfig,
     NetworkLogPage,
@@ -227,6 +231,43 @@ class _SandboxBase(Generic[SandboxT]):
     def resume(self) -> Flow[None]:
         """Restore a paused box exactly where it was; its access token rotates (handled here)."""
         self._info = yield from sandboxes.resume(self._dp)
+
+    # --- the code interpreter (a box of hutch/code-interpreter) ----------------------------------
+
+    @call
+    def run_code(self, code: str, *, language: str | None = None, context: CodeContext | str | None = None,
+                 on_stdout: OnOutput | None = None, on_stderr: OnOutput | None = None,
+                 on_result: OnResult | None = None, on_error: OnError | None = None,
+                 envs: dict[str, str] | None = None, timeout: float | None = None) -> Flow[Execution]:
+        """Run code in a kernel that keeps its state between calls: the default context of
+        `language` (Python), or `context`'s. Returns its results (the last expression's value is
+        the main one, `execution.text`), its stdout/stderr and the error it raised (None if none).
+        Output, results and the error go to the callbacks as they come (on the async SDK they may
+        be coroutine functions). `envs` hold for this run only. Past `timeout` seconds the kernel
+        is interrupted and SandboxTimeoutError raised. Needs a box of hutch/code-interpreter
+        (else the code `interpreter_unavailable`)."""
+        return _code.run(self._dp, code, language=language, context=context, on_stdout=on_stdout,
+                         on_stderr=on_stderr, on_result=on_result, on_error=on_error, envs=envs, timeout=timeout)
+
+    @call
+    def create_code_context(self, *, cwd: str | None = None, language: str | None = None) -> Flow[CodeContext]:
+        """A new context: its own kernel, so its own variables, started in `cwd` (default /home/user)."""
+        return _code.create_context(self._dp, cwd, language)
+
+    @call
+    def list_code_contexts(self) -> Flow[builtins.list[CodeContext]]:
+        """Every context in the box."""
+        return _code.list_contexts(self._dp)
+
+    @call
+    def restart_code_context(self, context: CodeContext | str) -> Flow[None]:
+        """A fresh kernel for the context: its variables go (a running cell is interrupted first)."""
+        return _code.restart_context(self._dp, context)
+
+    @call
+    def remove_code_context(self, context: CodeContext | str) -> Flow[None]:
+        """Stop the context's kernel."""
+        return _code.remove_context(self._dp, context)
 
     @closing
     def kill(self) -> Flow[None]:

@@ -122,7 +122,8 @@ class AuditEntry:
     id: int
     at: datetime
     actor: str  # the client's address and what it calls itself (HUTCH_ACTOR, else its User-Agent)
-    op: str  # exec, exit, spawn, signal, file_write, file_read, dir_download, file_remove, file_move, dir_make
+    op: str  # exec, exit, spawn, signal, file_write, file_read, dir_download, file_remove, file_move, dir_make,
+    # run_code
     detail: str  # the command, or the path
     exit_code: int | None  # a command's, once it ended
     outcome: str  # "ok", or the error code the call ended with
@@ -193,11 +194,12 @@ class EntryInfo:
     group: str
     modified_time: datetime
     symlink_target: str | None = None
+    metadata: dict[str, str] | None = None  # E2B's file metadata (user.e2b.* xattrs), if the file has any
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> EntryInfo:
         return cls(d["name"], d["path"], d["type"], d["size"], d["mode"], d["permissions"], d["owner"], d["group"],
-                   datetime.fromisoformat(d["modified_time"]), d.get("symlink_target"))
+                   datetime.fromisoformat(d["modified_time"]), d.get("symlink_target"), d.get("metadata"))
 
 
 @dataclass
@@ -432,3 +434,89 @@ class BuildEnd:
 
     status: str
     error: BuildErrorInfo | None
+
+
+# --- the code interpreter -------------------------------------------------------------------------
+
+RESULT_FORMATS = ("text", "html", "markdown", "svg", "png", "jpeg", "pdf", "latex", "json", "javascript", "data",
+                  "chart")
+
+
+@dataclass
+class Result:
+    """One output of a cell, in each format the kernel gave it (E2B's shape): `png`, `jpeg` and
+    `pdf` are base64; `is_main_result` marks the cell's value (its last expression), as opposed
+    to a display (a chart, say). Formats with no name of their own are in `extra`, by MIME type."""
+
+    text: str | None = None
+    html: str | None = None
+    markdown: str | None = None
+    svg: str | None = None
+    png: str | None = None
+    jpeg: str | None = None
+    pdf: str | None = None
+    latex: str | None = None
+    json: dict[str, Any] | None = None
+    javascript: str | None = None
+    data: dict[str, Any] | None = None
+    chart: dict[str, Any] | None = None
+    is_main_result: bool = False
+    extra: dict[str, Any] | None = None
+
+    def formats(self) -> list[str]:
+        """The formats this result has, in E2B's order, then the extra MIME types."""
+        return [name for name in RESULT_FORMATS if getattr(self, name)] + list(self.extra or {})
+
+    def __str__(self) -> str:
+        return self.text or ""
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Result:
+        known = {name: d[name] for name in RESULT_FORMATS if d.get(name) is not None}
+        return cls(**known, is_main_result=bool(d.get("is_main_result")), extra=d.get("extra") or None)
+
+
+@dataclass
+class Logs:
+    """What the code printed, message by message, as it came."""
+
+    stdout: list[str] = field(default_factory=list)
+    stderr: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ExecutionError:
+    """An exception the code raised: its class name, its message and the kernel's traceback."""
+
+    name: str
+    value: str
+    traceback: str
+
+
+@dataclass
+class Execution:
+    """What a `run_code` did: its results, its output, the error it raised (None if none) and the
+    kernel's execution count."""
+
+    results: list[Result] = field(default_factory=list)
+    logs: Logs = field(default_factory=Logs)
+    error: ExecutionError | None = None
+    execution_count: int | None = None
+
+    @property
+    def text(self) -> str | None:
+        """The text of the cell's value (its main result), if it had one."""
+        return next((r.text for r in self.results if r.is_main_result), None)
+
+
+@dataclass
+class CodeContext:
+    """A code-interpreter context: its own kernel (own variables), started in `cwd`."""
+
+    id: str
+    language: str
+    cwd: str
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CodeContext:
+        return cls(id=d["id"], language=d["language"], cwd=d["cwd"])

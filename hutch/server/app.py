@@ -17,19 +17,19 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hutch import e2b
+from hutch import console, e2b
 from hutch.errors import ApiError
 from hutch.server import errors
 from hutch.server.config import ServerConfig
 from hutch.server.middleware import MAX_JSON_BODY, BodyLimit
-from hutch.server.routes import commands, files, previews, sandboxes, secrets, system, templates
+from hutch.server.routes import code, commands, files, previews, sandboxes, secrets, system, templates
 from hutch.server.state import State
 
 log = logging.getLogger("hutch.server")
 
 # In this order: FastAPI matches routes in the order they were added.
 ROUTERS = (sandboxes.router, secrets.router, previews.router, system.router, templates.router, commands.router,
-           files.router)
+           files.router, code.router)
 
 
 def _dump_tasks() -> None:
@@ -88,6 +88,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
     e2b.mount(app, lambda: app.state.hutch, envd)  # E2B's API, at /e2b (control plane) and /e2b/envd
+    console.mount(app, lambda: app.state.hutch)  # the web console, at /console
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -16,9 +16,9 @@ from hutch.store import SandboxRecord
 
 
 async def write_file(st: State, rec: SandboxRecord, who: str, path: str, body: AsyncIterator[bytes],
-                     user: str | None) -> dict[str, Any]:
+                     user: str | None, metadata: dict[str, str] | None = None) -> dict[str, Any]:
     async with st.audit.record(rec, who, "file_write", path + audit.acting(user)):
-        return await st.data.write_file(rec, path, body, user)
+        return await st.data.write_file(rec, path, body, user, metadata)
 
 
 async def read_file(st: State, rec: SandboxRecord, who: str, path: str,

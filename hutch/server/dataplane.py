@@ -29,7 +29,7 @@ from hutch.node.api import (
     ProcessDesc,
     Stream,
 )
-from hutch.server.models import CommandResult, FsEntry, FsEvent, ProcessInfo, RunCommand, SpawnCommand, timestamp
+from hutch.server.models import CommandResult, FsEntry, FsEvent, LinkEnd, ProcessInfo, RunCommand, SpawnCommand, timestamp
 from hutch.server.sandboxes import Sandboxes
 from hutch.store import SandboxRecord
 
@@ -61,7 +61,8 @@ def _process_info(d: ProcessDesc) -> ProcessInfo:
 def _entry(e: Entry) -> FsEntry:
     return FsEntry(name=e["name"], path=e["path"], type=e["type"], size=e["size"], mode=e["mode"],
                    permissions=e["permissions"], owner=e["owner"], group=e["group"],
-                   modified_time=timestamp(e["mtime"]), symlink_target=e.get("target"))
+                   modified_time=timestamp(e["mtime"]), symlink_target=e.get("target"),
+                   link=LinkEnd(**link) if (link := e.get("link")) else None, metadata=e.get("metadata"))
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,11 @@ class FsWatch:
 async def _fs_events(stream: Stream[FsChange | None]) -> AsyncGenerator[FsEvent | None, None]:
     try:
         async for change in stream:
-            yield None if change is None else FsEvent(name=change["name"], type=change["type"])
+            if change is None:
+                yield None
+                continue
+            entry = change.get("entry")
+            yield FsEvent(name=change["name"], type=change["type"], entry=_entry(entry) if entry else None)
     except (AgentUnreachable, AgentProtocolError):
         pass  # the box went, or was paused, or the watch was closed: it ends
     finally:
@@ -249,7 +254,8 @@ class DataPlane:
     # --- files ----------------------------------------------------------------------------------
 
     async def write_file(self, rec: SandboxRecord, path: str, body: AsyncIterator[bytes],
-                         user: str | None) -> dict[str, Any]:
+                         user: str | None, metadata: dict[str, str] | None = None) -> dict[str, Any]:
+        """Write a file (replaced whole once all is written), with E2B's metadata if given."""
         check_path(path)
         limit = self.max_file_bytes
 
@@ -262,7 +268,7 @@ class DataPlane:
                 yield chunk
 
         root = _as_root(user)
-        size = await self._call(rec, lambda agent: agent.write_file(path, capped(), root))
+        size = await self._call(rec, lambda agent: agent.write_file(path, capped(), root, metadata))
         return {"path": path, "size": size}
 
     async def read_file(self, rec: SandboxRecord, path: str,
@@ -319,10 +325,11 @@ class DataPlane:
         root = _as_root(user)
         await self._call(rec, lambda agent: agent.remove(path, root))
 
-    async def watch(self, rec: SandboxRecord, path: str, recursive: bool = False) -> FsWatch:
+    async def watch(self, rec: SandboxRecord, path: str, recursive: bool = False, entries: bool = False) -> FsWatch:
         """Watch a directory (as root, through root's links only). Opened before returning: a
-        missing directory is an ApiError here."""
+        missing directory is an ApiError here. With `entries`, a create, write or chmod carries
+        the entry (stat as root, in the box, when the event is read)."""
         check_path(path)
-        stream = await self._call(rec, lambda agent: agent.watch(path, recursive))
+        stream = await self._call(rec, lambda agent: agent.watch(path, recursive, entries))
         ticks = _fs_events(stream)
         return FsWatch(stream, ticks, _without_ticks(ticks))

@@ -278,6 +278,30 @@ class SpawnCommand(Strict):
     pty: PtySize | None = None
 
 
+class RunCode(Strict):
+    """Code for the box's code interpreter (a box of hutch/code-interpreter): a context's kernel
+    runs it, the default context of `language` (Python) unless `context_id` names one."""
+
+    code: Annotated[str, StringConstraints(max_length=2**20)]
+    language: Annotated[str, StringConstraints(max_length=64)] | None = None
+    context_id: Annotated[str, StringConstraints(max_length=64)] | None = None
+    env: EnvVars | None = None  # for this run only
+    timeout_seconds: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_SECONDS)] | None = None
+
+
+class CreateCodeContext(Strict):
+    language: Annotated[str, StringConstraints(max_length=64)] | None = None
+    cwd: BoxPath | None = None
+
+
+class CodeContext(BaseModel):
+    """A code-interpreter context: its own kernel, so its own variables."""
+
+    id: str
+    language: str
+    cwd: str
+
+
 class ProcessInfo(BaseModel):
     pid: int
     command: str
@@ -332,7 +356,7 @@ class AuditEntry(BaseModel):
     at: datetime
     actor: str  # the client's address, and its X-Hutch-Actor header (else its User-Agent)
     op: Literal["exec", "exit", "spawn", "signal", "file_write", "file_read", "dir_download", "file_remove",
-                "file_move", "dir_make"]
+                "file_move", "dir_make", "run_code"]
     detail: str  # the command, or the path
     exit_code: int | None  # a command's, once it ended
     outcome: str  # "ok", or the error code the call ended with
@@ -365,6 +389,14 @@ def timestamp(seconds: float) -> datetime:
 
 # --- files: entries and events --------------------------------------------------------------------
 
+class LinkEnd(BaseModel):
+    """Where a link leads, every link on the way resolved, and what is there."""
+
+    path: str
+    type: Literal["file", "dir", "symlink", "other"]
+    mode: int
+
+
 class FsEntry(BaseModel):
     """A file, directory or link in the box, as lstat sees it (a link is described, not followed)."""
 
@@ -377,7 +409,9 @@ class FsEntry(BaseModel):
     owner: str  # the box's name for the uid, else the number
     group: str
     modified_time: datetime
-    symlink_target: str | None = None
+    symlink_target: str | None = None  # the link's text, as readlink has it
+    link: LinkEnd | None = None  # for a link: where it leads (None: nowhere, or not a link)
+    metadata: dict[str, str] | None = None  # E2B's file metadata (user.e2b.* xattrs), if any
 
 
 class FsEntries(BaseModel):
@@ -387,6 +421,7 @@ class FsEntries(BaseModel):
 class FsEvent(BaseModel):
     name: str  # relative to the watched directory
     type: Literal["create", "write", "remove", "rename", "chmod"]
+    entry: FsEntry | None = None  # asked for: what a create, write or chmod left (if it is still there)
 
 
 class MakeDir(Strict):

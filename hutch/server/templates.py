@@ -34,9 +34,10 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from hutch.egress.proxy import Policy
+from hutch.egress.policy import Policy
 from hutch.egress.rules import NetworkRules
 from hutch.errors import ApiError, BuildFailure, Code
+from hutch.guest import protocol
 from hutch.node import base_image, mounts
 from hutch.node.api import NodeRuntime
 from hutch.server.config import ServerConfig
@@ -51,6 +52,11 @@ log = logging.getLogger("hutch.server")
 
 BASE_TEMPLATE = "hutch/base"
 BASE_TEMPLATE_ID = str(uuid.uuid5(uuid.NAMESPACE_URL, "hutch/base"))
+# The code interpreter (base_image.CODE_INTERPRETER), under E2B's name and hutch's: its start command
+# is hutch/guest/interpreter.py (mounted with the agent), ready once its /health answers.
+CODE_INTERPRETER_TEMPLATES = ("code-interpreter-v1", "hutch/code-interpreter")
+CODE_INTERPRETER_START = f"exec /usr/bin/python3 {protocol.AGENT_DIR}/interpreter.py"
+CODE_INTERPRETER_READY = "curl -sf --max-time 5 -o /dev/null http://127.0.0.1:49999/health"
 BUILD_BOX_PREFIX = "build-"  # the host directory names of build boxes (their egress policy)
 DEFAULT_DISK_MIB = 4096
 BUILD_TIMEOUT = 4 * 3600.0  # a whole build
@@ -92,11 +98,22 @@ class Templates:
     # --- the base -------------------------------------------------------------------------------
 
     def register_base(self, rootfs: Path) -> None:
-        spec = CreateTemplate.model_validate({"name": "base", "vcpu": self.config.vcpu,
-                                              "memory_mib": self.config.memory_mib}).model_dump(by_alias=True)
-        spec.update(name=BASE_TEMPLATE, **{"from": None})
-        self.store.put_system_template(TemplateRecord(id=BASE_TEMPLATE_ID, team_id=None, name=BASE_TEMPLATE,
-                                                      spec=spec, rootfs=str(rootfs), build_id=None))
+        """The system templates: the base, and the code interpreter once `hutch build-base` has
+        built its root on this host (in a fleet, every node's cache has the same paths)."""
+        self._register_system(BASE_TEMPLATE, rootfs, {})
+        if base_image.is_built(self.config.cache_dir, base_image.CODE_INTERPRETER):
+            interpreter = base_image.base_root_path(self.config.cache_dir, base_image.CODE_INTERPRETER)
+            for name in CODE_INTERPRETER_TEMPLATES:
+                self._register_system(name, interpreter, {"start_cmd": CODE_INTERPRETER_START,
+                                                          "ready_cmd": CODE_INTERPRETER_READY,
+                                                          "ready_timeout_seconds": 120})
+
+    def _register_system(self, name: str, rootfs: Path, extra: dict[str, Any]) -> None:
+        spec = CreateTemplate.model_validate({"name": "base", "vcpu": self.config.vcpu, "memory_mib": self.config.memory_mib,
+                                              **extra}).model_dump(by_alias=True)
+        spec.update(name=name, **{"from": None})
+        self.store.put_system_template(TemplateRecord(id=str(uuid.uuid5(uuid.NAMESPACE_URL, name)), team_id=None,
+                                                      name=name, spec=spec, rootfs=str(rootfs), build_id=None))
 
     # --- views ----------------------------------------------------------------------------------
 
@@ -406,7 +423,9 @@ class Templates:
             if found is None or found.rootfs is None:
                 raise BuildFailed(BuildFailure.IMAGE_NOT_FOUND, f"template {source!r} does not exist or has no finished build")
             self._building_from[build.id] = found.id
-            key = f"template:{found.build_id or base_image.recipe_key()}"
+            # a system template's layers are keyed by its recipe (its root's directory names it)
+            system_key = base_image.recipe_key() if found.id == BASE_TEMPLATE_ID else Path(found.rootfs).parent.name
+            key = f"template:{found.build_id or system_key}"
             parent = Parent(Path(found.rootfs), key, dict(found.env), found.workdir, found.user)
         parent.key = f"team:{rec.team_id}:{parent.key}"
         return parent

@@ -2,6 +2,90 @@
 // Regenerate against a running server: npm run generate -- http://127.0.0.1:7423
 
 export interface paths {
+    "/data/v1/sandboxes/{sandbox_id}/code/contexts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Code Contexts
+         * @description Every context, the default ones among them once they have run code.
+         */
+        get: operations["list_code_contexts_data_v1_sandboxes__sandbox_id__code_contexts_get"];
+        put?: never;
+        /**
+         * Create Code Context
+         * @description A new context: its own kernel, started in `cwd` (default /home/user).
+         */
+        post: operations["create_code_context_data_v1_sandboxes__sandbox_id__code_contexts_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/data/v1/sandboxes/{sandbox_id}/code/contexts/{context_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Remove Code Context
+         * @description Stop the context's kernel.
+         */
+        delete: operations["remove_code_context_data_v1_sandboxes__sandbox_id__code_contexts__context_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/data/v1/sandboxes/{sandbox_id}/code/contexts/{context_id}/restart": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Restart Code Context
+         * @description A fresh kernel for the context (its variables go; a running cell is interrupted first).
+         */
+        post: operations["restart_code_context_data_v1_sandboxes__sandbox_id__code_contexts__context_id__restart_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/data/v1/sandboxes/{sandbox_id}/code/execute": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Run Code
+         * @description Run code in a context's kernel; the answer streams as NDJSON lines (see the module's doc).
+         */
+        post: operations["run_code_data_v1_sandboxes__sandbox_id__code_execute_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/data/v1/sandboxes/{sandbox_id}/commands": {
         parameters: {
             query?: never;
@@ -798,7 +882,7 @@ export interface components {
              * Op
              * @enum {string}
              */
-            op: "exec" | "exit" | "spawn" | "signal" | "file_write" | "file_read" | "dir_download" | "file_remove" | "file_move" | "dir_make";
+            op: "exec" | "exit" | "spawn" | "signal" | "file_write" | "file_read" | "dir_download" | "file_remove" | "file_move" | "dir_make" | "run_code";
             /** Outcome */
             outcome: string;
         };
@@ -855,6 +939,18 @@ export interface components {
          * @enum {string}
          */
         BuildStatus: "queued" | "running" | "ready" | "failed" | "cancelled";
+        /**
+         * CodeContext
+         * @description A code-interpreter context: its own kernel, so its own variables.
+         */
+        CodeContext: {
+            /** Cwd */
+            cwd: string;
+            /** Id */
+            id: string;
+            /** Language */
+            language: string;
+        };
         /** CommandResult */
         CommandResult: {
             /** Exit Code */
@@ -865,6 +961,13 @@ export interface components {
             stdout: string;
             /** Timed Out */
             timed_out: boolean;
+        };
+        /** CreateCodeContext */
+        CreateCodeContext: {
+            /** Cwd */
+            cwd?: string | null;
+            /** Language */
+            language?: string | null;
         };
         /** CreateSandbox */
         CreateSandbox: {
@@ -990,6 +1093,11 @@ export interface components {
         FsEntry: {
             /** Group */
             group: string;
+            link?: components["schemas"]["LinkEnd"] | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: string;
+            } | null;
             /** Mode */
             mode: number;
             /**
@@ -1009,6 +1117,21 @@ export interface components {
             size: number;
             /** Symlink Target */
             symlink_target?: string | null;
+            /**
+             * Type
+             * @enum {string}
+             */
+            type: "file" | "dir" | "symlink" | "other";
+        };
+        /**
+         * LinkEnd
+         * @description Where a link leads, every link on the way resolved, and what is there.
+         */
+        LinkEnd: {
+            /** Mode */
+            mode: number;
+            /** Path */
+            path: string;
             /**
              * Type
              * @enum {string}
@@ -1195,6 +1318,25 @@ export interface components {
         RotateSecret: {
             /** Value */
             value: string;
+        };
+        /**
+         * RunCode
+         * @description Code for the box's code interpreter (a box of hutch/code-interpreter): a context's kernel
+         *     runs it, the default context of `language` (Python) unless `context_id` names one.
+         */
+        RunCode: {
+            /** Code */
+            code: string;
+            /** Context Id */
+            context_id?: string | null;
+            /** Env */
+            env?: {
+                [key: string]: string;
+            } | null;
+            /** Language */
+            language?: string | null;
+            /** Timeout Seconds */
+            timeout_seconds?: number | null;
         };
         /** RunCommand */
         RunCommand: {
@@ -1556,6 +1698,538 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    list_code_contexts_data_v1_sandboxes__sandbox_id__code_contexts_get: {
+        parameters: {
+            query?: never;
+            header?: {
+                "x-access-token"?: string | null;
+            };
+            path: {
+                sandbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodeContext"][];
+                };
+            };
+            /** @description invalid input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no or a wrong API key or access token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no such thing (or not yours) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's state does not allow it */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a quota is reached */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's agent answered wrongly */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox or node cannot do it now */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the server's disk is full */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    create_code_context_data_v1_sandboxes__sandbox_id__code_contexts_post: {
+        parameters: {
+            query?: never;
+            header?: {
+                "x-access-token"?: string | null;
+            };
+            path: {
+                sandbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateCodeContext"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodeContext"];
+                };
+            };
+            /** @description invalid input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no or a wrong API key or access token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no such thing (or not yours) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's state does not allow it */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a quota is reached */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's agent answered wrongly */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox or node cannot do it now */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the server's disk is full */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    remove_code_context_data_v1_sandboxes__sandbox_id__code_contexts__context_id__delete: {
+        parameters: {
+            query?: never;
+            header?: {
+                "x-access-token"?: string | null;
+            };
+            path: {
+                context_id: string;
+                sandbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description invalid input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no or a wrong API key or access token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no such thing (or not yours) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's state does not allow it */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a quota is reached */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's agent answered wrongly */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox or node cannot do it now */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the server's disk is full */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    restart_code_context_data_v1_sandboxes__sandbox_id__code_contexts__context_id__restart_post: {
+        parameters: {
+            query?: never;
+            header?: {
+                "x-access-token"?: string | null;
+            };
+            path: {
+                context_id: string;
+                sandbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description invalid input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no or a wrong API key or access token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no such thing (or not yours) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's state does not allow it */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a quota is reached */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's agent answered wrongly */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox or node cannot do it now */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the server's disk is full */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    run_code_data_v1_sandboxes__sandbox_id__code_execute_post: {
+        parameters: {
+            query?: never;
+            header?: {
+                "x-access-token"?: string | null;
+            };
+            path: {
+                sandbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RunCode"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "application/x-ndjson": unknown;
+                };
+            };
+            /** @description invalid input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no or a wrong API key or access token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no such thing (or not yours) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's state does not allow it */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a quota is reached */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's agent answered wrongly */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox or node cannot do it now */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the server's disk is full */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     list_processes_data_v1_sandboxes__sandbox_id__commands_get: {
         parameters: {
             query?: never;

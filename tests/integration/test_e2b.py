@@ -23,7 +23,7 @@ import pytest
 
 from hutch import RunStep, Sandbox, Template
 from tests.integration.internet import Internet
-from tests.integration.support import Env, needs_installed
+from tests.integration.support import Env, needs_installed, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = Path(__file__).resolve().parent / "e2b_clients" / "client.py"
@@ -61,15 +61,27 @@ def test_commands_and_the_control_plane(env: Env, line: str, mode: str) -> None:
     assert out["background_wait"] == "late\n" and out["stdin"] == "got hello\n"
     assert out["listed"] is True and out["kill"] is True and out["kill_again"] is False
     assert out["killed_wait"] == "CommandExitException"  # killed: exit -1, "signal: killed"
-    # Connect-Timeout-Ms: the client gives up, or the server kills the process first
-    assert out["deadline"] in ("TimeoutException", "CommandExitException")
+    # Connect-Timeout-Ms: the client gives up, or the server kills the process and ends the stream
+    # with deadline_exceeded, as envd: either way E2B's TimeoutException
+    assert out["deadline"] == "TimeoutException"
     assert out["deadline_killed"] is True  # and the server killed it (sleep 30 would still run)
     assert out["info"]["state"] == "running" and out["info"]["metadata"]["suite"] == "e2b"
     assert out["listed_ids"] == [out["id"]] and out["list_other"] == 0
-    assert out["running"] is True and out["metrics"] == 1
+    assert out["running"] is True and out["metrics"] == "list"
     assert out["killed"] is True and out["killed_twice"] is False
     assert out["connect_gone"] == "SandboxNotFoundException"
     assert Sandbox.list(metadata={"mode": f"{line}-{mode}"}) == []  # killed for hutch too
+
+
+@pytest.mark.parametrize("line", LINES)
+def test_metrics_are_sampled_from_the_boxs_cgroup(env: Env, line: str) -> None:
+    out = run_client(env, line, "metrics", "sync")
+    assert out["busy_seen"] is True, "a sample shows the busy CPU and the held memory"
+    rec = env.server.store().get_sandbox(out["id"], include_deleted=True)  # killed by then
+    assert rec is not None
+    assert out["sample"]["cpu_count"] == rec.vcpu and out["sample"]["mem_total"] == rec.memory_mib << 20
+    assert 0 <= out["sample"]["age"] < 60
+    assert out["before_it_ran"] == 0 and out["after_now"] == 0
 
 
 @pytest.mark.parametrize(("line", "mode"), BOTH)
@@ -87,6 +99,39 @@ def test_files(env: Env, line: str, mode: str) -> None:
 
 
 @pytest.mark.parametrize(("line", "mode"), BOTH)
+def test_envd_parity(env: Env, line: str, mode: str) -> None:
+    """What E2B's own SDK tests check of envd: file metadata, watch events of the real file with
+    their entries, remove of a missing path, get_info through a link, and the errors of a command's
+    timeout and of a box killed while a command runs."""
+    out = run_client(env, line, "parity", mode)
+    meta = {"author": "mish", "purpose": "upload"}
+    entry = ["w.txt", "/home/user/wd/w.txt", "file", 5]
+    assert out["meta_write"] == [meta] * len(out["meta_write"])
+    # a write is the file's own: an overwrite is chmod then write, a new file create, chmod, write
+    assert out["watch"] == [["w.txt", "chmod"], ["w.txt", "write"],
+                            ["new.txt", "create"], ["new.txt", "chmod"], ["new.txt", "write"]]
+    assert out["watch_entry"] == [entry, ["new.txt", "/home/user/wd/new.txt", "file", 5]]
+    assert out["remove_missing"] == "none"
+    assert out["link"] == ["file", "/home/user/t.txt" if mode == "async" else "/home/user/ln/t.txt", 0o644]
+    timeout, killed = out["timeout"], out["killed"]
+    assert timeout[0] == "TimeoutException" and "exceeding 'timeout'" in timeout[1]
+    assert killed[0] == ("SandboxNotRunningException" if line == "2.63.0" else "TimeoutException")  # its subclass
+    assert "sandbox was killed or reached its end of life" in killed[1]
+    if mode == "async":
+        return
+    assert out["meta_none"] == [None, None] and out["meta_xattr"] == {"author": "mish"}
+    assert out["meta_many"] == [[{"source": "suite"}] * 2] * 2 and out["meta_list"] == [{"tag": "listed"}]
+    assert out["meta_rename"] == {"stage": "renamed"} and out["meta_overwrite"] == [None, None]
+    assert out["meta_bad"] == ["InvalidArgumentException"] * 5 and out["meta_bad_made"] is False
+    assert out["watch_recursive"] == [["nested/x.txt", "create", None], ["nested/x.txt", "chmod", None],
+                                      ["nested/x.txt", "write", None]]
+    assert out["dangling"] == [None, "/home/user/ln/dangling"]
+    # a link is listed as what it leads to; one leading nowhere has no type, and the SDK skips it
+    assert out["link_listed"] == [["link.txt", "file", "/home/user/ln/t.txt"], ["t.txt", "file", None]]
+    assert out["timeout_iterating"][0] == "TimeoutException"
+
+
+@pytest.mark.parametrize(("line", "mode"), BOTH)
 def test_pause_then_connect_keeps_files_and_processes(env: Env, line: str, mode: str) -> None:
     out = run_client(env, line, "pause", mode)
     assert out["paused"] is True and out["state"] == "paused"
@@ -94,6 +139,21 @@ def test_pause_then_connect_keeps_files_and_processes(env: Env, line: str, mode:
     assert out["state_after"] == "running" and out["kept"] == "kept\n"
     assert out["counting"] is True and out["process_kept"] is True
     assert out["same_handle"] == ["one\n", "two\n"]  # the token survives resumes (E2B keeps it)
+
+
+def test_get_host_names_the_ports_preview_url(env: Env) -> None:
+    out = run_client(env, "2.63.0", "host", "sync")
+    try:
+        box = Sandbox.connect(out["id"])
+        assert out["host"] == f"8001-{out['id']}.localhost:{env.server.preview_port}"
+        assert f"http://{out['host']}" == box.publish_preview_port(8001).url  # hutch publishes it
+
+        def answers() -> bool:  # the machine's resolver does not know *.localhost: the Host header
+            r = httpx.get(f"http://127.0.0.1:{env.server.preview_port}/", headers={"Host": out["host"]}, timeout=10)
+            return r.status_code == 200
+        wait_for(answers, 30)
+    finally:
+        e2b_kill(env, out["id"])
 
 
 def test_one_box_two_clients_and_the_audit_log(env: Env) -> None:

@@ -43,6 +43,18 @@ def test_get_info_describes_files_dirs_and_links(box: Any) -> None:
     assert nf.value.code == "file_not_found" and nf.value.status_code == 404
 
 
+def test_get_info_and_list_show_e2b_metadata(box: Any) -> None:
+    """E2B's file metadata is the file's user.e2b.* xattrs, however they were set."""
+    box.files.write("/home/user/meta.txt", "x")
+    assert box.files.get_info("/home/user/meta.txt").metadata is None
+    sh(box, "python3 -c \"import os; os.setxattr('/home/user/meta.txt', 'user.e2b.author', b'mish'); "
+            "os.setxattr('/home/user/meta.txt', 'user.other', b'not e2b')\"", user="user")
+    assert box.files.get_info("/home/user/meta.txt").metadata == {"author": "mish"}
+    assert [e.metadata for e in box.files.list("/home/user") if e.name == "meta.txt"] == [{"author": "mish"}]
+    box.files.write("/home/user/meta.txt", "y")  # a write replaces the file: its metadata goes with it
+    assert box.files.get_info("/home/user/meta.txt").metadata is None
+
+
 def test_list_is_sorted_goes_depth_levels_down_and_never_follows_links(box: Any) -> None:
     sh(box, "mkdir -p /home/user/t/b/c/d && touch /home/user/t/z.txt /home/user/t/a.txt /home/user/t/b/c/f "
             "&& ln -s /etc /home/user/t/etc", user="user")
@@ -232,6 +244,20 @@ def test_watch_dir_sees_create_write_remove_rename_and_chmod(box: Any) -> None:
     box.files.remove("/home/user/w")  # the watched directory goes: the watch ends
     assert done.wait(20), "the watch did not end with its directory"
     assert not any(e.name.startswith("sub/") for e in events)
+
+
+def test_a_write_is_watched_as_the_files_own(box: Any) -> None:
+    """files.write lands whole (a temp file renamed over the target), and a watch sees what E2B's
+    envd shows: create (if new), chmod, write of the file itself, nothing of the temp file."""
+    box.files.make_dir("/home/user/ww")
+    box.files.write("/home/user/ww/old.txt", "before")
+    events, _done = _watch(box, "/home/user/ww")
+    box.files.write("/home/user/ww/old.txt", "after")
+    box.files.write("/home/user/ww/new.txt", "fresh")
+    wait_for(_seen(events, "new.txt", "write"), what=f"write new.txt in {events}")
+    assert [(e.name, e.type) for e in events] == [("old.txt", "chmod"), ("old.txt", "write"), ("new.txt", "create"),
+                                                  ("new.txt", "chmod"), ("new.txt", "write")]
+    assert box.files.read("/home/user/ww/old.txt") == b"after"
 
 
 def test_watch_dir_recursive_follows_new_subdirectories(box: Any) -> None:

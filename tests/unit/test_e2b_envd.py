@@ -14,8 +14,10 @@ from starlette.requests import Request
 
 from hutch.e2b import process
 from hutch.e2b.common import box_path
-from hutch.e2b.files import _capped, _gunzip
-from hutch.errors import ApiError
+from hutch.e2b.files import _capped, _gunzip, _metadata
+from hutch.e2b.filesystem import entry
+from hutch.errors import ApiError, Code
+from hutch.server.models import FsEntry, LinkEnd
 
 
 def test_a_multipart_body_is_capped_while_it_streams() -> None:
@@ -83,3 +85,36 @@ def test_box_paths() -> None:
     assert box_path("//etc/passwd", None) == "/etc/passwd" and box_path("a/../b", "root") == "/root/b"
     assert box_path("", None) == "/home/user"
 
+
+
+def _fs_entry(**kw: Any) -> FsEntry:
+    base = {"name": "link.txt", "path": "/home/user/link.txt", "type": "symlink", "size": 5, "mode": 0o777,
+            "permissions": "lrwxrwxrwx", "owner": "user", "group": "user", "modified_time": "2026-01-01T00:00:00Z",
+            "symlink_target": "t.txt"}
+    return FsEntry.model_validate({**base, **kw})
+
+
+def test_a_link_is_described_as_envd_does_by_what_it_leads_to() -> None:
+    followed = entry(_fs_entry(link=LinkEnd(path="/home/user/t.txt", type="file", mode=0o644)))
+    assert (followed["type"], followed["mode"], followed["symlinkTarget"]) == ("FILE_TYPE_FILE", 0o644, "/home/user/t.txt")
+    assert "isSymlink" not in followed  # the SDK would call it SYMLINK again; envd does not send it
+    dangling = entry(_fs_entry())
+    assert (dangling["type"], dangling["mode"], dangling["symlinkTarget"]) == ("FILE_TYPE_UNSPECIFIED", 0, "/home/user/link.txt")
+    plain = entry(_fs_entry(type="file", mode=0o644, symlink_target=None, metadata={"a": "b"}))
+    assert (plain["type"], plain["mode"], plain["metadata"]) == ("FILE_TYPE_FILE", 0o644, {"a": "b"})
+    assert "symlinkTarget" not in plain and "metadata" not in entry(_fs_entry(type="file", symlink_target=None))
+
+
+def _upload(headers: list[tuple[bytes, bytes]]) -> Request:
+    return Request({"type": "http", "method": "POST", "path": "/files", "query_string": b"", "headers": headers})
+
+
+def test_upload_metadata_comes_from_x_metadata_headers_checked_as_envd_checks_it() -> None:
+    assert _metadata(_upload([(b"content-type", b"application/octet-stream")])) is None
+    got = _metadata(_upload([(b"x-metadata-author", b"mish"), (b"x-metadata-purpose", b"up load")]))
+    assert got == {"author": "mish", "purpose": "up load"}
+    for bad in ((b"x-metadata-k", "caf\u00e9".encode()), (b"x-metadata-k", b"a\tb"),
+                (b"x-metadata-" + b"k" * 250, b"v"), (b"x-metadata-k", b"v" * 5000)):
+        with pytest.raises(ApiError) as e:
+            _metadata(_upload([bad]))
+        assert e.value.code == Code.INVALID_REQUEST

@@ -160,6 +160,25 @@ def test_an_entry_is_checked_field_by_field() -> None:
         agent.check_entry([ENTRY])
 
 
+def test_an_entrys_link_end_and_metadata_are_checked() -> None:
+    link: dict[str, Any] = {"path": "/home/user/t.txt", "type": "file", "mode": 0o644}
+    checked = agent.check_entry({**ENTRY, "type": "symlink", "target": "t.txt", "link": link})
+    assert checked["link"] == {**link} and "metadata" not in checked
+    assert agent.check_entry({**ENTRY, "metadata": {"author": "mish"}})["metadata"] == {"author": "mish"}
+    for bad in ({"link": {**link, "type": "fifo"}}, {"link": {**link, "mode": -1}}, {"link": "t.txt"},
+                {"link": {"path": 1, "type": "file", "mode": 0}}, {"metadata": {"a": 1}}, {"metadata": ["a"]},
+                {"metadata": {"a": "x" * 5000}}, {"metadata": {str(i): "" for i in range(600)}}):
+        with pytest.raises(AgentProtocolError):
+            agent.check_entry({**ENTRY, **bad})
+
+
+def test_a_watch_event_may_carry_its_entry_checked() -> None:
+    line = json.dumps({"t": "fs", "name": "a", "type": "write", "entry": ENTRY}).encode()
+    assert agent.parse_change(line) == {"name": "a", "type": "write", "entry": agent.check_entry(ENTRY)}
+    with pytest.raises(AgentProtocolError):
+        agent.parse_change(json.dumps({"t": "fs", "name": "a", "type": "write", "entry": {**ENTRY, "size": -1}}).encode())
+
+
 def test_a_process_description_is_checked_field_by_field() -> None:
     assert agent.check_process(PROC) == PROC
     for bad in ({"pid": "7"}, {"user": "admin"}, {"pty": 1}, {"started_at": float("nan")}, {"exit_code": "0"},
@@ -352,6 +371,20 @@ def test_a_write_streams_its_body_to_the_agent() -> None:
     with pytest.raises(ApiError) as e:
         run(client(answer_json({"size": "4"})).write_file("/f", chunks_of(b"x"), root=False))
     assert e.value.code == Code.AGENT_ERROR
+
+
+def test_a_write_with_metadata_wants_the_agent_to_say_it_stored_it() -> None:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        async for _chunk in request.stream:  # type: ignore[union-attr]
+            pass
+        stored = len(json.loads(request.url.params["metadata"]))
+        return httpx.Response(200, content=chunks_of(json.dumps({"size": 1, "metadata": stored}).encode()))
+
+    assert run(client(handler).write_file("/f", chunks_of(b"x"), False, {"a": "b", "c": "d"})) == 1
+    with pytest.raises(ApiError) as e:  # an agent from before metadata answers without the count
+        run(client(answer_json({"size": 1})).write_file("/f", chunks_of(b"x"), False, {"a": "b"}))
+    assert e.value.code == Code.AGENT_ERROR
+    assert run(client(answer_json({"size": 1})).write_file("/f", chunks_of(b"x"), False)) == 1
 
 
 # --- the socket: pinned, never a link; tunnels ----------------------------------------------------

@@ -2,5 +2,6 @@
 
 One module per resource: `sandboxes` (lifecycle, logs, secret bindings, and the data plane's
 access), `previews`, `commands` (run, and spawned processes), `files` (files and the filesystem),
-`templates` (and their builds), `secrets` (and providers).
+`code` (the code interpreter's run_code and contexts), `templates` (and their builds), `secrets`
+(and providers).
 """

@@ -104,7 +104,7 @@ def commands_sync() -> None:
     out["list_other"] = len(Sandbox.list(query=SandboxQuery(metadata={"suite": "nope"})).next_items())
     sbx.set_timeout(200)
     out["running"] = sbx.is_running()
-    out["metrics"] = len(sbx.get_metrics())
+    out["metrics"] = type(sbx.get_metrics()).__name__
     out["killed"] = sbx.kill()
     out["killed_twice"] = Sandbox.kill(out["id"])
     out["connect_gone"] = caught(lambda: Sandbox.connect(out["id"]))
@@ -148,7 +148,7 @@ async def commands_async() -> None:
     out["list_other"] = len(await AsyncSandbox.list(query=SandboxQuery(metadata={"suite": "nope"})).next_items())
     await sbx.set_timeout(200)
     out["running"] = await sbx.is_running()
-    out["metrics"] = len(await sbx.get_metrics())
+    out["metrics"] = type(await sbx.get_metrics()).__name__
     out["killed"] = await sbx.kill()
     out["killed_twice"] = await AsyncSandbox.kill(out["id"])
     out["connect_gone"] = await acaught(AsyncSandbox.connect(out["id"]))
@@ -229,6 +229,136 @@ async def files_async() -> None:
     await w.stop()
     out["events"] = sorted({(e.name, e.type.value) for e in events})
     await sbx.kill()
+
+
+# --- envd parity: metadata, watch events, remove, links, a killed box, a command timeout ------------
+
+META = {"author": "mish", "purpose": "upload"}
+BAD_META = [{"bad key": "v"}, {"": "v"}, {"good": "bad\nvalue"}, {"good": "value\n"}, {"key\n": "v"}]
+
+
+def parity_sync() -> None:
+    from e2b.sandbox.filesystem.filesystem import WriteEntry
+
+    sbx = Sandbox.create(timeout=120)
+    out["id"] = sbx.sandbox_id
+    f = sbx.files
+    # metadata, as E2B's tests/sync/sandbox_sync/files/test_metadata.py checks it
+    out["meta_write"] = [f.write("m.txt", "x", metadata=META).metadata, f.get_info("m.txt").metadata,
+                         f.write("o.txt", "x", metadata=META, use_octet_stream=True).metadata,
+                         f.get_info("o.txt").metadata]
+    out["meta_none"] = [f.write("n.txt", "x").metadata, f.get_info("n.txt").metadata]
+    infos = f.write_files([WriteEntry(path="w1.txt", data="1"), WriteEntry(path="w2.txt", data="2")],
+                          metadata={"source": "suite"})
+    out["meta_many"] = [[i.metadata, f.get_info(i.path).metadata] for i in infos]
+    f.make_dir("md")
+    f.write("md/l.txt", "x", metadata={"Tag": "listed"})  # keys are lowercased, as envd does
+    out["meta_list"] = [e.metadata for e in f.list("md") if e.name == "l.txt"]
+    f.write("r1.txt", "x", metadata={"stage": "renamed"})
+    out["meta_rename"] = f.rename("r1.txt", "r2.txt").metadata
+    f.write("ow.txt", "first", metadata={"author": "mish"})
+    out["meta_overwrite"] = [f.write("ow.txt", "second").metadata, f.get_info("ow.txt").metadata]
+    sbx.commands.run("python3 -c \"import os; os.setxattr('/home/user/n.txt', 'user.e2b.author', b'mish')\"")
+    out["meta_xattr"] = f.get_info("n.txt").metadata
+    out["meta_bad"] = [caught(lambda m=m: f.write("bad.txt", "x", metadata=m)) for m in BAD_META]
+    out["meta_bad_made"] = f.exists("bad.txt")
+    # watch: a write is the file's own (test_watch.py), with its entry
+    f.make_dir("wd")
+    f.write("wd/w.txt", "before")
+    h = f.watch_dir("wd", include_entry=True)
+    f.write("wd/w.txt", "after")
+    f.write("wd/new.txt", "fresh")
+    seen: list[Any] = []
+    until(lambda: polled(h, seen, lambda: sum(e.name == "new.txt" for e in seen) >= 3))
+    h.stop()
+    out["watch"] = [[e.name, e.type.value] for e in seen]
+    out["watch_entry"] = [[e.entry.name, e.entry.path, e.entry.type.value, e.entry.size] if e.entry else None
+                          for e in seen if e.type.value == "write"]
+    f.make_dir("rd/nested")
+    h = f.watch_dir("rd", recursive=True, allow_network_mounts=True)
+    f.write("rd/nested/x.txt", "x")
+    got: list[Any] = []
+    until(lambda: polled(h, got, lambda: len(got) >= 3))
+    h.stop()
+    out["watch_recursive"] = [[e.name, e.type.value, e.entry] for e in got]
+    # remove of what is not there, get_info of a link
+    out["remove_missing"] = caught(lambda: f.remove("no_such_file.txt"))
+    f.make_dir("ln")
+    f.write("ln/t.txt", "Hello")
+    sbx.commands.run("ln -s t.txt link.txt && ln -s nowhere dangling", cwd="/home/user/ln")
+    link = f.get_info("ln/link.txt")
+    out["link"] = [link.type.value if link.type else None, link.symlink_target, link.mode]
+    dangling = f.get_info("ln/dangling")
+    out["dangling"] = [dangling.type.value if dangling.type else None, dangling.symlink_target]
+    out["link_listed"] = sorted((e.name, e.type.value if e.type else None, e.symlink_target) for e in f.list("ln"))
+    # a command's timeout, then the box killed while a command runs
+    out["timeout"] = exception(lambda: sbx.commands.run("sleep 10", timeout=2))
+    h2 = sbx.commands.run("sleep 10", timeout=2, background=True)
+    out["timeout_iterating"] = exception(lambda: [None for _ in h2])
+    running = sbx.commands.run("sleep 60", background=True)
+    sbx.kill()
+    out["killed"] = exception(running.wait)
+
+
+def polled(handle: Any, events: list[Any], enough: Callable[[], bool]) -> bool:
+    """The watch's new events added to `events`; whether there are enough now."""
+    events.extend(handle.get_new_events())
+    return enough()
+
+
+def host_sync() -> None:
+    """get_host(port), and a server on that port in the box (left running: the test calls it)."""
+    sbx = Sandbox.create(timeout=120)
+    out["id"] = sbx.sandbox_id
+    sbx.commands.run("cd /tmp && python3 -m http.server 8001", background=True, timeout=0)
+    out["host"] = sbx.get_host(8001)
+
+
+def exception(fn: Any) -> list[str]:
+    try:
+        fn()
+    except Exception as e:
+        return [type(e).__name__, str(e)]
+    return ["none", ""]
+
+
+async def aexception(coro: Any) -> list[str]:
+    try:
+        await coro
+    except Exception as e:
+        return [type(e).__name__, str(e)]
+    return ["none", ""]
+
+
+async def parity_async() -> None:
+    sbx = await AsyncSandbox.create(timeout=120)
+    out["id"] = sbx.sandbox_id
+    f = sbx.files
+    out["meta_write"] = [(await f.write("m.txt", "x", metadata=META)).metadata, (await f.get_info("m.txt")).metadata]
+    await f.make_dir("wd")
+    await f.write("wd/w.txt", "before")
+    seen: list[Any] = []
+    h = await f.watch_dir("wd", on_event=seen.append, include_entry=True)
+    await f.write("wd/w.txt", "after")
+    await f.write("wd/new.txt", "fresh")
+
+    async def three() -> bool:
+        return sum(bool(e.name == "new.txt") for e in seen) >= 3
+
+    await until_async(three)
+    await h.stop()
+    out["watch"] = [[e.name, e.type.value] for e in seen]
+    out["watch_entry"] = [[e.entry.name, e.entry.path, e.entry.type.value, e.entry.size] if e.entry else None
+                          for e in seen if e.type.value == "write"]
+    out["remove_missing"] = await acaught(f.remove("no_such_file.txt"))
+    await f.write("t.txt", "Hello")
+    await sbx.commands.run("ln -s t.txt link.txt")
+    link = await f.get_info("link.txt")
+    out["link"] = [link.type.value if link.type else None, link.symlink_target, link.mode]
+    out["timeout"] = await aexception(sbx.commands.run("sleep 10", timeout=2))
+    running = await sbx.commands.run("sleep 60", background=True)
+    await sbx.kill()
+    out["killed"] = await aexception(running.wait())
 
 
 # --- terminals, input streams, reattaching ---------------------------------------------------------
@@ -377,6 +507,25 @@ def lifecycle_sync() -> None:
     # the same handle: its next call resumes the box, and the calls after it still get in
     out["auto_resumed"] = [paused.commands.run(f"echo {i}").stdout for i in range(3)]
     paused.kill()
+
+
+def metrics_sync() -> None:
+    """A box that burns a CPU and holds 96 MiB: its samples show it (the node samples every 5 s)."""
+    import datetime
+    sbx = Sandbox.create(timeout=120)
+    out["id"] = sbx.sandbox_id
+    sbx.commands.run("timeout 40 sh -c 'while :; do :; done' >/dev/null 2>&1 &")
+    sbx.commands.run("python3 -c 'import time; x = bytearray(96 << 20); time.sleep(40)' >/dev/null 2>&1 &")
+    def busy() -> list[Any]:
+        return [m for m in sbx.get_metrics() if m.cpu_used_pct > 50 and m.mem_used > 96 << 20]
+
+    out["busy_seen"] = until(lambda: bool(busy()), 60)
+    sample = busy()[-1]
+    out["sample"] = {"cpu_count": sample.cpu_count, "mem_total": sample.mem_total, "disk_total": sample.disk_total,
+                     "disk_used": sample.disk_used, "age": time.time() - sample.timestamp.timestamp()}
+    out["before_it_ran"] = len(sbx.get_metrics(end=datetime.datetime.fromtimestamp(1_000_000, datetime.UTC)))
+    out["after_now"] = len(sbx.get_metrics(start=datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)))
+    sbx.kill()
 
 
 def bad_template_sync() -> None:

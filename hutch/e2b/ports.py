@@ -1,0 +1,87 @@
+"""A box's other ports on envd's URL: a request whose `E2b-Sandbox-Port` is not envd's goes to that
+port inside the box (the code interpreter's 49999, say), as E2B's proxy sends it.
+
+The token is envd's own check (`sandbox_of`), taken from `X-Access-Token` or, as the code
+interpreter's client sends it on its context calls, `E2B-Traffic-Access-Token` (hutch's traffic
+token is the box's access token). A wrong one is envd's 401. The request goes through
+hutch.server.boxport (the agent's tunnel, h11 framing, a bounded head, the answer streamed);
+hop-by-hop headers and cookies stay behind, and the answer is sandboxed (CSP), since it is served
+from hutch's own origin. An answer the box cuts short ends the client's response unfinished, so
+the client sees a broken stream, not a short one, and only once the store says whether the box is
+going (a kill): E2B's SDK then asks.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from hutch.e2b.common import StateGetter
+from hutch.e2b.envd import ENVD_PORT, SandboxGone, sandbox_of
+from hutch.server import boxport
+from hutch.store import SandboxStatus
+
+PORT_HEADER = b"e2b-sandbox-port"
+TRAFFIC_HEADER = "e2b-traffic-access-token"
+# what never goes on to the box: framing and hop-by-hop (h11 frames anew), hutch's and E2B's own
+DROPPED = frozenset({b"host", b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"te",
+                     b"trailer", b"upgrade", b"proxy-connection", b"proxy-authorization", b"x-access-token",
+                     b"e2b-traffic-access-token", b"e2b-sandbox-id", b"e2b-sandbox-port", b"authorization",
+                     b"x-api-key", b"cookie"})
+ANSWER_DROPPED = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"trailer",
+                            b"upgrade", b"set-cookie", b"content-security-policy", b"x-content-type-options"})
+# The box's answer comes from hutch's API origin: a page in it never runs as that origin's
+BOX_ANSWER = {"content-security-policy": "sandbox", "x-content-type-options": "nosniff"}
+
+
+def port_of(scope: Scope) -> int | None:
+    """The port a request names, when it is not envd's; None for envd's (or none named)."""
+    for name, value in scope.get("headers", ()):
+        if name == PORT_HEADER:
+            return None if value.decode("latin-1").strip() == ENVD_PORT else _port_number(value)
+    return None
+
+
+def _port_number(value: bytes) -> int:
+    text = value.decode("latin-1").strip()
+    return int(text) if text.isascii() and text.isdigit() and 0 < int(text) < 65536 else 0  # 0: never open
+
+
+class ByPort:
+    """envd's app, or the port forwarder for a request naming another port."""
+
+    def __init__(self, envd: ASGIApp, other: ASGIApp) -> None:
+        self.envd, self.other = envd, other
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and port_of(scope) is not None:
+            return await self.other(scope, receive, send)
+        await self.envd(scope, receive, send)
+
+
+async def forward(get_state: StateGetter, request: Request) -> Response:
+    port = port_of(request.scope) or 0
+    st, rec = sandbox_of(get_state, request, request.headers.get("x-access-token") or request.headers.get(TRAFFIC_HEADER))
+    if rec.status == SandboxStatus.FAILED:
+        raise SandboxGone(rec.id)
+    if not port:
+        raise SandboxGone(rec.id, boxport.NOT_OPEN)
+    body = await request.body()  # bounded by hutch's JSON limit (BodyLimit)
+    try:
+        answer = await boxport.exchange(st, rec, port, request.method, _target(request.scope),
+                                        [(k, v) for k, v in request.headers.raw if k.lower() not in DROPPED], body)
+    except boxport.PortUnavailable as e:
+        raise SandboxGone(rec.id, str(e)) from None
+    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in answer.headers if k not in ANSWER_DROPPED}
+    headers.update(BOX_ANSWER)
+    return StreamingResponse(answer.body, status_code=answer.status, headers=headers)
+
+
+def _target(scope: Scope) -> bytes:
+    """The path below envd's prefix as the client sent it (not decoded), with its query."""
+    raw: bytes = scope.get("raw_path") or scope["path"].encode("latin-1")
+    prefix = scope.get("root_path", "").encode("latin-1")
+    path = raw[len(prefix):] if raw.startswith(prefix) else raw
+    query: bytes = scope.get("query_string", b"")
+    return (path if path.startswith(b"/") else b"/" + path) + (b"?" + query if query else b"")

@@ -1,0 +1,509 @@
+"""The code interpreter's server inside a box: E2B's port-49999 protocol over Jupyter kernels.
+
+The code-interpreter template starts it as the box user with the template's own python3 (Debian's,
+which has jupyter_client and ipykernel); hutch's envd facade reaches it through the box's agent
+when a request carries `E2b-Sandbox-Port: 49999`, having checked the box's token. It listens on
+loopback only.
+
+    GET  /health                    200 "OK" once the default Python context runs
+    POST /execute                   {code, context_id?, language?, env_vars?}: NDJSON, as it comes
+    POST /contexts                  {language?, cwd?}: a new context (its own kernel)
+    GET  /contexts                  every context
+    DELETE /contexts/<id>           stop its kernel
+    POST /contexts/<id>/restart     a fresh kernel, same id, language and cwd
+
+An execution streams `number_of_executions`, `stdout`/`stderr` (text, timestamp), `result`
+(the kernel's MIME bundle under E2B's names, `is_main_result` for the cell's value) and `error`
+(name, value, traceback), with `keepalive` lines in quiet spells. A client that goes away (its
+timeout, say) interrupts the kernel. Output is bounded per message and per execution.
+
+The kernel protocol is jupyter_client's; this module only maps it to E2B's shapes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import queue
+import select
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+PORT = 49999
+HOST = "127.0.0.1"
+DEFAULT_CWD = "/home/user"
+LANGUAGES = {"python": "python3"}  # E2B's language name -> kernel name (Debian packages no other kernel)
+ALIASES = {"py": "python", "python3": "python"}
+MAX_BODY = 2 * 2**20  # hutch's facade holds requests to 1 MiB before they get here
+MAX_TEXT = 1 * 2**20  # one stdout/stderr message, a traceback, a result's text
+MAX_LINE = 16 * 2**20  # one NDJSON line (a result with its images)
+MAX_OUTPUT = 64 * 2**20  # one execution's whole stream
+MAX_CONTEXTS = 32
+KEEPALIVE = 10.0  # a line at least this often: a client that left is found by the write
+POLL = 0.25  # how often a waiting execution looks whether its client left
+START_TIMEOUT = 60.0  # a kernel's start or restart
+DRAIN_TIMEOUT = 10.0  # after an interrupt, the kernel's end of the cell
+ALIVE_EVERY = 1.0  # in a quiet cell, how often the kernel's process is looked at
+# As E2B's kernels: plain tracebacks (no terminal colours), whole sequences in a result's text, and
+# DataFrames also as `e2b/data` (interpreter_kernel.py, beside this file)
+KERNEL_STARTUP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "interpreter_kernel.py")
+KERNEL_ARGUMENTS = ["--InteractiveShell.colors=NoColor", "--PlainTextFormatter.max_seq_length=0",
+                    f"--IPKernelApp.exec_files={[KERNEL_STARTUP]}"]
+MIME_FIELDS = {"text/plain": "text", "text/html": "html", "text/markdown": "markdown", "image/svg+xml": "svg",
+               "image/png": "png", "image/jpeg": "jpeg", "application/pdf": "pdf", "text/latex": "latex",
+               "application/json": "json", "application/javascript": "javascript", "e2b/data": "data",
+               "e2b/chart": "chart"}
+
+Emit = Callable[[dict[str, Any]], bool]  # False: the client is gone
+Gone = Callable[[], bool]
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat()
+
+
+def _clip(text: str, limit: int = MAX_TEXT) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n[truncated: {len(text) - limit} more characters]"
+
+
+def result_of(data: dict[str, Any], main: bool) -> dict[str, Any]:
+    """A kernel's MIME bundle as E2B's result: its known types by name, the rest in `extra`; a
+    string's quotes taken off its text, as E2B's server does."""
+    out: dict[str, Any] = {"type": "result", "is_main_result": main}
+    extra: dict[str, Any] = {}
+    for mime, value in data.items():
+        name = MIME_FIELDS.get(mime)
+        if name is None:
+            extra[mime] = value
+        else:
+            out[name] = value
+    text = out.get("text")
+    if isinstance(text, str):
+        if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+            text = text[1:-1]
+        out["text"] = _clip(text)
+    if extra:
+        out["extra"] = extra
+    return out
+
+
+def _line(item: dict[str, Any]) -> bytes:
+    """One NDJSON line, held to MAX_LINE: the largest formats go first, then the text is cut."""
+    line = json.dumps(item).encode()
+    while len(line) > MAX_LINE:
+        sizes = {k: len(json.dumps(v)) for k, v in item.items() if k not in ("type", "is_main_result", "text")}
+        if not sizes:
+            item = {**item, "text": _clip(str(item.get("text", "")), MAX_LINE // 2)}
+            return json.dumps(item).encode() + b"\n"
+        item = {k: v for k, v in item.items() if k != max(sizes, key=lambda k: sizes[k])}
+        line = json.dumps(item).encode()
+    return line + b"\n"
+
+
+class Context:
+    """One kernel and what E2B knows of it. Its executions run one at a time (the lock)."""
+
+    def __init__(self, language: str, cwd: str) -> None:
+        self.id, self.language, self.cwd = str(uuid.uuid4()), language, cwd
+        self.lock = threading.Lock()
+        self.km: Any = None
+        self.kc: Any = None
+
+    def view(self) -> dict[str, str]:
+        return {"id": self.id, "language": self.language, "cwd": self.cwd}
+
+    def start(self) -> None:
+        from jupyter_client.manager import KernelManager  # type: ignore[import-not-found]
+
+        if not (os.path.isdir(self.cwd) and os.access(self.cwd, os.X_OK)):
+            raise ValueError(f"the working directory {self.cwd!r} does not exist or the box user cannot enter it")
+        with KERNELS:  # jupyter_client's sync calls run an event loop of their own: one at a time
+            self.km = KernelManager(kernel_name=LANGUAGES[self.language])
+            # debugpy's warning about frozen modules would open every kernel's log
+            self.km.start_kernel(cwd=self.cwd, env={**os.environ, "PYDEVD_DISABLE_FILE_VALIDATION": "1"},
+                                 extra_arguments=KERNEL_ARGUMENTS)
+            self.kc = self.km.client()
+            self.kc.start_channels()
+        try:
+            self.kc.wait_for_ready(timeout=START_TIMEOUT)
+        except BaseException:
+            self.stop()
+            raise
+
+    def restart(self) -> None:
+        with KERNELS:
+            self.km.restart_kernel(now=True)
+        self.kc.wait_for_ready(timeout=START_TIMEOUT)
+
+    def stop(self) -> None:
+        with KERNELS, contextlib.suppress(Exception):
+            if self.kc is not None:
+                self.kc.stop_channels()
+            if self.km is not None:
+                self.km.shutdown_kernel(now=True)
+
+    def alive(self) -> bool:
+        with KERNELS:
+            return bool(self.km.is_alive())
+
+    def interrupt(self) -> None:
+        with KERNELS, contextlib.suppress(Exception):
+            self.km.interrupt_kernel()
+
+    # --- executions -----------------------------------------------------------------------------
+
+    def execute(self, code: str, env: dict[str, str], emit: Emit, gone: Gone) -> None:
+        """Run a cell and emit what it makes. `env` holds for this cell only."""
+        while not self.lock.acquire(timeout=POLL):  # the one before it still runs
+            if gone():
+                return
+        try:
+            if env:
+                self._silent(f"import os as _o, sys as _s; _s._hutch_env = {{k: _o.environ.get(k) for k in {list(env)!r}}}; "
+                             f"_o.environ.update({env!r})")
+            try:
+                self._run(code, emit, gone)
+            finally:
+                if env:
+                    self._silent("import os as _o, sys as _s\nfor _k, _v in _s.__dict__.pop('_hutch_env', {}).items():\n"
+                                 "    _o.environ.pop(_k, None) if _v is None else _o.environ.__setitem__(_k, _v)\n"
+                                 "del _o, _s")
+        finally:
+            self.lock.release()
+
+    def _silent(self, code: str) -> None:
+        msg_id = self.kc.execute(code, silent=True, store_history=False)
+        with contextlib.suppress(KernelDied):
+            for _ in self._messages(msg_id, lambda: False, deadline=time.monotonic() + DRAIN_TIMEOUT):
+                pass
+
+    def _messages(self, msg_id: str, gone: Gone, deadline: float | None = None) -> Iterator[dict[str, Any] | None]:
+        """The kernel's IOPub messages for one request until it is idle again (None in quiet
+        spells). A client that leaves interrupts the cell; what follows is read and dropped."""
+        quiet = 0.0
+        interrupted = False
+        looked = time.monotonic()
+        while True:
+            if deadline is not None and time.monotonic() > deadline:
+                return
+            try:
+                msg = self.kc.get_iopub_msg(timeout=POLL)
+            except queue.Empty:
+                quiet += POLL
+                if time.monotonic() - looked > ALIVE_EVERY:
+                    looked = time.monotonic()
+                    if not self.alive():
+                        raise KernelDied from None
+                if not interrupted and gone():
+                    self.interrupt()
+                    interrupted, deadline = True, time.monotonic() + DRAIN_TIMEOUT
+                if quiet >= KEEPALIVE:
+                    quiet = 0.0
+                    yield None
+                continue
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            quiet = 0.0
+            if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
+                self._reply(msg_id)
+                return
+            if not interrupted:
+                yield msg
+
+    def _reply(self, msg_id: str) -> None:
+        """Read the cell's reply off the shell channel, so replies do not pile up there."""
+        with contextlib.suppress(queue.Empty):
+            while self.kc.get_shell_msg(timeout=1.0).get("parent_header", {}).get("msg_id") != msg_id:
+                pass
+
+    def _run(self, code: str, emit: Emit, gone: Gone) -> None:
+        msg_id = self.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
+        sent = 0
+        cut = False
+        left = False
+
+        def out(item: dict[str, Any], small: bool = False) -> None:
+            nonlocal sent, cut, left
+            if left:
+                return
+            line_size = len(_line(item))
+            if not small and sent + line_size > MAX_OUTPUT:
+                if not cut:
+                    cut = True
+                    left = not emit({"type": "stderr", "text": f"[output truncated: an execution streams at most "
+                                                               f"{MAX_OUTPUT} bytes]\n", "timestamp": _now()})
+                return
+            sent += line_size
+            left = not emit(item)
+
+        try:
+            self._stream(msg_id, out, lambda: left or gone())
+        except KernelDied:  # as Jupyter's server does: a fresh kernel, and the cell's error says so
+            out({"type": "error", "name": "ContextRestarting", "value": "Context was restarted",
+                 "traceback": "the kernel died (it exited, or ran out of memory) and was restarted"}, small=True)
+            self.restart()
+
+    def _stream(self, msg_id: str, out: Callable[..., None], gone: Gone) -> None:
+        errored = False
+        for msg in self._messages(msg_id, gone):
+            if msg is None:
+                out({"type": "keepalive"}, small=True)
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            stamp = msg.get("header", {}).get("date")
+            stamp = stamp.isoformat() if isinstance(stamp, datetime.datetime) else str(stamp or _now())
+            if kind == "execute_input":
+                out({"type": "number_of_executions", "execution_count": content.get("execution_count")}, small=True)
+            elif kind == "stream" and content.get("name") in ("stdout", "stderr"):
+                out({"type": content["name"], "text": _clip(content.get("text", "")), "timestamp": stamp})
+            elif kind in ("execute_result", "display_data"):
+                out(result_of(dict(content.get("data", {})), kind == "execute_result"))
+            elif kind == "error" and not errored:
+                errored = True
+                out({"type": "error", "name": _clip(str(content.get("ename", "")), 1024),
+                     "value": _clip(str(content.get("evalue", ""))),
+                     "traceback": _clip("\n".join(content.get("traceback", [])))}, small=True)
+
+
+KERNELS = threading.Lock()
+
+
+class KernelDied(Exception):
+    """The kernel process is gone (it exited, or the box's memory limit killed it)."""
+
+
+class Contexts:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.defaults_lock = threading.Lock()  # one default context per language, however many ask at once
+        self.all: dict[str, Context] = {}
+        self.default: dict[str, str] = {}  # language -> its default context's id
+
+    def views(self) -> list[dict[str, str]]:
+        with self.lock:
+            return [c.view() for c in self.all.values()]
+
+    def create(self, language: str, cwd: str) -> Context:
+        with self.lock:
+            if len(self.all) >= MAX_CONTEXTS:
+                raise OverflowError(f"a sandbox holds at most {MAX_CONTEXTS} contexts: remove one")
+        ctx = Context(language, cwd)
+        ctx.start()
+        with self.lock:
+            self.all[ctx.id] = ctx
+        return ctx
+
+    def default_for(self, language: str) -> Context:
+        with self.defaults_lock:
+            with self.lock:
+                ctx = self.all.get(self.default.get(language, ""))
+            if ctx is None:
+                ctx = self.create(language, DEFAULT_CWD)
+                with self.lock:
+                    self.default[language] = ctx.id
+            return ctx
+
+    def get(self, context_id: str) -> Context | None:
+        with self.lock:
+            return self.all.get(context_id)
+
+    def remove(self, context_id: str) -> bool:
+        with self.lock:
+            ctx = self.all.pop(context_id, None)
+            for lang in [k for k, v in self.default.items() if v == context_id]:
+                del self.default[lang]
+        if ctx is None:
+            return False
+        ctx.stop()
+        return True
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def language_of(name: object) -> str:
+    if name is None or name == "":
+        return "python"
+    if not isinstance(name, str):
+        raise BadRequest(400, "language must be a string")
+    lang = name.strip().lower()
+    lang = ALIASES.get(lang, lang)
+    if lang not in LANGUAGES:
+        raise BadRequest(400, f"language {name[:64]!r} is not available in this sandbox (it has: "
+                              f"{', '.join(LANGUAGES)})")
+    return lang
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "hutch-interpreter"
+    contexts: Contexts
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    # --- plumbing -------------------------------------------------------------------------------
+
+    def _body(self) -> dict[str, Any]:
+        length = self.headers.get("content-length") or "0"
+        if not length.isdigit() or int(length) > MAX_BODY:
+            raise BadRequest(413, f"request bodies are limited to {MAX_BODY} bytes")
+        raw = self.rfile.read(int(length)) if int(length) else b"{}"
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            raise BadRequest(400, "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise BadRequest(400, "the body must be a JSON object")
+        return body
+
+    def _send(self, status: int, body: object, text: bool = False) -> None:
+        data = (str(body) if text else json.dumps(body)).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; charset=utf-8" if text else "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def _handle(self, route: Callable[[], None]) -> None:
+        try:
+            route()
+        except BadRequest as e:
+            self._send(e.status, str(e), text=True)
+        except OverflowError as e:
+            self._send(429, str(e), text=True)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as e:  # a kernel that will not start, say: E2B's server answers 500 with the reason
+            self._send(500, f"{type(e).__name__}: {e}"[:2000], text=True)
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed its end: readable with nothing to read."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    # --- routes ---------------------------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path == "/health":
+            self._handle(lambda: self._send(200, "OK"))
+        elif path == "/contexts":
+            self._handle(lambda: self._send(200, self.contexts.views()))
+        else:
+            self._handle(lambda: self._send(404, f"{path[:200]} is not a route of the code interpreter", text=True))
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        parts = path.split("/")
+        if path == "/execute":
+            self._handle(self._execute)
+        elif path == "/contexts":
+            self._handle(self._create)
+        elif len(parts) == 4 and parts[1] == "contexts" and parts[3] == "restart":
+            self._handle(lambda: self._restart(parts[2]))
+        else:
+            self._handle(lambda: self._send(404, f"{path[:200]} is not a route of the code interpreter", text=True))
+
+    def do_DELETE(self) -> None:
+        parts = self.path.split("?", 1)[0].rstrip("/").split("/")
+        if len(parts) == 3 and parts[1] == "contexts":
+            self._handle(lambda: self._remove(parts[2]))
+        else:
+            self._handle(lambda: self._send(404, "not a route of the code interpreter", text=True))
+
+    def _create(self) -> None:
+        body = self._body()
+        cwd = body.get("cwd") or DEFAULT_CWD
+        if not isinstance(cwd, str):
+            raise BadRequest(400, "cwd must be a string")
+        try:
+            ctx = self.contexts.create(language_of(body.get("language")), cwd)
+        except ValueError as e:
+            raise BadRequest(400, str(e)) from None
+        self._send(200, ctx.view())
+
+    def _remove(self, context_id: str) -> None:
+        if not self.contexts.remove(context_id):
+            raise BadRequest(404, f"Context {context_id[:64]} not found")
+        self._send(200, None)
+
+    def _restart(self, context_id: str) -> None:
+        ctx = self.contexts.get(context_id)
+        if ctx is None:
+            raise BadRequest(404, f"Context {context_id[:64]} not found")
+        ctx.interrupt()  # a running cell ends first (its stream says KeyboardInterrupt)
+        with ctx.lock:
+            ctx.restart()
+        self._send(200, None)
+
+    def _execute(self) -> None:
+        body = self._body()
+        code, context_id, env = body.get("code"), body.get("context_id"), body.get("env_vars") or {}
+        if not isinstance(code, str):
+            raise BadRequest(400, "code must be a string")
+        if context_id and body.get("language"):
+            raise BadRequest(400, "Only one of context_id or language can be provided")
+        if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+            raise BadRequest(400, "env_vars must map names to strings")
+        if context_id:
+            found = self.contexts.get(str(context_id))
+            if found is None:
+                raise BadRequest(404, f"Context {str(context_id)[:64]} not found")
+            ctx = found
+        else:
+            ctx = self.contexts.default_for(language_of(body.get("language")))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+        def emit(item: dict[str, Any]) -> bool:
+            line = _line(item)
+            try:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+                return True
+            except OSError:
+                return False
+
+        try:
+            ctx.execute(code, env, emit, self._client_gone)
+        except Exception as e:  # the head is sent: the failure goes in the stream (a context removed meanwhile)
+            emit({"type": "error", "name": type(e).__name__, "value": str(e)[:2000], "traceback": ""})
+        if emit({"type": "end_of_execution"}):
+            with contextlib.suppress(OSError):
+                self.wfile.write(b"0\r\n\r\n")
+
+
+def main() -> None:
+    contexts = Contexts()
+    Handler.contexts = contexts
+    server = ThreadingHTTPServer((HOST, PORT), Handler)
+    server.daemon_threads = True
+    contexts.default_for("python")  # before /health answers: a ready box runs code at once
+    print(f"code interpreter listening on {HOST}:{PORT}", file=sys.stderr, flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

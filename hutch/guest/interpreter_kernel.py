@@ -1,0 +1,38 @@
+"""Run by every code-interpreter kernel as it starts (IPKernelApp.exec_files, in the user's
+namespace, so everything here is deleted at the end): a pandas DataFrame also displays as
+E2B's `e2b/data` (its columns as lists, timestamps in ISO form), which the SDK gives as
+`Result.data`. Only IPython's formatter API is used; pandas is looked at only if the cell has
+imported it already, so other results cost nothing.
+"""
+
+# No `from __future__` import: it would leave a name in the user's namespace.
+
+
+def _hutch_install_formatters() -> None:
+    import sys
+    from typing import Any
+
+    from IPython import get_ipython  # type: ignore[import-not-found]
+    from IPython.core.formatters import BaseFormatter  # type: ignore[import-not-found]
+    from traitlets import ObjectName, Unicode  # type: ignore[import-not-found]
+
+    class ColumnsFormatter(BaseFormatter):  # type: ignore[misc]
+        format_type = Unicode("e2b/data")
+        print_method = ObjectName("_repr_e2b_data_")
+        _return_type = (dict,)
+
+        def __call__(self, obj: Any) -> Any:
+            pandas = sys.modules.get("pandas")
+            if pandas is None or not isinstance(obj, pandas.DataFrame):
+                return super().__call__(obj)
+            columns = obj.to_dict(orient="list")
+            return {str(name): [v.isoformat() if isinstance(v, pandas.Timestamp) else v for v in values]
+                    for name, values in columns.items()}
+
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["e2b/data"] = ColumnsFormatter(parent=shell.display_formatter)
+
+
+_hutch_install_formatters()
+del _hutch_install_formatters

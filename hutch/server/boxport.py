@@ -1,0 +1,157 @@
+"""One HTTP request to a port inside a box, its answer streamed back: what E2B's port forwarder
+(hutch.e2b.ports) and hutch's code-interpreter routes (hutch.server.routes.code) both send.
+
+The box is reached through the same tunnel as a preview URL (the agent's, a paused box resumed
+first). One request per tunnel: it goes in framed anew by h11 (`Connection: close`), and the
+answer streams back as it comes (NDJSON line by line), its head bounded, a stall of IDLE_SECONDS
+ending it. An answer the box cuts short raises CutShort from the body, and only once the store
+says whether the box is going (a kill): a client that then asks hears "killed". Nothing here
+filters headers: each caller says what goes to the box and what comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import h11
+
+from hutch.errors import ApiError
+from hutch.http_relay import Upstream
+from hutch.node.api import AgentUnreachable, ChannelError
+from hutch.store import SandboxRecord, SandboxStatus
+
+if TYPE_CHECKING:
+    from hutch.server.state import State
+
+MAX_HEAD = 64 * 1024
+READ = 64 * 1024
+HEAD_SECONDS = 300.0  # a context's kernel starts before its answer's head comes
+IDLE_SECONDS = 300.0  # the code interpreter writes a keep-alive line every 10 s of a long cell
+SETTLE_SECONDS = 5.0  # a cut tunnel: how long a kill in progress may take to be recorded
+NOT_OPEN = "The sandbox is running but port is not open"  # E2B's proxy's words, which its SDK reads
+
+
+class PortUnavailable(Exception):
+    """Nothing answered on the port (or the box was paused meanwhile); each API says it its own way."""
+
+
+class CutShort(Exception):
+    """The box ended its answer before its end: the client's response must break, not end."""
+
+
+@dataclass
+class Answer:
+    """The box's answer: its head, and its body as it comes (raising CutShort if cut short).
+    Iterate `body` to its end or close it: it holds the tunnel."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: AsyncGenerator[bytes, None]
+
+
+async def exchange(st: State, rec: SandboxRecord, port: int, method: str, target: bytes,
+                   headers: list[tuple[bytes, bytes]], body: bytes) -> Answer:
+    """Send one request to `port` in the box and wait for its answer's head. `headers` go as they
+    are, after hutch's own host, connection and content-length."""
+    head = h11.Request(method=method, target=target,
+                       headers=[(b"host", f"127.0.0.1:{port}".encode()), (b"connection", b"close"),
+                                (b"content-length", str(len(body)).encode()), *headers])
+    upstream = await _open(st, rec, port)
+    conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
+    reader, writer = upstream
+    try:
+        for event in (head, h11.Data(data=body), h11.EndOfMessage()) if body else (head, h11.EndOfMessage()):
+            writer.write(conn.send(event) or b"")
+        await writer.drain()
+        answer = await _next(conn, reader, HEAD_SECONDS)
+        if not isinstance(answer, h11.Response):
+            raise PortUnavailable("The sandbox's server on the port did not answer")
+    except (OSError, TimeoutError, h11.ProtocolError, asyncio.IncompleteReadError):
+        writer.close()
+        raise PortUnavailable(NOT_OPEN) from None
+    except BaseException:
+        writer.close()
+        raise
+    return Answer(answer.status_code, [(bytes(k), bytes(v)) for k, v in answer.headers],
+                  _body(conn, upstream, st, rec))
+
+
+async def read_bounded(answer: Answer, limit: int) -> bytes:
+    """A short answer's whole body, at most `limit` bytes (the rest is dropped with the tunnel)."""
+    out = bytearray()
+    try:
+        async for chunk in answer.body:
+            out += chunk[:limit - len(out)]
+            if len(out) >= limit:
+                break
+    finally:
+        await answer.body.aclose()
+    return bytes(out)
+
+
+async def _open(st: State, rec: SandboxRecord, port: int) -> Upstream:
+    """A tunnel to the port inside the box, resumed first if it is paused."""
+    for _ in range(2):  # a pause may take the channel between finding the box and using it
+        try:
+            agent = await st.sandboxes.running_box(rec)
+            return await agent.open_tunnel(port)
+        except ChannelError:
+            continue
+        except AgentUnreachable:
+            raise await st.sandboxes.box_unreachable(rec) from None
+        except ApiError as e:
+            if e.status >= 500 or e.status == 404:  # the agent's refusal: nothing listens there
+                raise PortUnavailable(NOT_OPEN) from None
+            raise
+    raise PortUnavailable("The sandbox was paused while the request ran; call again")
+
+
+async def _next(conn: h11.Connection, reader: asyncio.StreamReader, timeout: float) -> object:
+    while True:
+        event = conn.next_event()
+        if event is not h11.NEED_DATA:
+            return event
+        data = await asyncio.wait_for(reader.read(READ), timeout)
+        conn.receive_data(data)  # b"": the box closed its end (h11 then ends or errs the message)
+
+
+async def _settle(st: State, rec: SandboxRecord) -> None:
+    """A tunnel cut short: if the box is going (a kill, say), wait until the store says so, so a
+    client that then asks whether it runs (E2B's SDK does) hears "killed". A box that stays alive
+    (its server closed the connection) is told at once; the wait is bounded either way."""
+    alive = 0
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while time.monotonic() < deadline and alive < 3:
+        current = st.store.get_sandbox(rec.id, include_deleted=True)
+        if current is None or current.status != SandboxStatus.ACTIVE:
+            return
+        alive = alive + 1 if current.runtime_id and await st.node.is_alive(current.runtime_id) else 0
+        await asyncio.sleep(0.1)
+
+
+async def _body(conn: h11.Connection, upstream: Upstream, st: State,
+                rec: SandboxRecord) -> AsyncGenerator[bytes, None]:
+    reader, writer = upstream
+    try:
+        while True:
+            try:
+                event = await _next(conn, reader, IDLE_SECONDS)
+            except (OSError, TimeoutError, h11.ProtocolError) as e:
+                await _settle(st, rec)
+                raise CutShort(str(e)) from None
+            if isinstance(event, h11.Data):
+                yield bytes(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                return
+            elif isinstance(event, h11.ConnectionClosed):
+                await _settle(st, rec)
+                raise CutShort("the box closed the connection")
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()

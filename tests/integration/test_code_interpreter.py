@@ -1,0 +1,132 @@
+"""The real, unmodified e2b-code-interpreter SDK (2.11.5) against hutch: the `code-interpreter-v1`
+template, and E2B's port-49999 protocol reached through envd's URL.
+
+The SDK lives in its own virtual environment (.cache/e2b-code-interpreter, made by scripts/test);
+tests/integration/e2b_clients/code_interpreter.py runs there in a subprocess with only E2B_API_KEY,
+E2B_API_URL and E2B_SANDBOX_URL (and PATH) set, and prints JSON for the asserts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from hutch import Sandbox
+from hutch.node import base_image
+from hutch.server.config import DEFAULT_CACHE_DIR
+from tests.integration.support import Env, needs_installed
+
+ROOT = Path(__file__).resolve().parents[2]
+CLIENT = Path(__file__).resolve().parent / "e2b_clients" / "code_interpreter.py"
+VERSION = "2.11.5"
+PNG_MAGIC = "iVBORw0KGgo"  # b"\x89PNG\r\n\x1a\n", base64
+
+
+def run_client(env: Env, scenario: str, arg: str = "") -> dict[str, Any]:
+    python = ROOT / ".cache" / "e2b-code-interpreter" / "bin" / "python"
+    needs_installed(f"e2b-code-interpreter {VERSION} in {python.parent.parent}", python.exists())
+    needs_installed("the code interpreter's root (hutch build-base)",
+                    base_image.is_built(DEFAULT_CACHE_DIR, base_image.CODE_INTERPRETER))
+    variables = {"PATH": "/usr/local/bin:/usr/bin:/bin", "E2B_API_KEY": env.server.e2b_key(),
+                 "E2B_API_URL": f"{env.url}/e2b", "E2B_SANDBOX_URL": f"{env.url}/e2b/envd"}
+    done = subprocess.run([str(python), str(CLIENT), scenario, arg], env=variables, capture_output=True, text=True,
+                          timeout=300)
+    lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
+    assert done.returncode == 0 and lines, f"{scenario} failed:\n{done.stdout}\n{done.stderr[-4000:]}"
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def test_run_code_results_logs_charts_errors_and_contexts(env: Env) -> None:
+    out = run_client(env, "run")
+    assert out["sum"]["text"] == "2" and out["sum"]["error"] is None
+    assert out["sum"]["results"][0]["main"] is True and out["sum"]["count"] == 1
+    assert out["state"]["text"] == "42"  # state kept between calls
+    assert out["logs"]["stdout"] == ["hello\n"] and out["logs"]["stderr"] == ["oops\n"]
+    assert out["seen"] == ["hello\n"]  # the on_stdout callback, as the line came
+    chart = out["chart"]["results"]
+    assert len(chart) == 1 and chart[0]["main"] is False and "png" in chart[0]["formats"]
+    assert chart[0]["png"].startswith(PNG_MAGIC) and chart[0]["png_size"] > 1000
+    frame = out["pandas"]["results"][0]
+    assert "html" in frame["formats"] and "data" in frame["formats"]  # a DataFrame's table, and its columns
+    assert frame["data"] == {"a": [0, 1, 2], "t": ["2024-01-01T00:00:00"] * 3}
+    assert out["not_a_frame"]["results"][0]["formats"] == ["text"]
+    error = out["error"]["error"]
+    assert (error["name"], error["value"]) == ("ValueError", "bad value")
+    assert "\x1b[" not in error["traceback"]  # as E2B's kernels: no terminal colours
+    assert "raise ValueError('bad value')" in error["traceback"] and "----> 3 f()" in error["traceback"]
+    assert out["error"]["text"] is None
+    assert out["env"]["text"] == "given" and out["env_after"]["text"] == "False"  # envs hold for one call
+    assert out["root_cwd"].startswith("SandboxException: 400") and "cannot enter" in out["root_cwd"]
+    assert out["context"] == {"language": "python", "cwd": "/tmp"}
+    assert out["ctx_cwd"]["text"] == "/tmp"
+    assert out["ctx_isolated"]["error"]["name"] == "NameError"  # a context has its own kernel
+    assert out["listed"] == ["/home/user", "/tmp"]
+    assert out["after_restart"]["error"]["name"] == "NameError"  # a fresh kernel
+    assert out["listed_after_remove"] == 1 and out["removed_run"].startswith("NotFoundException")
+    assert out["died"]["error"]["name"] == "ContextRestarting"  # a kernel that died, as Jupyter tells it
+    assert out["after_death"]["text"] == "alive again"
+    assert out["bash"].startswith("SandboxException: 400") and "not available" in out["bash"]
+    assert out["files"] is True
+
+
+def test_the_async_sandbox_as_lettas_run_code_calls_it(env: Env) -> None:
+    out = run_client(env, "async")
+    assert out["sum"]["text"] == "120"
+    assert out["box_env"]["text"] == "from-create"  # the sandbox's envs reach its kernels
+    assert out["namespace"]["text"] == "[]"  # hutch's kernel start-up leaves nothing in the user's names
+    assert out["logs"]["stdout"] == ["async hello\n"]
+    assert out["ctx"]["text"] == "in a context"
+
+
+def test_a_timeout_interrupts_the_kernel_and_output_streams_bounded(env: Env) -> None:
+    out = run_client(env, "timeout")
+    assert out["timed_out"].startswith("TimeoutException: Execution timed out")
+    assert out["timeout_seconds"] < 20
+    assert out["after"]["text"] == "2" and out["after_seconds"] < 20  # not behind a 60 s sleep
+    assert out["after"]["stdout"] == []  # the interrupted cell printed nothing later
+    assert out["first_after"] < out["run_took"] - 2  # NDJSON streams through hutch, line by line
+    assert 2**20 <= out["big"]["size"] < 2**20 + 200 and "[truncated:" in out["big"]["tail"]  # bounded
+
+
+def test_kernels_and_contexts_survive_pause_and_resume(env: Env) -> None:
+    out = run_client(env, "pause")
+    assert out["state"] == "paused"
+    assert out["kept"]["text"] == "across the pause"
+    assert out["ctx_kept"]["text"] == "7"
+
+
+def test_a_box_killed_mid_cell_is_e2bs_killed_error(env: Env) -> None:
+    out = run_client(env, "killed")
+    assert out["error"].startswith("TimeoutException: The sandbox was killed while the request was in progress")
+    assert out["seconds"] < 60
+
+
+def test_a_wrong_token_is_refused_as_envd_refuses_it(env: Env) -> None:
+    out = run_client(env, "wrong_token")
+    for case in ("none", "wrong", "wrong_traffic"):
+        assert out[case][0] == 401, case
+    assert out["wrong"] == out["envd_wrong"] and out["wrong_traffic"] == out["envd_wrong"]
+    assert out["ran"] is False  # nothing reached the kernel
+    assert out["listed"] == [200, "sandbox"]  # the traffic token opens it; the answer is sandboxed
+    assert out["good"]["text"] == "ok"
+    for port in ("0", "70000", "abc", "50000"):  # never a port; nothing listens there
+        status, body = out[f"port_{port}"]
+        assert status == 502 and body["message"] == "The sandbox is running but port is not open", port
+
+
+def test_the_template_is_hutchs_too(env: Env) -> None:
+    needs_installed("the code interpreter's root (hutch build-base)",
+                    base_image.is_built(DEFAULT_CACHE_DIR, base_image.CODE_INTERPRETER))
+    box = Sandbox.create(name="interpreter", from_template="hutch/code-interpreter")
+    try:
+        r = box.commands.run("curl -s -X POST http://127.0.0.1:49999/execute -d '{\"code\": \"6*7\"}'")
+        lines = [json.loads(line) for line in r.stdout.splitlines()]
+        assert {"type": "result", "is_main_result": True, "text": "42"} in lines
+        assert lines[-1] == {"type": "end_of_execution"}
+        owners = box.commands.run("ps -eo user:12,args | grep -E 'interpreter.py|ipykernel' | grep -v grep").stdout
+        assert len(owners.splitlines()) == 2 and all(line.startswith("user ") for line in owners.splitlines())
+    finally:
+        box.kill()
