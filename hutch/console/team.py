@@ -43,6 +43,8 @@ async def sign_in(request: Request, st: StateDep) -> Response:
     team_id = st.store.team_for_api_key(key) if key.startswith((API_KEY_PREFIX, E2B_KEY_PREFIX)) else None
     if team_id is None:
         return page(request, "sign_in.html", None, status=401, error="That API key is not valid.")
+    if (earlier := request.cookies.get(session.COOKIE)) is not None:
+        st.store.close_session(earlier)  # a sign-in over another ends that one, not leaves it live for 12 h
     raw = st.store.open_session(team_id, key[:12], session.LIFETIME)
     response = see_other("/console/boxes")
     session.set_cookie(response, raw, session.secure(st))

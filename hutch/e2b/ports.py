@@ -73,9 +73,11 @@ async def forward(get_state: StateGetter, request: Request) -> Response:
                                         [(k, v) for k, v in request.headers.raw if k.lower() not in DROPPED], body)
     except boxport.PortUnavailable as e:
         raise SandboxGone(rec.id, str(e)) from None
-    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in answer.headers if k not in ANSWER_DROPPED}
-    headers.update(BOX_ANSWER)
-    return StreamingResponse(answer.body, status_code=answer.status, headers=headers)
+    response = StreamingResponse(answer.body, status_code=answer.status)
+    # raw: a header the box repeats (Vary, Link) keeps every value
+    response.raw_headers = [(k, v) for k, v in answer.headers if k not in ANSWER_DROPPED] + \
+        [(k.encode(), v.encode()) for k, v in BOX_ANSWER.items()]
+    return response
 
 
 def _target(scope: Scope) -> bytes:

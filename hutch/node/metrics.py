@@ -108,8 +108,12 @@ class Usage:
         self._last_cpu: dict[str, tuple[float, int]] = {}  # key -> (monotonic time, CPU ns) of the last read
 
     def sample(self, boxes: Iterable[Watched]) -> None:
-        """One round over `boxes` (blocking reads: run it on a thread)."""
+        """One round over `boxes` (blocking reads: run it on a thread). A box with no sample for as
+        long as samples are kept is forgotten (killed while paused, or resumed on another node)."""
         unified = _unified()
+        stale = time.time() - KEPT * INTERVAL_SECONDS
+        for key in [k for k, ring in self._samples.items() if not ring or ring[-1].timestamp < stale]:
+            self.forget(key)
         for box in boxes:
             read = read_cgroup(box.runtime_id, unified)
             if read is None:

@@ -28,7 +28,7 @@ from hutch.node import agent, disks, metrics, mounts
 from hutch.node.agent import AgentClient
 from hutch.node.api import BoxAgent, BoxRef, BoxStartError, Capacity, ChannelError, LimitsUnavailable, NoSpaceError, UsageSample
 from hutch.node.driver import Driver, DriverError
-from hutch.node.runsc import Runsc, RunscConfig
+from hutch.node.runsc import Runsc, RunscConfig, tail_of
 from hutch.node.spec import AgentRuntime, Limits, box_spec
 
 log = logging.getLogger("hutch.node")
@@ -105,22 +105,6 @@ def _resident_bytes(pid_file: Path) -> int:
         return 0
 
 
-def _tail(path: Path, limit: int) -> str:
-    """The last `limit` bytes of a file the box's PID 1 writes its stderr to (as much as the box
-    likes): never read whole, never through a link."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return ""
-    try:
-        size = os.fstat(fd).st_size
-        return os.pread(fd, limit, max(0, size - limit)).decode(errors="replace")
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
-
-
 def _existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
@@ -146,8 +130,10 @@ RUNTIME_ID_PATTERN = r"h[0-9a-f]{24}"  # what new_runtime_id makes (the fleet ch
 
 
 def _cgroup_refused(e: BoxStartError) -> bool:
-    """Whether runsc failed the start for want of a cgroup (or of a controller in it)."""
-    return "cgroup" in str(e).lower()
+    """Whether runsc itself failed the start for want of a cgroup (or of a controller in it): only
+    a driver call's own failure counts, never a boot's later end, whose message carries what the
+    box's PID 1 wrote (a box could write "cgroup" there to turn the node's limits off)."""
+    return isinstance(e.__cause__, DriverError) and "cgroup" in str(e.__cause__).lower()
 
 
 # Starts a box's container (a boot's or a restore's), with these limits, in a cgroup or with none
@@ -397,7 +383,7 @@ class Node:
         except BaseException as e:
             self._boxes.pop(runtime_id, None)
             self._unwatch(runtime_id)
-            err = _tail(box.dir / "runsc.err", 1000)
+            err = tail_of(box.dir / "runsc.err", 1000)
             await self._remove(box)
             if isinstance(e, (DriverError, OSError, TimeoutError, RuntimeError)):  # ChannelError too
                 raise BoxStartError(f"{e} {err}".strip()) from e

@@ -52,6 +52,22 @@ def _gone(e: RunscError) -> bool:
     return "does not exist" in text or "not found" in text or "no such file" in text
 
 
+def tail_of(path: Path, limit: int) -> str:
+    """The last `limit` bytes of a file a box's PID 1 writes its stderr to until its agent listens
+    (runsc's own diagnostics are there too): never read whole, never through a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, limit, max(0, size - limit)).decode(errors="replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
 def find_runsc() -> str | None:
     return shutil.which("runsc") or next(
         (p for p in ("/usr/bin/runsc", "/usr/sbin/runsc", "/usr/local/bin/runsc") if os.path.exists(p)), None
@@ -102,7 +118,7 @@ class Runsc:
         if proc.returncode != 0:
             text = (err or b"").decode(errors="replace")
             if stderr_path:
-                text = stderr_path.read_text(errors="replace")
+                text = tail_of(stderr_path, 2000)
             raise RunscError(f"runsc {args[0]} failed ({proc.returncode}): {text.strip()[-2000:]}")
         return (out or b"").decode(errors="replace")
 

@@ -3,7 +3,7 @@
 
 The box is reached through the same tunnel as a preview URL (the agent's, a paused box resumed
 first). One request per tunnel: it goes in framed anew by h11 (`Connection: close`), and the
-answer streams back as it comes (NDJSON line by line), its head bounded, a stall of IDLE_SECONDS
+answer streams back in the chunks it comes in (never parsed or buffered whole), its head bounded, a stall of IDLE_SECONDS
 ending it. An answer the box cuts short raises CutShort from the body, and only once the store
 says whether the box is going (a kill): a client that then asks hears "killed". Nothing here
 filters headers: each caller says what goes to the box and what comes back.

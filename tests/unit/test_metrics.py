@@ -4,6 +4,7 @@ out as the kernel lays out /sys/fs/cgroup)."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,16 @@ def test_an_empty_cgroup_is_removed_and_a_live_one_kept(v1: Path) -> None:
     metrics.remove_cgroup(BOX)
     assert not empty.exists()
     assert (v1 / "memory" / "hutch" / BOX).exists()  # holds files: as a cgroup with processes, not removable
+
+
+def test_a_box_unsampled_for_an_hour_is_forgotten(v1: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    usage = metrics.Usage()
+    box = metrics.Watched("key-1", BOX, None)
+    usage.sample([box])
+    (v1 / "cpuacct" / "hutch" / BOX / "cpuacct.usage").write_text(str(2 * 10**9))
+    usage.sample([box])
+    assert len(usage.of("key-1")) == 1
+    later = time.time() + metrics.KEPT * metrics.INTERVAL_SECONDS + 1
+    monkeypatch.setattr(metrics.time, "time", lambda: later)
+    usage.sample([])  # killed while paused: the node never stopped it
+    assert usage.of("key-1") == []

@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from hutch.node.api import NodeRuntime
+from hutch.node.api import BoxStartError, NodeRuntime
 from hutch.node.driver import Driver, DriverError
-from hutch.node.node import DEFAULT_DRIVER, DRIVERS, Node, _tail
-from hutch.node.runsc import Runsc, RunscConfig
+from hutch.node.node import DEFAULT_DRIVER, DRIVERS, Node, _cgroup_refused
+from hutch.node.runsc import Runsc, RunscConfig, tail_of
 from hutch.node.spec import AgentRuntime
 
 T = TypeVar("T")
@@ -146,10 +146,23 @@ def test_adopt_keeps_no_container_and_no_directory_it_was_not_told_of(work: Path
 def test_a_boxs_stderr_is_read_by_its_tail_only_and_never_through_a_link(tmp_path: Path) -> None:
     err = tmp_path / "runsc.err"
     err.write_bytes(b"x" * 5_000_000 + b"the reason it failed")
-    assert _tail(err, 20) == "the reason it failed"
-    assert _tail(tmp_path / "absent", 20) == ""
+    assert tail_of(err, 20) == "the reason it failed"
+    assert tail_of(tmp_path / "absent", 20) == ""
     secret = tmp_path / "secret"
     secret.write_text("host secret")
     link = tmp_path / "linked.err"
     link.symlink_to(secret)
-    assert _tail(link, 100) == ""
+    assert tail_of(link, 100) == ""
+
+
+def test_only_runscs_own_refusal_is_taken_for_a_host_without_cgroups() -> None:
+    """A boot's later end carries the tail of what the box's PID 1 wrote: a box writing "cgroup"
+    there must not turn the node's CPU caps, or under --allow-unlimited-boxes every limit, off."""
+    try:
+        raise BoxStartError("the box ended as it booted; cannot set up cgroup") from RuntimeError("the box ended")
+    except BoxStartError as e:
+        assert not _cgroup_refused(e)
+    try:
+        raise BoxStartError("runsc run failed") from DriverError("cannot set up cgroup for root: read-only file system")
+    except BoxStartError as e:
+        assert _cgroup_refused(e)
