@@ -88,6 +88,6 @@ def test_a_box_unsampled_for_an_hour_is_forgotten(v1: Path, monkeypatch: pytest.
     usage.sample([box])
     assert len(usage.of("key-1")) == 1
     later = time.time() + metrics.KEPT * metrics.INTERVAL_SECONDS + 1
-    monkeypatch.setattr(metrics.time, "time", lambda: later)
+    monkeypatch.setattr(time, "time", lambda: later)
     usage.sample([])  # killed while paused: the node never stopped it
     assert usage.of("key-1") == []
