@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from hutch import Sandbox
-from hutch.node import base_image
+from hutch.node import base_image, mounts
 from hutch.node.node import Node
 from hutch.node.runsc import Runsc, RunscConfig, find_runsc
 from hutch.node.spec import AgentRuntime, Limits
@@ -142,4 +142,7 @@ def test_a_box_without_a_cpu_cap_is_still_held_to_its_memory_limit(tmp_path: Pat
     try:
         asyncio.run(scenario())
     finally:
+        # The Node made this process a subreaper: left so, pytest would adopt the boxes of every
+        # server a later test kills, never reap them, and `runsc delete` would wait on the zombies.
+        assert mounts.libc.prctl(mounts.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) == 0
         subprocess.run(["rm", "-rf", str(run_dir)], check=False)  # the stop unmounted its channel
