@@ -38,6 +38,9 @@ from tests.integration.internet import Internet
 from tests.integration.oci_image import FIFO, IMAGE_ENV, IMAGE_WORKDIR, REMOVED, make_busybox_image, needs_image_tools
 from tests.integration.support import HUTCH, Env, Server
 
+# Long (each run step is a gVisor build box): only `scripts/test --full` runs them, as it does the fleet
+pytestmark = pytest.mark.slow
+
 _seq = iter(range(10**6))
 
 
