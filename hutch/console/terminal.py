@@ -16,10 +16,11 @@ from pydantic import BaseModel
 from hutch.console import session
 from hutch.console.pages import StateDep, state
 from hutch.errors import ApiError, Code
-from hutch.server import boxops, errors
-from hutch.server.attach import Attachment
+from hutch.server import boxops
+from hutch.server.attach import serve_attachment
 from hutch.server.models import PtySize, SpawnCommand
 from hutch.shell import LOGIN_SHELL
+from hutch.store import SandboxRecord
 
 router = APIRouter()
 
@@ -43,21 +44,13 @@ async def open_terminal(request: Request, st: StateDep, sandbox_id: str,
 async def attach(websocket: WebSocket, sandbox_id: str, pid: str,
                  csrf: Annotated[str, Query(max_length=128)] = "") -> None:
     st = state(websocket)
-    try:
+
+    def authorize() -> SandboxRecord:
         try:
             s = session.current(st, websocket)
         except session.SignedOut:
             raise ApiError(Code.UNAUTHORIZED, "sign in to the console first") from None
         session.check_csrf(st, s, websocket, csrf)
-        if not pid.isdigit() or not 1 <= int(pid) <= 2**31:
-            raise ApiError(Code.PROCESS_NOT_FOUND, f"no process {pid[:20]!r}")
-        rec = st.sandboxes.get(s.team_id, sandbox_id)
-        stream = await st.data.follow_process(rec, int(pid))
-    except ApiError as e:
-        await websocket.send_denial_response(errors.denial(websocket, e))
-        return
-    try:
-        await websocket.accept()
-        await Attachment(websocket, st.data, rec, int(pid), st.audit).run(stream.events)
-    finally:
-        await stream.aclose()  # the shell runs on in the box, as the data plane's attach leaves it
+        return st.sandboxes.get(s.team_id, sandbox_id)
+
+    await serve_attachment(websocket, st.data, st.audit, authorize, pid)  # the shell runs on in the box

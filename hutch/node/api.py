@@ -71,6 +71,9 @@ class BoxRef:
     node: str | None = None  # the fleet node it runs on (None: this host's own)
 
 
+CHECKPOINT_SLACK = 32 * 2**20  # a checkpoint's disk beyond the sandbox's resident memory, which bounds its image
+
+
 @dataclass(frozen=True)
 class Capacity:
     """What the node can say of its room: the boxes it holds and the host they share."""

@@ -74,10 +74,6 @@ def debian_mirror() -> str | None:
     return good[0].rstrip("/") if good else None
 
 
-def recipe_key() -> str:
-    return BASE.key()
-
-
 def base_root_path(cache_dir: Path, recipe: Recipe = BASE) -> Path:
     return cache_dir / f"{recipe.name}-{SUITE}-{recipe.key()}" / "rootfs"
 

@@ -26,7 +26,17 @@ from typing import Any, Protocol
 from hutch.guest import protocol
 from hutch.node import agent, disks, metrics, mounts
 from hutch.node.agent import AgentClient
-from hutch.node.api import BoxAgent, BoxRef, BoxStartError, Capacity, ChannelError, LimitsUnavailable, NoSpaceError, UsageSample
+from hutch.node.api import (
+    CHECKPOINT_SLACK,
+    BoxAgent,
+    BoxRef,
+    BoxStartError,
+    Capacity,
+    ChannelError,
+    LimitsUnavailable,
+    NoSpaceError,
+    UsageSample,
+)
 from hutch.node.driver import Driver, DriverError
 from hutch.node.runsc import Runsc, RunscConfig, tail_of
 from hutch.node.spec import AgentRuntime, Limits, box_spec
@@ -37,7 +47,6 @@ AGENT_DIR = Path(protocol.__file__).parent
 BOOT_TIMEOUT = 30.0
 
 MEDIUM_FILE = "hutch-medium"  # in a checkpoint's directory: "disk" or "memory", what it was made with
-CHECKPOINT_SLACK = 32 * 2**20  # beyond the sandbox's resident memory, which bounds its image
 
 # The drivers by name, as uvicorn names its HTTP implementations; each is made from the same config.
 DRIVERS: dict[str, Callable[[RunscConfig], Driver]] = {"runsc": Runsc}

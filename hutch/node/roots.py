@@ -94,7 +94,7 @@ def scrub(root: Path, *, keep_whiteouts: bool = False, timeout: float = SCRUB_TI
 
         def expire() -> None:
             late.set()
-            _kill(proc)
+            kill_group(proc)
 
         timer = threading.Timer(timeout, expire)
         deadline = time.monotonic() + timeout
@@ -117,7 +117,7 @@ def scrub(root: Path, *, keep_whiteouts: bool = False, timeout: float = SCRUB_TI
                 raise RootError(f"checking the root failed: {err or f'find exited with {code}'}")
         finally:
             timer.cancel()
-            _kill(proc)
+            kill_group(proc)
             proc.stdout.close()
     return dropped
 
@@ -164,7 +164,8 @@ def _split0(pipe: IO[bytes]) -> Iterator[bytes]:
         yield from records
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """End a tool started with `start_new_session` and every process it made, and reap it."""
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGKILL)

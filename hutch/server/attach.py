@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
@@ -31,6 +31,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from hutch.errors import ApiError, Code
 from hutch.guest import protocol
+from hutch.server import errors
 from hutch.server.audit import AuditLog, actor
 from hutch.server.dataplane import DataPlane
 from hutch.server.models import PtySize, SignalProcess, StdinFrame
@@ -40,6 +41,26 @@ MAX_FRAME = 1 * 2**20
 CLOSE_PAUSED = 4409  # WebSocket close codes 4000-4999 are the application's
 CLOSE_ERROR = 4500
 CLOSE_TOO_BIG = 1009
+
+
+async def serve_attachment(websocket: WebSocket, data: DataPlane, audit: AuditLog,
+                           authorize: Callable[[], SandboxRecord], pid: str) -> None:
+    """A WebSocket attached to spawned process `pid` of the box `authorize()` names (it raises
+    ApiError, answered as the WebSocket's denial, before anything of the process is said). The
+    process runs on in the box when the socket goes: the data plane's and the console's attach."""
+    try:
+        rec = authorize()
+        if not pid.isdigit() or not 1 <= int(pid) <= 2**31:
+            raise ApiError(Code.PROCESS_NOT_FOUND, f"no process {pid[:20]!r}")
+        stream = await data.follow_process(rec, int(pid))
+    except ApiError as e:
+        await websocket.send_denial_response(errors.denial(websocket, e))
+        return
+    try:
+        await websocket.accept()
+        await Attachment(websocket, data, rec, int(pid), audit).run(stream.events)
+    finally:
+        await stream.aclose()
 
 
 class Attachment:

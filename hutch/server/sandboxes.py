@@ -24,8 +24,7 @@ from pathlib import Path
 
 from hutch.errors import ApiError, BuildFailure, Code, not_found
 from hutch.node import boxcmd
-from hutch.node.api import BoxAgent, BoxRef, BoxStartError, LimitsUnavailable, NodeRuntime, NoSpaceError
-from hutch.node.node import CHECKPOINT_SLACK
+from hutch.node.api import CHECKPOINT_SLACK, BoxAgent, BoxRef, BoxStartError, LimitsUnavailable, NodeRuntime, NoSpaceError
 from hutch.node.pool import WarmPool
 from hutch.node.spec import Limits
 from hutch.preview.proxy import PreviewSite

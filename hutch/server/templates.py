@@ -424,7 +424,7 @@ class Templates:
                 raise BuildFailed(BuildFailure.IMAGE_NOT_FOUND, f"template {source!r} does not exist or has no finished build")
             self._building_from[build.id] = found.id
             # a system template's layers are keyed by its recipe (its root's directory names it)
-            system_key = base_image.recipe_key() if found.id == BASE_TEMPLATE_ID else Path(found.rootfs).parent.name
+            system_key = base_image.BASE.key() if found.id == BASE_TEMPLATE_ID else Path(found.rootfs).parent.name
             key = f"template:{found.build_id or system_key}"
             parent = Parent(Path(found.rootfs), key, dict(found.env), found.workdir, found.user)
         parent.key = f"team:{rec.team_id}:{parent.key}"

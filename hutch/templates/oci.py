@@ -23,7 +23,6 @@ import platform
 import queue
 import re
 import shutil
-import signal
 import stat
 import subprocess
 import tempfile
@@ -380,7 +379,7 @@ def _run(argv: list[str], *, log: Callable[[str], None], cancel: threading.Event
         try:
             _map_ids(proc, time.monotonic() + 10)
         except BaseException:
-            _end(proc)
+            roots.kill_group(proc)
             for pipe in (proc.stdin, proc.stdout, proc.stderr):
                 if pipe is not None:
                     pipe.close()
@@ -412,7 +411,7 @@ def _run(argv: list[str], *, log: Callable[[str], None], cancel: threading.Event
             if time.monotonic() > deadline:
                 raise ImageError(timeout_code, f"{tool} took longer than {timeout:.0f} s")
     finally:
-        _end(proc)
+        roots.kill_group(proc)
         for r in readers:
             r.join(timeout=5)
         proc.stdout.close()
@@ -421,15 +420,6 @@ def _run(argv: list[str], *, log: Callable[[str], None], cancel: threading.Event
     if proc.returncode != 0:
         raise failed(" / ".join(tail[-3:]) or f"{tool} exited with {proc.returncode}")
     return bytes(out)
-
-
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
 
 
 def _map_ids(proc: subprocess.Popen[bytes], deadline: float) -> None:

@@ -10,10 +10,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, WebSocket
 from starlette.responses import StreamingResponse
 
-from hutch.errors import ApiError, Code
+from hutch.errors import ApiError
 from hutch.guest import protocol
-from hutch.server import audit, boxops, errors
-from hutch.server.attach import Attachment
+from hutch.server import audit, boxops
+from hutch.server.attach import serve_attachment
 from hutch.server.auth import ActorDep, BoxDep, authorize_box
 from hutch.server.models import CommandResult, ProcessInfo, RunCommand, Signalled, SignalProcess, SpawnCommand
 from hutch.server.state import State, StateDep
@@ -91,17 +91,6 @@ async def signal_process(pid: Annotated[int, Path(ge=1, le=2**31)], body: Signal
 async def attach_process(websocket: WebSocket, sandbox_id: str, pid: str) -> None:
     """Attach to a spawned process (see hutch.server.attach for the frames)."""
     st: State = websocket.app.state.hutch
-    try:
-        if not pid.isdigit() or not 1 <= int(pid) <= 2**31:
-            raise ApiError(Code.PROCESS_NOT_FOUND, f"no process {pid[:20]!r}")
-        rec = authorize_box(st, sandbox_id, websocket.headers.get("x-access-token"))
-        stream = await st.data.follow_process(rec, int(pid))
-    except ApiError as e:
-        await websocket.send_denial_response(errors.denial(websocket, e))
-        return
-    try:
-        await websocket.accept()
-        await Attachment(websocket, st.data, rec, int(pid), st.audit).run(stream.events)
-    finally:
-        await stream.aclose()  # the process runs on in the box
+    await serve_attachment(websocket, st.data, st.audit,
+                           lambda: authorize_box(st, sandbox_id, websocket.headers.get("x-access-token")), pid)
 
