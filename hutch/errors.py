@@ -46,6 +46,7 @@ class Code(StrEnum):
     BUILD_NOT_FOUND = "build_not_found", 404
     PORT_NOT_PUBLISHED = "port_not_published", 404
     CONTEXT_NOT_FOUND = "context_not_found", 404  # a code-interpreter context
+    SNAPSHOT_NOT_FOUND = "snapshot_not_found", 404
 
     # the state of things
     CONFLICT = "conflict", 409
@@ -62,6 +63,8 @@ class Code(StrEnum):
     BUILD_FINISHED = "build_finished", 409
     SECRET_EXISTS = "secret_exists", 409
     INTERPRETER_UNAVAILABLE = "interpreter_unavailable", 409  # no code interpreter answers in the box
+    SNAPSHOT_EXISTS = "snapshot_exists", 409  # a team's snapshot names are unique
+    SNAPSHOT_IN_USE = "snapshot_in_use", 409  # boxes are booting from it: delete it once they run
 
     # quotas
     RATE_LIMITED = "rate_limited", 429
@@ -71,6 +74,7 @@ class Code(StrEnum):
     NO_CAPACITY = "no_capacity", 429  # a fleet with no node that has room, within the placement wait
     # a pause past a budget of checkpoints (the team's paused boxes or bytes, the node's bytes): the box runs on
     CHECKPOINT_BUDGET = "checkpoint_budget", 429
+    TOO_MANY_SNAPSHOTS = "too_many_snapshots", 429  # a team's snapshots, by count or by bytes
 
     # the server, the node and the box
     SERVER_ERROR = "server_error", 500
@@ -78,6 +82,7 @@ class Code(StrEnum):
     BOOT_FAILED = "boot_failed", 503
     LIMITS_UNAVAILABLE = "limits_unavailable", 503  # the host cannot hold a box to its memory and pid limits
     PAUSE_FAILED = "pause_failed", 503
+    SNAPSHOT_FAILED = "snapshot_failed", 503  # the box could not be checkpointed: it runs on
     RESUME_FAILED = "resume_failed", 503
     SANDBOX_UNREACHABLE = "sandbox_unreachable", 503
     COMMAND_START_FAILED = "command_start_failed", 503

@@ -35,6 +35,10 @@ def add_serve(sub: Subparsers) -> None:
                         "(default %(default)s)")
     s.add_argument("--team-max-paused-bytes", type=byte_size, metavar="SIZE",
                    help="disk one team's checkpoints may take, e.g. 20G (default: half the checkpoint budget)")
+    s.add_argument("--team-max-snapshots", type=int, default=100, metavar="N",
+                   help="snapshots one team may keep (default %(default)s)")
+    s.add_argument("--team-max-snapshot-bytes", type=byte_size, metavar="SIZE",
+                   help="disk one team's snapshots may take, e.g. 20G (default: as --team-max-paused-bytes)")
     s.add_argument("--checkpoint-budget-bytes", type=byte_size, metavar="SIZE",
                    help="disk every checkpoint may take in all, e.g. 200G (default: 80%% of the size of the "
                         "checkpoints' filesystem)")
@@ -205,6 +209,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                           warm_pool=args.warm_pool, max_sandboxes=args.max_sandboxes,
                           team_max_sandboxes=args.team_max_sandboxes, team_max_paused=args.team_max_paused,
                           team_max_paused_bytes=args.team_max_paused_bytes,
+                          team_max_snapshots=args.team_max_snapshots,
+                          team_max_snapshot_bytes=args.team_max_snapshot_bytes,
                           checkpoint_budget_bytes=args.checkpoint_budget_bytes, over_budget_grace=args.over_budget_grace,
                           audit_retention_days=args.audit_retention_days, egress_hosts=args.egress_hosts,
                           egress_system_dns=not args.egress_no_system_dns, trust_ca=tuple(args.trust_ca or ()),

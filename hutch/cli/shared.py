@@ -23,6 +23,7 @@ from hutch.sdk import (
     SandboxInfo,
     SecretAuditEntry,
     SecretInfo,
+    SnapshotInfo,
     TemplateInfo,
 )
 from hutch.sdk.codes import SdkCode
@@ -67,7 +68,7 @@ def pairs(items: Sequence[str] | None, what: str) -> dict[str, str]:
 
 
 def info_json(info: SandboxInfo | ProcessInfo | NetworkLogEntry | AuditEntry | PreviewPort | SecretInfo
-              | SecretAuditEntry | Provider | TemplateInfo | BuildInfo | BuildLogLine) -> dict[str, Any]:
+              | SecretAuditEntry | Provider | TemplateInfo | BuildInfo | BuildLogLine | SnapshotInfo) -> dict[str, Any]:
     """An SDK record as --json prints it: times as strings, a template's steps as the HTTP API spells them."""
     data: dict[str, Any] = json.loads(json.dumps(asdict(info), default=str))
     if isinstance(info, TemplateInfo):

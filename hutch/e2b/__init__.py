@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from hutch.e2b import files, filesystem, ports, process
 from hutch.e2b.common import StateGetter
@@ -32,7 +33,9 @@ log = logging.getLogger("hutch.e2b")
 API_PREFIX = "/e2b"
 ENVD_PREFIX = "/e2b/envd"
 # bodies bounded where they stream (the file limit; each Connect message), not by hutch's JSON limit
-STREAMED = frozenset({ENVD_PREFIX + "/files", ENVD_PREFIX + "/process.Process/StreamInput"})
+# the SDK's signed links (download_url/upload_url) drop E2B_SANDBOX_URL's path: envd's /files at the root
+SIGNED_FILES = "/files"
+STREAMED = frozenset({ENVD_PREFIX + "/files", SIGNED_FILES, ENVD_PREFIX + "/process.Process/StreamInput"})
 
 
 def _rest_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -162,8 +165,11 @@ def port_app(get_state: StateGetter) -> FastAPI:
 
 def mount(app: FastAPI, get_state: StateGetter, services: EnvdServices) -> None:
     """envd first: the control plane's prefix holds it. On envd's URL, a request naming another
-    port of the box goes to that port (ports.py)."""
-    app.mount(ENVD_PREFIX, ports.ByPort(envd_app(get_state, services), port_app(get_state)))
+    port of the box goes to that port (ports.py). envd's `/files` is at the root too, where the
+    SDK's signed links land (signing.py)."""
+    envd = envd_app(get_state, services)
+    app.mount(ENVD_PREFIX, ports.ByPort(envd, port_app(get_state)))
+    app.router.routes.append(Route(SIGNED_FILES, envd, include_in_schema=False))  # any method: envd answers
     control = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     _rest_handlers(control, get_state)
     control_routes(control, get_state)

@@ -1,5 +1,6 @@
 """E2B's control plane (E2B_API_URL = <hutch>/e2b): sandboxes made, listed, paused, resumed and killed
-as hutch boxes, through hutch's own Sandboxes service, so both APIs see the same box.
+as hutch boxes, through hutch's own Sandboxes service, so both APIs see the same box; snapshots taken,
+listed, booted and deleted, and boxes forked, through its Snapshots service (snapshots.py).
 
 Errors are E2B's `{"code": <http status>, "message"}`. Lifecycle: E2B's `autoPause: true` is hutch's
 own timeout (the box pauses at its deadline and stays paused); without it (E2B's default, "kill"),
@@ -12,18 +13,21 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote
 
 from fastapi import FastAPI, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import QueryParams
 from starlette.responses import JSONResponse
 
+from hutch.e2b import snapshots
 from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, validation_message
 from hutch.errors import ApiError, Code
-from hutch.server.models import CreateSandbox, NetworkConfig, UpdateSandbox
+from hutch.server.models import MAX_FORKS, CreateSandbox, NetworkConfig, UpdateSandbox
 from hutch.server.templates import BASE_TEMPLATE_ID
 from hutch.store import SandboxRecord, SandboxStatus
 
@@ -31,6 +35,12 @@ DEFAULT_TIMEOUT = 300
 MAX_PAGE = 100
 RUNNING = (SandboxStatus.ACTIVE, SandboxStatus.RESUMING)
 PAUSED = (SandboxStatus.PAUSING, SandboxStatus.PAUSED)
+# E2B's filesystem-only pause (lifecycle mode "filesystem", pause(mode="filesystem")) and its cold
+# resume (on_resume="reboot"): a hutch pause keeps the memory, and its resume restores it
+NO_FILESYSTEM_PAUSE = ("a filesystem-only pause (mode \"filesystem\") is not supported by hutch: "
+                       "a pause keeps the box's memory")
+NO_REBOOT = "a resume that reboots (on_resume=\"reboot\") is not supported by hutch: a resume restores the memory"
+T = TypeVar("T")
 
 
 def _state(rec: SandboxRecord) -> str | None:
@@ -87,6 +97,20 @@ def _cursor(token: str) -> tuple[float, str]:
 
 def _clamp_timeout(seconds: int) -> int:
     return max(1, min(seconds, 30 * 24 * 3600))
+
+
+def _page(items: list[T], q: QueryParams, key: Callable[[T], tuple[float, str]]) -> tuple[list[T], dict[str, str]]:
+    """One page of `items` by `key` (created_at, id), newest first unless `order=asc`, after the
+    nextToken cursor (not an offset: items made between pages move nothing); the next page's token."""
+    newest_first = q.get("order") != "asc"
+    items = sorted(items, key=key, reverse=newest_first)
+    limit = max(1, min(_count(q.get("limit"), "limit", MAX_PAGE), MAX_PAGE))
+    if q.get("nextToken"):
+        cursor = _cursor(q["nextToken"])
+        items = [i for i in items if (key(i) < cursor if newest_first else key(i) > cursor)]
+    page = items[:limit]
+    last = key(page[-1]) if page else None
+    return page, ({"x-next-token": f"{last[0]!r}_{last[1]}"} if last and len(items) > limit else {})
 
 
 class Control:
@@ -147,17 +171,23 @@ class Control:
         if body.get("mcp") or body.get("volumeMounts") or body.get("iam"):
             raise ApiError(Code.INVALID_REQUEST, "mcp, volumeMounts and iam are not supported by hutch")
         ref = BASE_TEMPLATE_ID if template == "base" else template
-        if c.st.store.get_template(ref, c.team_id) is None:
-            raise ApiError(Code.TEMPLATE_NOT_FOUND, f"template '{template}' not found")
+        snap = None  # a template's name wins over a snapshot's, as before snapshots
+        if c.st.store.get_template(ref, c.team_id) is None and (snap := snapshots.find(c, template)) is None:
+            raise ApiError(Code.TEMPLATE_NOT_FOUND, f"template '{template[:256]}' not found")
         timeout = _clamp_timeout(_int(body, "timeout", DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT)
         auto_pause = body.get("autoPause") is True
+        if body.get("autoPauseMemory") is False:
+            raise ApiError(Code.INVALID_REQUEST, NO_FILESYSTEM_PAUSE)
+        name = (snap.name or snap.template) if snap else template
         try:
-            req = CreateSandbox(name=template[:128], from_template=ref, timeout_seconds=timeout,
+            req = CreateSandbox(name=name[:128], from_template=None if snap else ref, timeout_seconds=timeout,
                                 auto_delete_seconds=None if auto_pause else 0,
                                 metadata=body.get("metadata") or None, env_vars=body.get("envVars") or None,
                                 network=_network(body))
         except ValidationError as e:
             raise ApiError(Code.INVALID_REQUEST, validation_message(e)) from None
+        if snap is not None:  # env vars on top of the snapshot's; its processes and files
+            return self.sandbox(c, await snapshots.boot(c, snap, req))
         rec = await c.st.sandboxes.create(c.team_id, req, stable_token=True)
         return self.sandbox(c, rec)
 
@@ -173,15 +203,29 @@ class Control:
         if q.get("startedAfter"):
             after = _parse_time(q["startedAfter"])
             recs = [r for r in recs if r.created_at > after]
-        newest_first = q.get("order") != "asc"
-        recs.sort(key=lambda r: (r.created_at, r.id), reverse=newest_first)
-        limit = max(1, min(_count(q.get("limit"), "limit", MAX_PAGE), MAX_PAGE))
-        if q.get("nextToken"):  # a cursor, not an offset: boxes made between pages move nothing
-            cursor = _cursor(q["nextToken"])
-            recs = [r for r in recs if ((r.created_at, r.id) < cursor if newest_first else (r.created_at, r.id) > cursor)]
-        page = recs[:limit]
-        headers = {"x-next-token": f"{page[-1].created_at!r}_{page[-1].id}"} if len(recs) > limit else {}
+        page, headers = _page(recs, q, lambda r: (r.created_at, r.id))
         return JSONResponse([self.listed(c, r) for r in page], headers=headers)
+
+    async def list_snapshots(self, c: Ctx, request: Request) -> Response:
+        q = request.query_params
+        every = await run_in_threadpool(snapshots.listed, c, q.get("sandboxID"), q.get("name"))
+        page, headers = _page(every, q, lambda s: (s.created_at, s.id))
+        return JSONResponse([snapshots.info(s) for s in page], headers=headers)
+
+    async def fork(self, c: Ctx, sandbox_id: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """E2B's fork: a snapshot of the running box (not kept), then `count` boxes of it, each
+        its own result: {"sandbox"} or {"error"} (one fork's failure fails no other)."""
+        rec = self.get(c, sandbox_id)
+        count = _int(body, "count", 1) or 0
+        if not 1 <= count <= MAX_FORKS:  # E2B's SDK's own cap (E2B's API takes 100)
+            raise ApiError(Code.INVALID_REQUEST, f"count must be between 1 and {MAX_FORKS}")
+        timeout = _int(body, "timeout", snapshots.FORK_TIMEOUT) or 0
+        if timeout <= 0:
+            raise ApiError(Code.INVALID_REQUEST, "timeout must be greater than 0")
+        req = snapshots.fork_request(rec, count, _clamp_timeout(timeout))
+        results = await c.st.snapshots.fork(c.team_id, rec.id, req, stable_token=True)
+        return [{"error": {"code": r.code.status, "message": r.message}} if isinstance(r, ApiError)
+                else {"sandbox": self.sandbox(c, r)} for r in results]
 
     async def set_timeout(self, c: Ctx, sandbox_id: str, body: dict[str, Any]) -> None:
         rec = self.get(c, sandbox_id)
@@ -190,8 +234,10 @@ class Control:
             raise ApiError(Code.INVALID_REQUEST, "timeout is required")
         await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(timeout_seconds=_clamp_timeout(timeout)))
 
-    async def pause(self, c: Ctx, sandbox_id: str) -> None:
+    async def pause(self, c: Ctx, sandbox_id: str, body: dict[str, Any]) -> None:
         rec = self.get(c, sandbox_id)
+        if body.get("memory") is False:
+            raise ApiError(Code.INVALID_REQUEST, NO_FILESYSTEM_PAUSE)
         if rec.status in PAUSED:
             raise ApiError(Code.ALREADY_PAUSED, f"sandbox {sandbox_id!r} is already paused")
         kill_at_timeout = rec.auto_delete_seconds == 0
@@ -207,6 +253,8 @@ class Control:
     async def connect(self, c: Ctx, sandbox_id: str, body: dict[str, Any]) -> Response:
         rec = self.get(c, sandbox_id)
         timeout = _int(body, "timeout")
+        if body.get("memory") is False:
+            raise ApiError(Code.INVALID_REQUEST, NO_REBOOT)
         resumed = rec.status in PAUSED
         if resumed:
             rec = await c.st.sandboxes.resume(c.team_id, rec.id)
@@ -333,7 +381,7 @@ def control_routes(app: FastAPI, get_state: StateGetter) -> None:
 
     @app.post("/sandboxes/{sandbox_id}/pause", status_code=204)
     async def pause(sandbox_id: str, request: Request) -> Response:
-        await ctl.pause(await ctl.ctx(request), sandbox_id)
+        await ctl.pause(await ctl.ctx(request), sandbox_id, await _body(request))
         return Response(status_code=204)
 
     @app.post("/sandboxes/{sandbox_id}/connect")
@@ -341,6 +389,26 @@ def control_routes(app: FastAPI, get_state: StateGetter) -> None:
     @app.post("/sandboxes/{sandbox_id}/resume")
     async def connect(sandbox_id: str, request: Request) -> Any:
         return await ctl.connect(await ctl.ctx(request), sandbox_id, await _body(request))
+
+    @app.post("/sandboxes/{sandbox_id}/snapshots", status_code=201)
+    async def take_snapshot(sandbox_id: str, request: Request) -> Any:
+        c = await ctl.ctx(request)
+        body = await _body(request)
+        return JSONResponse(await snapshots.take(c, ctl.get(c, sandbox_id), body), status_code=201)
+
+    @app.get("/snapshots")
+    async def list_snapshots(request: Request) -> Any:
+        return await ctl.list_snapshots(await ctl.ctx(request), request)
+
+    @app.delete("/templates/{ref}", status_code=204)
+    async def delete_snapshot(ref: str, request: Request) -> Response:
+        await snapshots.delete(await ctl.ctx(request), ref)
+        return Response(status_code=204)
+
+    @app.post("/sandboxes/{sandbox_id}/fork", status_code=201)
+    async def fork(sandbox_id: str, request: Request) -> Any:
+        c = await ctl.ctx(request)
+        return JSONResponse(await ctl.fork(c, sandbox_id, await _body(request)), status_code=201)
 
     @app.get("/sandboxes/{sandbox_id}/metrics")
     async def metrics(sandbox_id: str, request: Request) -> Any:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -69,18 +68,6 @@ def sandbox_of(get_state: StateGetter, request: Request, token: str | None = Non
         if e.code == Code.NOT_FOUND:
             raise SandboxGone(sandbox_id[:64]) from None
         raise
-
-
-def signed_sandbox_of(get_state: StateGetter, request: Request, check: Callable[[str], None]) -> tuple[State, SandboxRecord]:
-    """The sandbox of a signed link: `check` is given the box's token to verify the signature
-    with (a made-up one when there is no such box, so the answer is the same 401)."""
-    st = get_state()
-    sandbox_id = request.headers.get("e2b-sandbox-id") or ""
-    rec = st.store.get_sandbox(sandbox_id, include_deleted=True)
-    check(st.signer.token(sandbox_id, rec.token_generation if rec else 0))
-    if rec is None or rec.status == SandboxStatus.DELETED:
-        raise SandboxGone(sandbox_id[:64])
-    return st, rec
 
 
 def check_box(rec: SandboxRecord, request: Request) -> None:

@@ -2,8 +2,8 @@
 octet-stream, gzip allowed), through hutch's DataPlane and audit log.
 
 Auth is the `X-Access-Token` header, or an envd signature (`signature=v1_...`) made from the same
-token. The SDK's `download_url()`/`upload_url()` drop E2B_SANDBOX_URL's path prefix and the
-sandbox header, so those links do not reach this route: hutch does not serve them.
+token (signing.py). The SDK's `download_url()`/`upload_url()` links drop E2B_SANDBOX_URL's path
+and name no box, so this app also serves `/files` at hutch's root (hutch.e2b.mount).
 `X-Metadata-<key>` headers are the uploaded files' metadata (`user.e2b.<key>` xattrs, keys
 lowercased, checked as envd checks them before anything is written); a write replaces a file's set.
 Errors are `{"code": <status>, "message"}`.
@@ -11,23 +11,20 @@ Errors are `{"code": <status>, "message"}`.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import posixpath
-import re
-import time
 import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.types import Message
 
 from hutch.e2b.common import StateGetter, box_path
-from hutch.e2b.envd import Call, check_box, check_user, sandbox_of, signed_sandbox_of
+from hutch.e2b.envd import Call, check_box, check_user, sandbox_of
+from hutch.e2b.signing import SignedLink, signed_sandbox_of
 from hutch.errors import ApiError, Code
 from hutch.guest.protocol import metadata_problem
 from hutch.server import audit, boxops
@@ -38,30 +35,22 @@ METADATA_HEADER = "x-metadata-"  # as Starlette gives header names: lowercased
 FORM_OVERHEAD = 1 * 2**20  # a multipart body's boundaries, part headers and names, beyond the file bytes
 
 
-def _call(get_state: StateGetter, request: Request, op: str) -> tuple[Call, str]:
+async def _call(get_state: StateGetter, request: Request, operation: str) -> tuple[Call, str]:
     q = request.query_params
     user = check_user(q.get("username"))
     path = q.get("path") or ""
     if q.get("signature") and not request.headers.get("x-access-token"):
-        st, rec = signed_sandbox_of(get_state, request, lambda token: _check_signature(token, path, op, user, q))
+        link = SignedLink(q["signature"], path, operation, user or "", q.get("signature_expiration"))
+        st, rec = await run_in_threadpool(signed_sandbox_of, get_state, request, link)
+        link.check_expiry()
     else:
         st, rec = sandbox_of(get_state, request)
     check_box(rec, request)
     return Call(st, rec, user, audit.actor(request)), path
 
 
-def _check_signature(token: str, path: str, op: str, user: str | None, q: Any) -> None:
-    expires = q.get("signature_expiration")
-    raw = f"{path}:{op}:{user or ''}:{token}" + (f":{expires}" if expires else "")
-    want = "v1_" + base64.b64encode(hashlib.sha256(raw.encode()).digest()).decode().rstrip("=")
-    if not hmac.compare_digest(want.encode(), q["signature"].encode()):
-        raise ApiError(Code.INVALID_SIGNATURE, "the signature is not valid")
-    if expires and (not re.fullmatch(r"[0-9]{1,12}", expires) or int(expires) < time.time()):
-        raise ApiError(Code.SIGNATURE_EXPIRED, "the signature has expired")
-
-
 async def download(get_state: StateGetter, request: Request) -> StreamingResponse:
-    call, path = _call(get_state, request, "read")
+    call, path = await _call(get_state, request, "read")
     if not path:
         raise ApiError(Code.INVALID_REQUEST, "path is required")
     size, body = await boxops.read_file(call.st, call.rec, call.who, box_path(path, call.user), call.user)
@@ -70,7 +59,7 @@ async def download(get_state: StateGetter, request: Request) -> StreamingRespons
 
 
 async def upload(get_state: StateGetter, request: Request) -> JSONResponse:
-    call, query_path = _call(get_state, request, "write")
+    call, query_path = await _call(get_state, request, "write")
     metadata = _metadata(request)
     kind = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
     written = []

@@ -17,6 +17,7 @@ from hutch.sdk.errors import (
 from hutch.sdk.process import AsyncProcess, Process, PtySize
 from hutch.sdk.sandbox import AsyncSandbox, Sandbox
 from hutch.sdk.secrets import AsyncSecret, Provider, Secret
+from hutch.sdk.snapshots import AsyncSnapshot, Snapshot
 from hutch.sdk.templates import AsyncTemplate, Template
 from hutch.sdk.types import (
     AuditEntry,
@@ -45,6 +46,7 @@ from hutch.sdk.types import (
     SecretAuth,
     SecretBinding,
     SecretInfo,
+    SnapshotInfo,
     TemplateInfo,
     UserStep,
     WorkdirStep,
@@ -54,6 +56,7 @@ __all__ = [
     "AsyncProcess",
     "AsyncSandbox",
     "AsyncSecret",
+    "AsyncSnapshot",
     "AsyncTemplate",
     "AuditEntry",
     "AuditPage",
@@ -94,6 +97,8 @@ __all__ = [
     "SecretBinding",
     "SecretInfo",
     "ServerError",
+    "Snapshot",
+    "SnapshotInfo",
     "Template",
     "TemplateInfo",
     "UserStep",

@@ -35,6 +35,7 @@ class ServerCode:
     BUILD_NOT_FOUND = "build_not_found"
     PORT_NOT_PUBLISHED = "port_not_published"
     CONTEXT_NOT_FOUND = "context_not_found"
+    SNAPSHOT_NOT_FOUND = "snapshot_not_found"
 
     # the state of things
     CONFLICT = "conflict"
@@ -51,12 +52,15 @@ class ServerCode:
     BUILD_FINISHED = "build_finished"
     SECRET_EXISTS = "secret_exists"
     INTERPRETER_UNAVAILABLE = "interpreter_unavailable"
+    SNAPSHOT_EXISTS = "snapshot_exists"
+    SNAPSHOT_IN_USE = "snapshot_in_use"
 
     # quotas
     RATE_LIMITED = "rate_limited"
     TOO_MANY_SANDBOXES = "too_many_sandboxes"
     NO_CAPACITY = "no_capacity"
     CHECKPOINT_BUDGET = "checkpoint_budget"
+    TOO_MANY_SNAPSHOTS = "too_many_snapshots"
     TOO_MANY_TEMPLATES = "too_many_templates"
     TOO_MANY_BUILDS = "too_many_builds"
 
@@ -66,6 +70,7 @@ class ServerCode:
     BOOT_FAILED = "boot_failed"
     LIMITS_UNAVAILABLE = "limits_unavailable"
     PAUSE_FAILED = "pause_failed"
+    SNAPSHOT_FAILED = "snapshot_failed"
     RESUME_FAILED = "resume_failed"
     SANDBOX_UNREACHABLE = "sandbox_unreachable"
     COMMAND_START_FAILED = "command_start_failed"

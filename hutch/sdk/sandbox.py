@@ -17,12 +17,14 @@ from hutch.sdk.flow import Flow, mapped
 from hutch.sdk.front import AsyncFront, Job, SyncFront, call, classcall, closing
 from hutch.sdk.ops import code as _code
 from hutch.sdk.ops import commands, files, previews, sandboxes
+from hutch.sdk.ops import snapshots as _snapshots
 from hutch.sdk.ops.code import OnError, OnOutput, OnResult
 from hutch.sdk.ops.commands import OutputCallback
 from hutch.sdk.ops.files import check_watch_opened
 from hutch.sdk.ops.sandboxes import UNSET, DataPlane
 from hutch.sdk.process import AsyncProcess, Process, PtySize
 from hutch.sdk.session import Session, close_awaited, close_blocking, iterate_awaited, iterate_blocking
+from hutch.sdk.snapshots import SnapshotRef, snapshot_ref
 from hutch.sdk.templates import AsyncTemplate, Template, template_name
 from hutch.sdk.types import (
     AuditPage,
@@ -37,6 +39,7 @@ from hutch.sdk.types import (
     ProcessInfo,
     SandboxInfo,
     SecretBinding,
+    SnapshotInfo,
 )
 
 TemplateRef: TypeAlias = str | Template | AsyncTemplate  # a Template, or a template's name or id
@@ -95,21 +98,40 @@ class _SandboxBase(Generic[SandboxT]):
                timeout_seconds: int | None = None, auto_delete_seconds: int | None = None,
                metadata: dict[str, str] | None = None, env_vars: dict[str, str] | None = None,
                network: NetworkConfig | None = None, secrets: dict[str, str] | None = None,
-               preview_access: str | None = None, api_key: str | None = None,
-               base_url: str | None = None) -> Job[SandboxT]:
+               preview_access: str | None = None, from_snapshot: SnapshotRef | None = None,
+               api_key: str | None = None, base_url: str | None = None) -> Job[SandboxT]:
         """Create a sandbox and return once it is ready for commands. `from_template`: a Template,
         or a template's name or id (default hutch/base); the box takes its shape, env, workdir and
         user, and create waits for its ready_cmd. `network` sets its egress rules (default: any
         public address over HTTP(S); never private, loopback or link-local).
         `secrets` binds env vars to secrets by name: the box sees a stand-in token, swapped for
         the real value only on requests to the secret's hosts. `preview_access` ("public" or
-        "private") is what ports published later get by default."""
+        "private") is what ports published later get by default.
+        `from_snapshot` (a snapshot, its id or its name) boots the box from a snapshot instead:
+        its processes continue from where they were saved, with the snapshot's files, template,
+        shape and env (`env_vars` on top); its egress rules and secrets are the snapshot's box's
+        unless given here, with new stand-ins."""
         session = Session(ConnectionConfig.resolve(api_key, base_url), keep=True)
         flow = sandboxes.create(session.cfg, name, from_template=template_name(from_template),
                                 timeout_seconds=timeout_seconds, auto_delete_seconds=auto_delete_seconds,
                                 metadata=metadata, env_vars=env_vars, network=network, secrets=secrets,
-                                preview_access=preview_access)
+                                preview_access=preview_access, from_snapshot=snapshot_ref(from_snapshot))
         return cls._opening(session, flow)
+
+    @classcall
+    def from_snapshot(cls: type[SandboxT], snapshot: SnapshotRef, count: int = 1, *, name: str | None = None,
+                      timeout_seconds: int | None = None, auto_delete_seconds: int | None = None,
+                      metadata: dict[str, str] | None = None, env_vars: dict[str, str] | None = None,
+                      network: NetworkConfig | None = None, secrets: dict[str, str] | None = None,
+                      api_key: str | None = None, base_url: str | None = None) -> Job[builtins.list[SandboxT]]:
+        """`count` sandboxes (at most 20) booted at once from one snapshot, as `create(from_snapshot=...)`
+        makes one: all of them, or none and the error (`name` defaults to the snapshot's)."""
+        cfg = ConnectionConfig.resolve(api_key, base_url)
+        body = _snapshots.boot_body(count, name, timeout_seconds, auto_delete_seconds, metadata, env_vars, network,
+                                    secrets)
+        flow = _snapshots.boot(cfg, snapshot_ref(snapshot), body)
+        return Job(Session(cfg), mapped(flow, lambda boxes: [cls(info, dp, Session(cfg, keep=True))
+                                                             for info, dp in boxes]))
 
     @classcall
     def connect(cls: type[SandboxT], sandbox_id: str, *, api_key: str | None = None,
@@ -250,24 +272,51 @@ class _SandboxBase(Generic[SandboxT]):
                          on_stderr=on_stderr, on_result=on_result, on_error=on_error, envs=envs, timeout=timeout)
 
     @call
-    def create_code_context(self, *, cwd: str | None = None, language: str | None = None) -> Flow[CodeContext]:
-        """A new context: its own kernel, so its own variables, started in `cwd` (default /home/user)."""
-        return _code.create_context(self._dp, cwd, language)
+    def create_code_context(self, *, cwd: str | None = None, language: str | None = None,
+                            timeout: float | None = None) -> Flow[CodeContext]:
+        """A new context: its own kernel, so its own variables, started in `cwd` (default /home/user).
+        `timeout` (seconds), here and on the other context calls: as on `files`' calls."""
+        return _code.create_context(self._dp, cwd, language, timeout)
 
     @call
-    def list_code_contexts(self) -> Flow[builtins.list[CodeContext]]:
+    def list_code_contexts(self, *, timeout: float | None = None) -> Flow[builtins.list[CodeContext]]:
         """Every context in the box."""
-        return _code.list_contexts(self._dp)
+        return _code.list_contexts(self._dp, timeout)
 
     @call
-    def restart_code_context(self, context: CodeContext | str) -> Flow[None]:
+    def restart_code_context(self, context: CodeContext | str, *, timeout: float | None = None) -> Flow[None]:
         """A fresh kernel for the context: its variables go (a running cell is interrupted first)."""
-        return _code.restart_context(self._dp, context)
+        return _code.restart_context(self._dp, context, timeout)
 
     @call
-    def remove_code_context(self, context: CodeContext | str) -> Flow[None]:
+    def remove_code_context(self, context: CodeContext | str, *, timeout: float | None = None) -> Flow[None]:
         """Stop the context's kernel."""
-        return _code.remove_context(self._dp, context)
+        return _code.remove_context(self._dp, context, timeout)
+
+    # --- snapshots --------------------------------------------------------------------------------
+
+    @call
+    def snapshot(self, *, name: str | None = None, metadata: dict[str, str] | None = None,
+                 memory: bool = True) -> Flow[SnapshotInfo]:
+        """Save the box (memory, processes, files) as a snapshot that new boxes boot from, any
+        number of times. The box runs on: it is paused only while it is saved (streams of its
+        commands and watches are cut then, as by a pause; its processes are not). `name` is
+        unique in the team; `metadata` is for `Snapshot.list`. With `memory=False`, only the
+        files the box changed on its root filesystem are saved (not /tmp, a tmpfs), read while it
+        runs, unpaused: boxes from it boot afresh, with those files and no processes."""
+        return _snapshots.take(self._cfg, self.id, name, metadata, memory)
+
+    @call
+    def fork(self, count: int = 1, *, name: str | None = None, timeout_seconds: int | None = None,
+             auto_delete_seconds: int | None = None, metadata: dict[str, str] | None = None,
+             env_vars: dict[str, str] | None = None, network: NetworkConfig | None = None,
+             secrets: dict[str, str] | None = None) -> Flow[builtins.list[SandboxT]]:
+        """`count` new boxes (at most 20), each continuing from this box as it is now (a snapshot
+        is taken for them, and not kept); this box runs on. All of them, or none and the error."""
+        body = _snapshots.boot_body(count, name, timeout_seconds, auto_delete_seconds, metadata, env_vars, network,
+                                    secrets)
+        boxes = yield from _snapshots.fork(self._cfg, self.id, body)
+        return [type(self)(info, dp, Session(self._cfg, keep=True)) for info, dp in boxes]  # type: ignore[misc]
 
     @closing
     def kill(self) -> Flow[None]:
@@ -316,74 +365,80 @@ class _CommandsBase(Generic[ProcessT]):
         return mapped(commands.attach(self._dp, pid, on_stdout, on_stderr), self._process)
 
     @call
-    def list(self) -> Flow[builtins.list[ProcessInfo]]:
-        """The spawned processes that are still running."""
-        return commands.list_processes(self._dp)
+    def list(self, *, timeout: float | None = None) -> Flow[builtins.list[ProcessInfo]]:
+        """The spawned processes that are still running. `timeout` (seconds): as on `files`' calls."""
+        return commands.list_processes(self._dp, timeout)
 
     @call
-    def kill(self, pid: int, signal: int = signals.SIGTERM) -> Flow[bool]:
+    def kill(self, pid: int, signal: int = signals.SIGTERM, *, timeout: float | None = None) -> Flow[bool]:
         """Signal a spawned process' group, attached or not; False if it had already ended."""
-        return commands.signal_process(self._dp, pid, signal)
+        return commands.signal_process(self._dp, pid, signal, timeout)
 
 
 class _FilesBase:
     """Both fronts' `sandbox.files`. Below, `user` is who a call acts as: the box user (default;
-    the box's permissions apply to it) or "root". Paths are absolute."""
+    the box's permissions apply to it) or "root". Paths are absolute. `timeout` is how many seconds
+    the call may take, its retries included (default: each request's own limits, 300 s for a
+    transfer); past it SandboxTimeoutError (request_timeout)."""
 
     def __init__(self, sandbox: _SandboxBase[Any]) -> None:
         self._dp, self._session = sandbox._dp, sandbox._session
 
     @call
-    def write(self, path: str, content: str | bytes, *, user: str | None = None) -> Flow[None]:
+    def write(self, path: str, content: str | bytes, *, user: str | None = None,
+              timeout: float | None = None) -> Flow[None]:
         """Write a file (absolute path), making missing parent directories; owned by `user`."""
-        return files.write_file(self._dp, path, content, user)
+        return files.write_file(self._dp, path, content, user, timeout)
 
     @call
-    def read(self, path: str, *, user: str | None = None) -> Flow[bytes]:
+    def read(self, path: str, *, user: str | None = None, timeout: float | None = None) -> Flow[bytes]:
         """A file's bytes, read as the box user (with its rights) unless user="root"."""
-        return files.read_file(self._dp, path, user)
+        return files.read_file(self._dp, path, user, timeout)
 
     @call
-    def read_text(self, path: str, encoding: str = "utf-8", *, user: str | None = None) -> Flow[str]:
+    def read_text(self, path: str, encoding: str = "utf-8", *, user: str | None = None,
+                  timeout: float | None = None) -> Flow[str]:
         """A file, decoded; read as the box user unless user="root"."""
-        return mapped(files.read_file(self._dp, path, user), lambda data: data.decode(encoding))
+        return mapped(files.read_file(self._dp, path, user, timeout), lambda data: data.decode(encoding))
 
     @call
-    def download_dir(self, path: str, *, user: str | None = None) -> Flow[bytes]:
+    def download_dir(self, path: str, *, user: str | None = None, timeout: float | None = None) -> Flow[bytes]:
         """A directory and everything under it, as the bytes of a zip archive (as the box user
         sees it, unless user="root")."""
-        return files.download_dir(self._dp, path, user)
+        return files.download_dir(self._dp, path, user, timeout)
 
     @call
-    def list(self, path: str, depth: int = 1, *, user: str | None = None) -> Flow[builtins.list[EntryInfo]]:
+    def list(self, path: str, depth: int = 1, *, user: str | None = None,
+             timeout: float | None = None) -> Flow[builtins.list[EntryInfo]]:
         """A directory's entries, `depth` (1-16) levels down, sorted; links are listed, not followed."""
-        return files.list_dir(self._dp, path, depth, user)
+        return files.list_dir(self._dp, path, depth, user, timeout)
 
     @call
-    def get_info(self, path: str, *, user: str | None = None) -> Flow[EntryInfo]:
+    def get_info(self, path: str, *, user: str | None = None, timeout: float | None = None) -> Flow[EntryInfo]:
         """A file, directory or link (described, not followed). NotFoundError if there is none."""
-        return files.get_entry(self._dp, path, user)
+        return files.get_entry(self._dp, path, user, timeout)
 
     @call
-    def exists(self, path: str, *, user: str | None = None) -> Flow[bool]:
+    def exists(self, path: str, *, user: str | None = None, timeout: float | None = None) -> Flow[bool]:
         """Whether there is a file, directory or link at `path`."""
-        return files.exists(self._dp, path, user)
+        return files.exists(self._dp, path, user, timeout)
 
     @call
-    def remove(self, path: str, *, user: str | None = None) -> Flow[None]:
+    def remove(self, path: str, *, user: str | None = None, timeout: float | None = None) -> Flow[None]:
         """A file or link (never its target), or a directory with everything in it."""
-        return files.remove(self._dp, path, user)
+        return files.remove(self._dp, path, user, timeout)
 
     @call
-    def rename(self, source: str, destination: str, *, user: str | None = None) -> Flow[EntryInfo]:
+    def rename(self, source: str, destination: str, *, user: str | None = None,
+               timeout: float | None = None) -> Flow[EntryInfo]:
         """Move a file or directory (the destination's parent must exist); the destination's entry."""
-        return files.rename(self._dp, source, destination, user)
+        return files.rename(self._dp, source, destination, user, timeout)
 
     @call
-    def make_dir(self, path: str, *, user: str | None = None) -> Flow[bool]:
+    def make_dir(self, path: str, *, user: str | None = None, timeout: float | None = None) -> Flow[bool]:
         """mkdir -p, owned by `user`; False if it was a directory already (ConflictError if it is
         something else)."""
-        return files.make_dir(self._dp, path, user)
+        return files.make_dir(self._dp, path, user, timeout)
 
 
 # --- blocking -------------------------------------------------------------------------------------

@@ -116,6 +116,29 @@ class SandboxInfo:
 
 
 @dataclass
+class SnapshotInfo:
+    """A saved state of a box (memory, processes and files; with `memory` False its files only),
+    which new boxes boot from."""
+
+    id: str
+    name: str | None
+    metadata: dict[str, str]
+    source_sandbox_id: str | None
+    template: str
+    vcpu_count: int
+    memory_mib: int
+    memory: bool
+    size_bytes: int
+    created_at: datetime
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SnapshotInfo:
+        return cls(id=d["id"], name=d.get("name"), metadata=d["metadata"], source_sandbox_id=d.get("source_sandbox_id"),
+                   template=d["template"], vcpu_count=d["vcpu_count"], memory_mib=d["memory_mib"], memory=d["memory"],
+                   size_bytes=d["size_bytes"], created_at=datetime.fromisoformat(d["created_at"]))
+
+
+@dataclass
 class AuditEntry:
     """A command or file operation on a sandbox."""
 

@@ -22,14 +22,14 @@ from hutch.errors import ApiError
 from hutch.server import errors
 from hutch.server.config import ServerConfig
 from hutch.server.middleware import MAX_JSON_BODY, BodyLimit
-from hutch.server.routes import code, commands, files, previews, sandboxes, secrets, system, templates
+from hutch.server.routes import code, commands, files, previews, sandboxes, secrets, snapshots, system, templates
 from hutch.server.state import State
 
 log = logging.getLogger("hutch.server")
 
 # In this order: FastAPI matches routes in the order they were added.
 ROUTERS = (sandboxes.router, secrets.router, previews.router, system.router, templates.router, commands.router,
-           files.router, code.router)
+           files.router, code.router, snapshots.router)
 
 
 def _dump_tasks() -> None:
@@ -52,6 +52,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             st.node.start_reaping()
             await st.sandboxes.reconcile()  # before any lifetime acts on a box not yet taken back
             await st.templates.reconcile()
+            st.snapshots.reconcile()
         else:  # a fleet's nodes take back their own boxes; the API servers watch for lost nodes
             from hutch.fleet.watch import NodeWatch
 

@@ -38,6 +38,9 @@ class ServerConfig:
     team_max_paused: int = 256
     team_max_paused_bytes: int | None = None
     checkpoint_budget_bytes: int | None = None
+    # Snapshots, per team: how many, and how many bytes (None: the team's checkpoint budget, again)
+    team_max_snapshots: int = 100
+    team_max_snapshot_bytes: int | None = None
     over_budget_grace: float = 3600.0  # seconds a box refused its timeout's pause runs on before it is stopped
     # Retention of the logs (network, commands and files, secrets' use): rows older than this go
     # (0: kept forever); and the newest entries of each box's network log that are kept.
@@ -77,6 +80,11 @@ class ServerConfig:
     def checkpoint_dir(self) -> Path:
         """Paused boxes' images: a fleet's are in its shared directory, so any node resumes them."""
         return (self.fleet.shared_dir if self.fleet else self.data_dir) / "checkpoints"
+
+    @property
+    def snapshot_dir(self) -> Path:
+        """Snapshots' images, beside the checkpoints (a fleet's in its shared directory too)."""
+        return (self.fleet.shared_dir if self.fleet else self.data_dir) / "snapshots"
 
     @property
     def allowed_image_dirs(self) -> tuple[Path, ...]:

@@ -206,13 +206,64 @@ class CreateSandbox(Strict):
     network: NetworkConfig | None = None
     secrets: Annotated[BoundSecrets, Field(description="env var -> secret name: the box sees a stand-in")] | None = None
     preview_access: Access | None = None  # for ports published later without an access of their own (public)
+    from_snapshot: Annotated[Name, Field(description="a snapshot's id or name: the box continues from it")] | None = None
 
     @model_validator(mode="after")
     def _env_once(self) -> CreateSandbox:
         both = sorted(set(self.env_vars or ()) & set(self.secrets or ()))
         if both:
             raise ValueError(f"{', '.join(both)} cannot be both an env var and a secret")
+        if self.from_template is not None and self.from_snapshot is not None:
+            raise ValueError("from_template and from_snapshot cannot both be given: a snapshot has its template")
         return self
+
+
+MAX_FORKS = 20  # boxes booted from one snapshot by one call
+
+
+class BootSnapshot(Strict):
+    """Boxes from a snapshot (or a fork of a running box): what create takes, for `count` boxes at
+    once; `name` defaults to the snapshot's source box's."""
+
+    count: Annotated[int, Field(ge=1, le=MAX_FORKS)] = 1
+    name: Name | None = None
+    timeout_seconds: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_SECONDS)] | None = None
+    auto_delete_seconds: Seconds | None = None
+    metadata: Metadata | None = None
+    env_vars: EnvVars | None = None
+    network: NetworkConfig | None = None
+    secrets: Annotated[BoundSecrets, Field(description="env var -> secret name: the box sees a stand-in")] | None = None
+    preview_access: Access | None = None
+
+    def create(self, name: str, snapshot: str) -> CreateSandbox:
+        """The create each of the boxes is."""
+        return CreateSandbox(name=self.name or name, from_snapshot=snapshot, timeout_seconds=self.timeout_seconds,
+                             auto_delete_seconds=self.auto_delete_seconds, metadata=self.metadata,
+                             env_vars=self.env_vars, network=self.network, secrets=self.secrets,
+                             preview_access=self.preview_access)
+
+
+# a snapshot's name stands for it in paths (/v1/snapshots/{ref}): no "/"
+SnapshotName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f/]+$")]
+
+
+class CreateSnapshot(Strict):
+    name: Annotated[SnapshotName, Field(description="unique within the team; boots and lookups may use it")] | None = None
+    metadata: Metadata | None = None
+    memory: Annotated[bool, Field(description="false: the files only (its boxes boot afresh, with no processes)")] = True
+
+
+class SnapshotInfo(BaseModel):
+    id: str
+    name: str | None
+    metadata: dict[str, str]
+    source_sandbox_id: str | None
+    template: str
+    vcpu_count: int
+    memory_mib: int
+    memory: bool  # false: files only
+    size_bytes: int
+    created_at: datetime
 
 
 class UpdateSandbox(Strict):

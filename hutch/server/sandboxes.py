@@ -20,10 +20,11 @@ import stat
 import time
 import uuid
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hutch.errors import ApiError, BuildFailure, Code, not_found
-from hutch.node import boxcmd
+from hutch.node import boxcmd, boxfiles
 from hutch.node.api import CHECKPOINT_SLACK, BoxAgent, BoxRef, BoxStartError, LimitsUnavailable, NodeRuntime, NoSpaceError
 from hutch.node.pool import WarmPool
 from hutch.node.spec import Limits
@@ -44,7 +45,15 @@ from hutch.server.models import (
 from hutch.server.secrets import Secrets
 from hutch.server.templates import BASE_TEMPLATE_ID
 from hutch.server.tokens import TokenSigner
-from hutch.store import CheckpointBudgets, PauseRefused, SandboxRecord, SandboxStatus, Store, TemplateRecord
+from hutch.store import (
+    CheckpointBudgets,
+    PauseRefused,
+    SandboxRecord,
+    SandboxStatus,
+    SnapshotRecord,
+    Store,
+    TemplateRecord,
+)
 
 log = logging.getLogger("hutch.server")
 
@@ -73,11 +82,41 @@ def checkpoint_size(image: Path) -> int:
     return total
 
 
+def link_image(source: Path, target: Path) -> None:
+    """A second directory of a finished checkpoint: its files hard-linked (neither is ever written
+    again; a copy where the two are on different filesystems), links in it never followed."""
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True, mode=0o700)
+    for entry in os.scandir(source):
+        if not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            os.link(entry.path, target / entry.name, follow_symlinks=False)
+        except OSError:
+            shutil.copy2(entry.path, target / entry.name, follow_symlinks=False)
+
+
 def checkpoint_bound(rec: SandboxRecord) -> int:
     """The most a box's checkpoint can take: its memory and its own disk, if it has one (its
     writes go into the checkpoint), and the node's slack. What a pause holds against the budgets
     where the node's estimate cannot be had (a fleet's API server sees no node's /proc)."""
     return (rec.memory_mib + (rec.disk_mib or 0)) * 2**20 + CHECKPOINT_SLACK
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """What a new box is made from: a template, or a snapshot (which adds its source's env, egress
+    rules and secrets)."""
+
+    template_id: str | None
+    template: str
+    rootfs: str | None
+    memory_mib: int
+    vcpu: int
+    disk_mib: int | None
+    env_vars: dict[str, str] = field(default_factory=dict)
+    network: dict[str, list[str]] | None = None
+    secrets: dict[str, str] = field(default_factory=dict)
 
 
 class Sandboxes:
@@ -197,30 +236,49 @@ class Sandboxes:
                                                       "(wait for its build, or see why it failed)")
         return template
 
-    async def create(self, team_id: str, req: CreateSandbox, *, stable_token: bool = False) -> SandboxRecord:
-        """A new box; with `stable_token` (E2B's API) its access token never rotates on resume."""
-        template = self._template(team_id, req.from_template)
-        spec = template.spec
+    async def create(self, team_id: str, req: CreateSandbox, *, stable_token: bool = False,
+                     snapshot: tuple[SnapshotRecord, Path] | None = None) -> SandboxRecord:
+        """A new box; with `stable_token` (E2B's API) its access token never rotates on resume.
+        With `snapshot` (hutch.server.snapshots: the record and its image), the box continues
+        from it: the snapshot's template, shape, env (the create's on top), egress rules and
+        secrets unless the create gives its own, and new stand-ins; no start command runs."""
+        template: TemplateRecord | None = None
+        if snapshot is None:
+            template = self._template(team_id, req.from_template)
+            origin = _Origin(template.id, template.name, template.rootfs, template.spec["memory_mib"],
+                             template.spec["vcpu"], template.spec.get("disk_mib"))
+        else:
+            snap = snapshot[0]
+            if not snap.memory and snap.template_id:  # files only: a fresh box of the template, started as one
+                template = self.store.get_template(snap.template_id)
+            origin = _Origin(snap.template_id, snap.template, snap.rootfs, snap.memory_mib, snap.vcpu, snap.disk_mib,
+                             snap.env_vars, snap.network, snap.secrets)
         self._check_capacity(team_id)
         rec = SandboxRecord(
-            id=str(uuid.uuid4()), team_id=team_id, name=req.name, template=template.name, status=SandboxStatus.ACTIVE,
-            memory_mib=spec["memory_mib"], vcpu=spec["vcpu"], metadata=req.metadata or {},
-            env_vars=req.env_vars or {}, timeout_seconds=req.timeout_seconds,
+            id=str(uuid.uuid4()), team_id=team_id, name=req.name, template=origin.template, status=SandboxStatus.ACTIVE,
+            memory_mib=origin.memory_mib, vcpu=origin.vcpu, metadata=req.metadata or {},
+            env_vars={**origin.env_vars, **(req.env_vars or {})}, timeout_seconds=req.timeout_seconds,
             auto_delete_seconds=req.auto_delete_seconds, pause_at=self._deadline(req.timeout_seconds),
-            network=req.network.model_dump() if req.network else None, preview_access=req.preview_access,
-            template_id=template.id, rootfs=template.rootfs, disk_mib=spec.get("disk_mib"),
+            network=req.network.model_dump() if req.network else origin.network, preview_access=req.preview_access,
+            template_id=origin.template_id, rootfs=origin.rootfs, disk_mib=origin.disk_mib,
             stable_token=stable_token or None,
         )
-        bindings = self.secrets.new_bindings(team_id, rec.id, req.secrets or {})  # a missing secret: 404, nothing made
+        wanted = req.secrets if req.secrets is not None else {
+            env: name for env, name in origin.secrets.items() if env not in rec.env_vars}
+        bindings = self.secrets.new_bindings(team_id, rec.id, wanted)  # a missing secret: 404, nothing made
         rootfs, limits = self._limits(rec)
         self._starting += 1
         self.booting_roots[str(rootfs)] += 1  # a template delete meanwhile must not take its root
         started = time.perf_counter()
         try:
             try:
-                box = await self.pool.claim(rootfs, limits) if self.pool else None
-                source = "warm_pool" if box else "boot"
-                box = box or await self.node.boot(rec.id, rootfs, limits)
+                restoring = snapshot is not None and snapshot[0].memory
+                claimed = await self.pool.claim(rootfs, limits) if self.pool and not restoring else None
+                source = "snapshot" if snapshot else "warm_pool" if claimed else "boot"
+                if snapshot is not None and restoring:
+                    box = await self.node.restore(rec.id, rootfs, limits, snapshot[1])
+                else:
+                    box = claimed or await self.node.boot(rec.id, rootfs, limits)
             except LimitsUnavailable as e:  # the node logged what its operator must do
                 raise ApiError(Code.LIMITS_UNAVAILABLE, f"the sandbox could not start: {e}") from e
             except BoxStartError as e:
@@ -244,10 +302,26 @@ class Sandboxes:
             self.booting_roots[str(rootfs)] -= 1
             if not self.booting_roots[str(rootfs)]:
                 del self.booting_roots[str(rootfs)]
-        if spec.get("start_cmd") or spec.get("ready_cmd"):
+        if snapshot is not None and not snapshot[0].memory:
+            await self._lay_files(rec, box, snapshot[1])
+        if template is not None and (template.spec.get("start_cmd") or template.spec.get("ready_cmd")):
             await self._start_template(rec, box, template)
         self.metrics.create_seconds.labels(source).observe(time.perf_counter() - started)
         return rec
+
+    async def _lay_files(self, rec: SandboxRecord, box: BoxRef, image: Path) -> None:
+        """A files-only snapshot's files, laid over the fresh box; a box that cannot take them is
+        removed, and the create fails."""
+        try:
+            agent = self.node.agent(box.runtime_id)
+            if agent is None:
+                raise ApiError(Code.BOOT_FAILED, "the box ended as it started")
+            await boxfiles.restore(agent, image)
+        except BaseException as e:
+            await asyncio.shield(self.kill(None, rec.id))
+            if isinstance(e, ApiError):
+                raise ApiError(Code.BOOT_FAILED, f"the sandbox could not take the snapshot's files: {e.message}") from e
+            raise
 
     async def _start_template(self, rec: SandboxRecord, box: BoxRef, template: TemplateRecord) -> None:
         """Start the template's start command and wait until its probe passes; a box that does
@@ -358,6 +432,59 @@ class Sandboxes:
                                       checkpoint_bytes=size, pause_refused_at=None)
         if rec.auto_delete_seconds == 0:
             await self.kill(team_id, sandbox_id, only_if_due=True)
+
+    def lock(self, sandbox_id: str) -> asyncio.Lock:
+        """The box's lock: every transition of it holds it."""
+        return self._locks[sandbox_id]
+
+    async def checkpoint_in_place(self, team_id: str, sandbox_id: str, image: Path) -> SandboxRecord:
+        """Save a box to `image` and let it run on (a snapshot). A running box is checkpointed,
+        then restored at once from that image under a new runtime id, keeping its id, token,
+        deadlines and processes; a paused box's checkpoint is linked instead. If the checkpoint
+        fails, the box runs on (snapshot_failed); if the restore fails, the box is left paused on
+        its own link of the image, and its next call resumes it."""
+        async with self._locks[sandbox_id]:
+            rec = self.get(team_id, sandbox_id)
+            if rec.status == SandboxStatus.PAUSED:
+                await asyncio.to_thread(link_image, self.image_dir(rec.id), image)
+                return rec
+            if rec.status != SandboxStatus.ACTIVE or not rec.runtime_id:
+                raise ApiError(Code.SANDBOX_FAILED if rec.status == SandboxStatus.FAILED else Code.INVALID_STATE,
+                               f"sandbox {rec.id} is {rec.status}: no snapshot can be taken of it")
+            rootfs, limits = self._limits(rec)
+            if not self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.ACTIVE,), status=SandboxStatus.PAUSING):
+                raise ApiError(Code.INVALID_STATE, f"sandbox {rec.id} is being paused or resumed elsewhere")
+            try:
+                await self.node.pause(rec.runtime_id, image)
+            except Exception as e:
+                alive = await self.node.is_alive(rec.runtime_id) and self.node.holds(rec.runtime_id)
+                if alive or isinstance(e, NoSpaceError):
+                    self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.ACTIVE)
+                else:
+                    self.mark_failed(rec.id, f"its snapshot failed: {e}")
+                log.error("a snapshot of %s failed: %s", rec.id, e)
+                if isinstance(e, NoSpaceError) or self._disk_full(e):
+                    raise ApiError(Code.INSUFFICIENT_STORAGE, f"the server's disk has no room for a snapshot of "
+                                   f"sandbox {rec.id} ({e})") from e
+                raise ApiError(Code.SNAPSHOT_FAILED, f"sandbox {rec.id} could not be checkpointed: {e}"
+                               + ("; it runs on" if alive else "")) from e
+            if self.config.fleet is None:  # a fleet's node marks it whole itself
+                (image / CHECKPOINT_DONE).touch()
+            try:
+                box = await self.node.restore(rec.box_key, rootfs, limits, image)
+            except Exception as e:
+                log.error("sandbox %s was checkpointed for a snapshot but not restored (%s): it is left paused", rec.id, e)
+                own = self.image_dir(rec.id)
+                await asyncio.to_thread(link_image, image, own)
+                self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.PAUSED,
+                                          runtime_id=None, pause_at=None, delete_at=self._deadline(rec.auto_delete_seconds),
+                                          checkpoint_bytes=await asyncio.to_thread(checkpoint_size, own))
+                return self.get(None, rec.id)
+            if not self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.ACTIVE,
+                                             runtime_id=box.runtime_id, node=box.node):
+                await self.node.stop(box.runtime_id, rec.box_key)  # killed meanwhile (on another server)
+                raise not_found("sandbox", sandbox_id)
+            return self.get(None, rec.id)
 
     def checkpoint_budgets(self) -> CheckpointBudgets:
         """The budgets a pause is held to now; the defaults follow the checkpoints' filesystem."""

@@ -32,6 +32,7 @@ from hutch.server.metrics import Metrics
 from hutch.server.previews import Previews
 from hutch.server.sandboxes import Sandboxes
 from hutch.server.secrets import Secrets
+from hutch.server.snapshots import Snapshots
 from hutch.server.templates import BUILD_BOX_PREFIX, Templates
 from hutch.server.tokens import TokenSigner, load_or_create_key
 from hutch.store import Store
@@ -132,6 +133,7 @@ class State:
         self.templates.register_base(base_root)
         self.sandboxes = Sandboxes(config, self.store, self.node, self.signer, self.secrets)
         self.templates.booting_roots = lambda: set(self.sandboxes.booting_roots)
+        self.snapshots = Snapshots(config, self.store, self.sandboxes)
         self.previews = Previews(self.sandboxes, PreviewKeys(server_key), self.sandboxes.preview_site)
         self.pool: WarmPool | None = None
         if self.local is not None:

@@ -179,7 +179,7 @@ class Templates:
     def create(self, team_id: str, req: CreateTemplate) -> TemplateRecord:
         spec = req.model_dump(by_alias=True)
         self._check_quota(team_id, new_template=True)
-        self._check_source(team_id, req.from_)
+        spec.update(_inherited_start(req, self._check_source(team_id, req.from_)))
         rec = TemplateRecord(id=str(uuid.uuid4()), team_id=team_id, name=req.name, spec=spec)
         try:
             self.store.put_template(rec)
@@ -188,8 +188,9 @@ class Templates:
         self._queue(rec, no_cache=False)
         return rec
 
-    def _check_source(self, team_id: str, source: str) -> None:
-        """A `from` that names nothing buildable is refused before anything is stored."""
+    def _check_source(self, team_id: str, source: str) -> TemplateRecord | None:
+        """A `from` that names nothing buildable is refused before anything is stored. The
+        template it names (None: an image)."""
         try:
             image = oci.parse_source(source, allowed_dirs=self.config.allowed_image_dirs)
         except ValueError as e:
@@ -200,9 +201,11 @@ class Templates:
                 raise ApiError(Code.TEMPLATE_NOT_FOUND, f"from: template {source!r} does not exist")
             if parent.rootfs is None:
                 raise ApiError(Code.TEMPLATE_NOT_READY, f"from: template {source!r} has no finished build yet")
-        elif image.remote and not self.config.registry_pulls:
+            return parent
+        if image.remote and not self.config.registry_pulls:
             raise ApiError(Code.INVALID_SPEC, "from: this server does not pull from registries "
                                                 "(hutch serve --registry-pulls)")
+        return None
 
     def rebuild(self, team_id: str, ref: str, no_cache: bool) -> tuple[TemplateRecord, BuildRecord]:
         rec = self.get(team_id, ref)
@@ -656,6 +659,20 @@ class Templates:
                 blog.system(line)
                 return
 
+
+
+def _inherited_start(req: CreateTemplate, parent: TemplateRecord | None) -> dict[str, Any]:
+    """As E2B's builds: a template built from another that sets neither a start nor a ready command
+    runs its parent's, with the parent's ready timeout unless it gives its own (so one made from the
+    code interpreter still serves it). Written into its spec, which then shows what its boxes run."""
+    if parent is None or req.start_cmd is not None or req.ready_cmd is not None:
+        return {}
+    inherited: dict[str, Any] = {key: parent.spec.get(key) for key in ("start_cmd", "ready_cmd")}
+    if not any(inherited.values()):
+        return {}
+    if "ready_timeout_seconds" not in req.model_fields_set:
+        inherited["ready_timeout_seconds"] = parent.spec["ready_timeout_seconds"]
+    return inherited
 
 
 def _root_names(rootfs: set[str]) -> set[str]:

@@ -1,4 +1,5 @@
-"""Durable state: teams, API keys, sandboxes, templates, secrets, previews, logs and the fleet's nodes, in SQLite or PostgreSQL.
+"""Durable state: teams, API keys, sandboxes, snapshots, templates, secrets, previews, logs and the
+fleet's nodes, in SQLite or PostgreSQL.
 
 Every change is one transaction. Secrets that authenticate (API keys) are kept only as hashes.
 `Store` is composed of one query class per aggregate, all on one `Database`; `schema` holds the
@@ -28,17 +29,19 @@ from hutch.store.records import (
     SandboxRecord,
     SandboxStatus,
     SecretRecord,
+    SnapshotRecord,
     TemplateRecord,
 )
 from hutch.store.sandboxes import CheckpointBudgets, PauseRefused, SandboxQueries
 from hutch.store.secrets import SecretQueries
 from hutch.store.sessions import ConsoleSession, SessionQueries
+from hutch.store.snapshots import SnapshotQueries
 from hutch.store.teams import API_KEY_PREFIX, E2B_KEY_PREFIX, TeamQueries, hash_secret
 from hutch.store.templates import TemplateQueries
 
 
 class Store(TeamQueries, SandboxQueries, TemplateQueries, SecretQueries, PreviewQueries, LogQueries, NodeQueries,
-            SessionQueries):
+            SessionQueries, SnapshotQueries):
     """Every query of the durable state; `Store(url)` opens the database and brings its schema up to date."""
 
 
@@ -63,6 +66,7 @@ __all__ = [
     "SandboxRecord",
     "SandboxStatus",
     "SecretRecord",
+    "SnapshotRecord",
     "Store",
     "TemplateRecord",
     "hash_secret",

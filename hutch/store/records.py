@@ -105,6 +105,33 @@ SANDBOX_JSON = JsonColumns(("metadata", "env_vars", "network"))
 
 
 @dataclass
+class SnapshotRecord:
+    """A box's saved state: its image (memory, processes and files; or with `memory` False its
+    files only) and what a box booted from it is: the template, the shape, the env it started with."""
+
+    id: str
+    team_id: str
+    name: str | None
+    template: str
+    vcpu: int
+    memory_mib: int
+    memory: bool
+    size_bytes: int
+    metadata: dict[str, str] = field(default_factory=dict)
+    env_vars: dict[str, str] = field(default_factory=dict)
+    network: dict[str, list[str]] | None = None
+    secrets: dict[str, str] = field(default_factory=dict)  # env var -> secret name
+    source_sandbox_id: str | None = None
+    template_id: str | None = None
+    rootfs: str | None = None
+    disk_mib: int | None = None
+    created_at: float = field(default_factory=time.time)
+
+
+SNAPSHOT_JSON = JsonColumns(("metadata", "env_vars", "network", "secrets"))
+
+
+@dataclass
 class NetworkLogRecord:
     id: int
     sandbox_id: str

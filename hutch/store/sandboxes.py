@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from hutch.store.database import Database, hold, hold_all
-from hutch.store.records import HOLDS_CHECKPOINT, SANDBOX_JSON, BindingRecord, SandboxRecord, SandboxStatus
+from hutch.store.records import HOLDS_CHECKPOINT, LIVE_STATUSES, SANDBOX_JSON, BindingRecord, SandboxRecord, SandboxStatus
 from hutch.store.schema import sandboxes, secret_bindings, teams
 
 COUNTED = (SandboxStatus.ACTIVE, SandboxStatus.RESUMING)  # what a team's limit counts (as the server's check does)
@@ -134,6 +134,13 @@ class SandboxQueries(Database):
         with self._tx() as c:
             row = c.execute(sa.select(sandboxes).where(sandboxes.c.runtime_id == runtime_id)).first()
         return SANDBOX_JSON.record(SandboxRecord, row) if row else None
+
+    def token_generations(self) -> list[tuple[str, int]]:
+        """Every sandbox that may run again, as (id, token generation): what its access token is
+        derived from. E2B's signed file links name no box, only a signature made with its token."""
+        q = sa.select(sandboxes.c.id, sandboxes.c.token_generation).where(sandboxes.c.status.in_(LIVE_STATUSES))
+        with self._tx() as c:
+            return [(str(i), int(g)) for i, g in c.execute(q)]
 
     def sandbox_by_box_key(self, box_key: str) -> SandboxRecord | None:
         """The live sandbox whose box has this host directory."""

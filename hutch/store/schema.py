@@ -208,3 +208,27 @@ console_sessions = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("expires_at", sa.Float, nullable=False, index=True),
 )
+
+# --- snapshots (hutch.server.snapshots) -----------------------------------------------------------
+
+snapshots = sa.Table(
+    "snapshots", meta,  # a box's saved state, booted any number of times; its image is in the snapshots' dir
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("team_id", sa.String(36), sa.ForeignKey("teams.id"), nullable=False, index=True),
+    sa.Column("name", sa.String(128)),  # unique within its team when given
+    sa.Column("metadata", sa.Text, nullable=False),
+    sa.Column("source_sandbox_id", sa.String(36)),
+    sa.Column("template_id", sa.String(36), index=True),
+    sa.Column("template", sa.String(128), nullable=False),
+    sa.Column("rootfs", sa.Text),  # the template root its boxes boot over (kept while the snapshot is)
+    sa.Column("vcpu", sa.Integer, nullable=False),
+    sa.Column("memory_mib", sa.Integer, nullable=False),
+    sa.Column("disk_mib", sa.Integer),
+    sa.Column("env_vars", sa.Text, nullable=False),  # the source box's, which its boxes start with
+    sa.Column("network", sa.Text),  # the source box's egress rules, its boxes' unless their create says
+    sa.Column("secrets", sa.Text, nullable=False),  # the source box's env -> secret name (stand-ins are new)
+    sa.Column("memory", sa.Boolean, nullable=False),  # false: its files only (its boxes boot afresh)
+    sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("team_id", "name", name="uq_snapshots_team_name"),
+)

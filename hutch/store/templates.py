@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from hutch.errors import BuildFailure
 from hutch.store.database import Database, conflict_insert
 from hutch.store.records import BUILD_JSON, LIVE_STATUSES, TEMPLATE_JSON, BuildRecord, BuildStatus, TemplateRecord
-from hutch.store.schema import sandboxes, template_builds, templates
+from hutch.store.schema import sandboxes, snapshots, template_builds, templates
 
 
 class TemplateQueries(Database):
@@ -79,30 +79,34 @@ class TemplateQueries(Database):
             c.execute(templates.update().where(templates.c.id == template_id).values(**values))
 
     def delete_template(self, template_id: str) -> bool:
-        """Remove a template and its builds, unless a sandbox that may run again boots from it
-        (then False, nothing changed)."""
+        """Remove a template and its builds, unless a sandbox that may run again or a snapshot
+        boots from it (then False, nothing changed)."""
         with self._tx() as c:
             if c.execute(sa.select(sandboxes.c.id).where(sandboxes.c.template_id == template_id,
                                                          sandboxes.c.status.in_(LIVE_STATUSES))).first():
+                return False
+            if c.execute(sa.select(snapshots.c.id).where(snapshots.c.template_id == template_id)).first():
                 return False
             c.execute(template_builds.delete().where(template_builds.c.template_id == template_id))
             c.execute(templates.delete().where(templates.c.id == template_id))
         return True
 
     def templates_in_use(self) -> set[str]:
-        """Ids of the templates some sandbox that may run again boots from."""
+        """Ids of the templates some sandbox that may run again, or some snapshot, boots from."""
         q = sa.select(sandboxes.c.template_id).where(sandboxes.c.status.in_(LIVE_STATUSES)).distinct()
         with self._tx() as c:
-            return {str(t) for t in c.execute(q).scalars() if t}
+            return {str(t) for t in (*c.execute(q).scalars(),
+                                     *c.execute(sa.select(snapshots.c.template_id).distinct()).scalars()) if t}
 
     def roots_in_use(self) -> set[str]:
-        """Every template root something may still boot from: templates' current roots and the
-        roots of sandboxes that may run again."""
+        """Every template root something may still boot from: templates' current roots, the roots
+        of sandboxes that may run again, and snapshots' roots."""
         with self._tx() as c:
             a = c.execute(sa.select(templates.c.rootfs).where(templates.c.rootfs.is_not(None))).scalars().all()
             b = c.execute(sa.select(sandboxes.c.rootfs).where(sandboxes.c.rootfs.is_not(None),
                                                               sandboxes.c.status.in_(LIVE_STATUSES))).scalars().all()
-        return {str(r) for r in (*a, *b)}
+            d = c.execute(sa.select(snapshots.c.rootfs).where(snapshots.c.rootfs.is_not(None))).scalars().all()
+        return {str(r) for r in (*a, *b, *d)}
 
     # --- builds ---------------------------------------------------------------------------------
 

@@ -118,25 +118,28 @@ export class Files {
     }));
   }
 
-  /** A file's bytes. */
-  async read(path: string, options: CallOptions = {}): Promise<Uint8Array> {
+  /** A file's bytes, read as the box user (with its rights) unless `user: "root"`. */
+  async read(path: string, options: UserOptions = {}): Promise<Uint8Array> {
     const dp = this.dp();
     const opened = await withToken(dp, options.signal, () => open("get", "/data/v1/sandboxes/{sandbox_id}/files", {
-      base: dp.url, headers: dataHeaders(dp), query: { path }, timeoutMs: FILE_TIMEOUT_MS, signal: options.signal,
+      base: dp.url, headers: dataHeaders(dp), query: { path, user: options.user }, timeoutMs: FILE_TIMEOUT_MS,
+      signal: options.signal,
     }));
     return bytes(opened, FILE_TIMEOUT_MS);
   }
 
-  /** A file's text (UTF-8). */
-  async readText(path: string, options: CallOptions = {}): Promise<string> {
+  /** A file's text (UTF-8), read as the box user unless `user: "root"`. */
+  async readText(path: string, options: UserOptions = {}): Promise<string> {
     return new TextDecoder().decode(await this.read(path, options));
   }
 
-  /** A directory and everything under it, as the bytes of a zip archive. */
-  async downloadDir(path: string, options: CallOptions = {}): Promise<Uint8Array> {
+  /** A directory and everything under it, as the bytes of a zip archive (as the box user sees it,
+   * unless `user: "root"`). */
+  async downloadDir(path: string, options: UserOptions = {}): Promise<Uint8Array> {
     const dp = this.dp();
     const opened = await withToken(dp, options.signal, () => open("get", "/data/v1/sandboxes/{sandbox_id}/files/zip", {
-      base: dp.url, headers: dataHeaders(dp), query: { path }, timeoutMs: FILE_TIMEOUT_MS, signal: options.signal,
+      base: dp.url, headers: dataHeaders(dp), query: { path, user: options.user }, timeoutMs: FILE_TIMEOUT_MS,
+      signal: options.signal,
     }));
     return bytes(opened, FILE_TIMEOUT_MS);
   }

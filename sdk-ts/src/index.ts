@@ -1,5 +1,6 @@
 /**
- * hutch's TypeScript SDK: sandboxes, their commands and files, secrets and templates.
+ * hutch's TypeScript SDK: sandboxes, their commands, files and code interpreter, snapshots, secrets and
+ * templates.
  *
  *     import { Sandbox } from "@hutch/sdk"          // reads HUTCH_API_KEY and HUTCH_BASE_URL
  *     const sandbox = await Sandbox.create({ name: "demo" })
@@ -8,6 +9,8 @@
 
 export { Sandbox } from "./sandbox.js";
 export type { ListOptions, PageOptions, PauseOptions, SandboxCreateOptions, UpdateOptions } from "./sandbox.js";
+export { Execution, Result } from "./code.js";
+export type { CodeContext, CreateCodeContextOptions, ExecutionError, Logs, RunCodeOptions } from "./code.js";
 export { Commands } from "./commands.js";
 export type { ConnectOptions, RunOptions, SpawnOptions } from "./commands.js";
 export { Process, ProcessStdin } from "./process.js";
@@ -16,6 +19,8 @@ export { Files, WatchHandle } from "./files.js";
 export type { FileContent, ListOptions as FileListOptions, UserOptions, WatchOptions } from "./files.js";
 export { BASE_TEMPLATE, Template } from "./templates.js";
 export type { BuildLogOptions, TemplateCreateOptions, WaitUntilReadyOptions } from "./templates.js";
+export { Snapshot } from "./snapshots.js";
+export type { BootOptions, SnapshotListOptions, SnapshotOptions, SnapshotRef } from "./snapshots.js";
 export { Provider, Secret } from "./secrets.js";
 export type { SecretAuditOptions, SecretCreateOptions } from "./secrets.js";
 export {
@@ -29,6 +34,6 @@ export type {
   AuditEntry, AuditPage, BoxUser, BuildErrorInfo, BuildInfo, BuildLogLine, BuildStatus, CommandResult, EntryInfo,
   FilesystemEvent, NetworkConfig, NetworkLogEntry, NetworkLogPage, PreviewAccess, PreviewPort, PreviewToken,
   ProcessInfo, ProviderInfo, SandboxInfo, SandboxStatus, SecretAuditEntry, SecretAuditPage, SecretAuth, SecretBinding,
-  SecretInfo, Step, TemplateInfo,
+  SecretInfo, SnapshotInfo, Step, TemplateInfo,
 } from "./types.js";
 export type { components as OpenApiComponents, paths as OpenApiPaths } from "./openapi.js";

@@ -1,9 +1,13 @@
 /**
  * `Sandbox`: a long-lived, isolated Linux box. Its lifecycle (create, connect, list, pause,
- * resume, kill), its settings, logs, bound secrets and preview ports are control-plane calls; its
- * `commands` and `files` go to its data plane with its access token.
+ * resume, kill), its snapshots and forks, its settings, logs, bound secrets and preview ports are
+ * control-plane calls; its `commands` and `files` go to its data plane with its access token.
  */
 
+import {
+  type CodeContext, type CreateCodeContextOptions, type Execution, type RunCodeOptions, createCodeContext,
+  listCodeContexts, removeCodeContext, restartCodeContext, runCode,
+} from "./code.js";
 import { Commands } from "./commands.js";
 import { type CallOptions, type ConnectionConfig, type ConnectionOptions, resolveConfig } from "./config.js";
 import { NotFoundError, ValidationError } from "./errors.js";
@@ -11,9 +15,12 @@ import { Files } from "./files.js";
 import { call } from "./http.js";
 import { type DataPlane, connectAccess, controlHeaders, dataPlaneOf } from "./plane.js";
 import {
+  type BootOptions, type SnapshotOptions, type SnapshotRef, bootSnapshot, forkSandbox, snapshotRef, takeSnapshot,
+} from "./snapshots.js";
+import {
   type AuditPage, type NetworkConfig, type NetworkLogPage, type PreviewAccess, type PreviewPort, type PreviewToken,
-  type SandboxInfo, type SandboxStatus, type Schemas, type SecretBinding, auditPage, networkBody, networkLogPage,
-  previewPort, sandboxInfo, secretBinding,
+  type SandboxInfo, type SandboxStatus, type Schemas, type SecretBinding, type SnapshotInfo, auditPage, networkBody,
+  networkLogPage, previewPort, sandboxInfo, secretBinding,
 } from "./types.js";
 
 export interface SandboxCreateOptions extends ConnectionOptions, CallOptions {
@@ -36,6 +43,11 @@ export interface SandboxCreateOptions extends ConnectionOptions, CallOptions {
   secrets?: Record<string, string>;
   /** What ports published later get by default ("public" unless set). */
   previewAccess?: PreviewAccess;
+  /** A snapshot, its id or its name, to boot the box from instead of a template: its processes
+   * continue from where they were saved, with the snapshot's files, template, shape and env
+   * (`envVars` on top); its egress rules and secrets are the snapshot's box's unless given here,
+   * with new stand-ins. Not with `fromTemplate`. */
+  fromSnapshot?: SnapshotRef;
 }
 
 export interface ListOptions extends ConnectionOptions, CallOptions {
@@ -125,9 +137,17 @@ export class Sandbox {
         metadata: options.metadata, env_vars: options.envVars,
         network: options.network ? networkBody(options.network) : undefined,
         secrets: options.secrets, preview_access: options.previewAccess,
+        from_snapshot: options.fromSnapshot === undefined ? undefined : snapshotRef(options.fromSnapshot),
       },
     });
     return new Sandbox(access, cfg);
+  }
+
+  /** `count` sandboxes (at most 20) booted at once from one snapshot, as `create({ fromSnapshot })`
+   * makes one: all of them, or none and the error (`name` defaults to the snapshot's box's). Never retried. */
+  static async fromSnapshot(snapshot: SnapshotRef, options: ConnectionOptions & BootOptions = {}): Promise<Sandbox[]> {
+    const cfg = resolveConfig(options);
+    return (await bootSnapshot(cfg, snapshot, options)).map((access) => new Sandbox(access, cfg));
   }
 
   /** A sandbox by id, with a fresh access token; a paused one is resumed first (one still pausing too). */
@@ -209,6 +229,20 @@ export class Sandbox {
     this.info = sandboxInfo(access);
     this.dp.url = access.data_plane_url;
     this.dp.token = access.access_token;
+  }
+
+  /** Save the box (memory, processes, files) as a snapshot that new boxes boot from, any number of
+   * times. The box runs on: it is paused only while it is saved (its commands' and watches' streams
+   * are cut then, as by a pause; its processes are not); a paused box stays paused. `memory: false`
+   * saves the files it changed only, read while it runs (a paused one is resumed for it). */
+  async snapshot(options: SnapshotOptions = {}): Promise<SnapshotInfo> {
+    return takeSnapshot(this.cfg, this.id, options);
+  }
+
+  /** `count` new boxes (at most 20), each continuing from this box as it is now (a snapshot is
+   * taken for them, and not kept); this box runs on. All of them, or none and the error. */
+  async fork(options: BootOptions = {}): Promise<Sandbox[]> {
+    return (await forkSandbox(this.cfg, this.id, options)).map((access) => new Sandbox(access, this.cfg));
   }
 
   /** Delete the sandbox and everything in it. Idempotent. */
@@ -312,6 +346,41 @@ export class Sandbox {
       timeoutMs: this.cfg.requestTimeoutMs, signal: options.signal,
     });
     return previewPort(answer);
+  }
+
+  // --- the code interpreter (a box of hutch/code-interpreter) -----------------------------------
+
+  /**
+   * Run code in a kernel that keeps its state between calls: the default context of `language`
+   * (Python), or `context`'s. Resolves with its results (the last expression's value is the main
+   * one, `execution.text`), its stdout/stderr and the error it raised (null if none); output,
+   * results and the error go to the callbacks as they come. `envs` hold for this run only. Past
+   * `timeoutMs` the kernel is interrupted and the call throws SandboxTimeoutError
+   * ("execution_timeout"); aborting the call interrupts it too. Needs a box of
+   * hutch/code-interpreter (else ConflictError "interpreter_unavailable").
+   */
+  async runCode(code: string, options: RunCodeOptions = {}): Promise<Execution> {
+    return runCode(this.dp, code, options);
+  }
+
+  /** A new context: its own kernel, so its own variables, started in `cwd` (default /home/user). */
+  async createCodeContext(options: CreateCodeContextOptions = {}): Promise<CodeContext> {
+    return createCodeContext(this.dp, options);
+  }
+
+  /** Every context in the box. */
+  async listCodeContexts(options: CallOptions = {}): Promise<CodeContext[]> {
+    return listCodeContexts(this.dp, options);
+  }
+
+  /** A fresh kernel for the context: its variables go (a running cell is interrupted first). */
+  async restartCodeContext(context: CodeContext | string, options: CallOptions = {}): Promise<void> {
+    return restartCodeContext(this.dp, context, options);
+  }
+
+  /** Stop the context's kernel. */
+  async removeCodeContext(context: CodeContext | string, options: CallOptions = {}): Promise<void> {
+    return removeCodeContext(this.dp, context, options);
   }
 
   toJSON(): { id: string; name: string; status: SandboxStatus } {

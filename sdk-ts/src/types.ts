@@ -111,12 +111,15 @@ export interface EntryInfo {
   group: string;
   modifiedTime: Date;
   symlinkTarget: string | null;
+  /** E2B's file metadata (its user.e2b.* xattrs), if the file has any; null if none. */
+  metadata: Record<string, string> | null;
 }
 
 export function entryInfo(d: Schemas["FsEntry"]): EntryInfo {
   return {
     name: d.name, path: d.path, type: d.type, size: d.size, mode: d.mode, permissions: d.permissions,
     owner: d.owner, group: d.group, modifiedTime: new Date(d.modified_time), symlinkTarget: d.symlink_target ?? null,
+    metadata: d.metadata ? { ...d.metadata } : null,
   };
 }
 
@@ -204,6 +207,34 @@ export function previewPort(d: Schemas["PreviewPort"]): PreviewPort {
 export interface PreviewToken {
   token: string;
   header: string;
+}
+
+// --- snapshots ----------------------------------------------------------------------------------
+
+/** A saved state of a box (memory, processes and files; with `memory` false its files only),
+ * which new boxes boot from. */
+export interface SnapshotInfo {
+  id: string;
+  /** Unique in the team; boots and lookups may use it instead of the id. */
+  name: string | null;
+  metadata: Record<string, string>;
+  /** The box it was taken of. */
+  sourceSandboxId: string | null;
+  template: string;
+  vcpuCount: number;
+  memoryMib: number;
+  /** false: the box's changed files only (its boxes boot afresh, with no processes). */
+  memory: boolean;
+  sizeBytes: number;
+  createdAt: Date;
+}
+
+export function snapshotInfo(d: Schemas["SnapshotInfo"]): SnapshotInfo {
+  return {
+    id: d.id, name: d.name, metadata: { ...d.metadata }, sourceSandboxId: d.source_sandbox_id, template: d.template,
+    vcpuCount: d.vcpu_count, memoryMib: d.memory_mib, memory: d.memory, sizeBytes: d.size_bytes,
+    createdAt: new Date(d.created_at),
+  };
 }
 
 // --- secrets ------------------------------------------------------------------------------------

@@ -48,6 +48,28 @@ describe("files", () => {
     assert.equal(await sandbox.files.exists("/etc/hutch-ts.conf"), false);
   });
 
+  test("read, readText and downloadDir as the box user, held to its rights, or as root", async () => {
+    await sandbox.files.write("/root/secret.txt", "root's", { user: "root" });
+    await sandbox.commands.run("chmod 600 /root/secret.txt", { user: "root" });
+    for (const reading of [sandbox.files.read("/root/secret.txt"), sandbox.files.readText("/root/secret.txt"),
+      sandbox.files.downloadDir("/root")]) {
+      await assert.rejects(reading, (e: unknown) => e instanceof AuthenticationError && e.code === "permission_denied");
+    }
+    assert.equal(await sandbox.files.readText("/root/secret.txt", { user: "root" }), "root's");
+    assert.equal(new TextDecoder().decode(await sandbox.files.read("/root/secret.txt", { user: "root" })), "root's");
+    const zip = await sandbox.files.downloadDir("/root", { user: "root" });
+    assert.deepEqual([...zip.subarray(0, 2)], [0x50, 0x4b]);
+  });
+
+  test("an entry's metadata: E2B's user.e2b.* xattrs, however they were set; null without", async () => {
+    await sandbox.files.write("/home/user/meta.txt", "m");
+    assert.equal((await sandbox.files.getInfo("/home/user/meta.txt")).metadata, null);
+    await sandbox.commands.run("python3 -c \"import os; os.setxattr('/home/user/meta.txt', 'user.e2b.author', b'mish')\"");
+    assert.deepEqual((await sandbox.files.getInfo("/home/user/meta.txt")).metadata, { author: "mish" });
+    const listed = await sandbox.files.list("/home/user");
+    assert.deepEqual(listed.find((e) => e.name === "meta.txt")?.metadata, { author: "mish" });
+  });
+
   test("list, exists, makeDir, rename, remove", async () => {
     assert.equal(await sandbox.files.makeDir("/home/user/tree/a/b"), true);
     assert.equal(await sandbox.files.makeDir("/home/user/tree/a/b"), false);

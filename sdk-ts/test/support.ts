@@ -26,6 +26,12 @@ export async function box(options: SandboxCreateOptions = {}): Promise<Sandbox> 
   return sandbox;
 }
 
+/** Boxes a test made otherwise (booted from a snapshot, forked), killed by `cleanup()` too. */
+export function adopt(boxes: Sandbox[]): Sandbox[] {
+  made.push(...boxes);
+  return boxes;
+}
+
 export async function cleanup(): Promise<void> {
   await Promise.all(made.splice(0).map((s) => s.kill().catch(() => undefined)));
 }
@@ -99,4 +105,26 @@ export function until(predicate: () => boolean | Promise<boolean>, timeoutMs = 2
     }
     throw new Error(`timed out waiting for ${what}`);
   })();
+}
+
+/**
+ * The reason to skip a test that needs `what`, which scripts/test installs, or false when it is
+ * present (as tests/integration/support.py's needs_installed). Under CI=true a missing one throws
+ * instead: there scripts/test has run, so it is a broken setup, and a skip would pass unseen.
+ */
+export function needsInstalled(what: string, present: boolean): string | false {
+  if (present) return false;
+  const message = `${what} is not installed (scripts/test installs it)`;
+  if (process.env.CI === "true") throw new Error(message);
+  return message;
+}
+
+/** Whether the server's host has built the code interpreter's root (`hutch build-base`), which
+ * boxes of hutch/code-interpreter boot from. */
+export async function codeInterpreterBuilt(): Promise<boolean> {
+  const ran = await run(PYTHON, ["-c", "from hutch.node import base_image\n"
+    + "from hutch.server.config import DEFAULT_CACHE_DIR\n"
+    + "print(base_image.is_built(DEFAULT_CACHE_DIR, base_image.CODE_INTERPRETER))"], { cwd: REPO });
+  if (ran.code !== 0) throw new Error(`could not ask whether the code interpreter is built: ${ran.stderr}`);
+  return ran.stdout.trim() === "True";
 }

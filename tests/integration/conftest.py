@@ -82,6 +82,8 @@ class Blocking:
     def _wrap(self, value: Any) -> Any:
         if isinstance(value, self.WRAP):
             return Blocking(value, self._loop)
+        if isinstance(value, list) and any(isinstance(v, self.WRAP) for v in value):  # fork's boxes
+            return [self._wrap(v) for v in value]
         return value
 
     def __getattr__(self, name: str) -> Any:

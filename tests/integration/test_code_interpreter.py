@@ -8,14 +8,17 @@ E2B_API_URL and E2B_SANDBOX_URL (and PATH) set, and prints JSON for the asserts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
-from hutch import Sandbox
+from hutch import NotFoundError, RunStep, Sandbox, Template
 from hutch.node import base_image
 from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.server.templates import CODE_INTERPRETER_READY, CODE_INTERPRETER_START
 from tests.integration.support import Env, needs_installed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +40,50 @@ def run_client(env: Env, scenario: str, arg: str = "") -> dict[str, Any]:
     assert done.returncode == 0 and lines, f"{scenario} failed:\n{done.stdout}\n{done.stderr[-4000:]}"
     result: dict[str, Any] = json.loads(lines[-1])
     return result
+
+
+def test_a_matplotlib_figure_is_also_e2bs_chart_of_its_data(env: Env) -> None:
+    """A figure's data, read from matplotlib's own objects, as e2b_code_interpreter parses it
+    (`Result.chart`): the cells are E2B's own chart tests'."""
+    out = run_client(env, "charts")
+    for name in ("line", "bar", "pie", "box", "super", "image"):
+        assert out[name]["error"] is None and out[name]["png"] is True, name  # the PNG as before
+    line = out["line"]
+    assert line["class"] == "LineChart" and "chart" in line["formats"]
+    chart = line["chart"]
+    assert (chart["title"], chart["x_label"], chart["y_label"], chart["x_unit"], chart["y_unit"]) == \
+        ("Plot of sin(x) and cos(x)", "Time (s)", "Amplitude (Hz)", "s", "Hz")
+    assert chart["x_scale"] == chart["y_scale"] == "linear"
+    assert all(isinstance(t, float) for t in chart["x_ticks"]) and len(chart["x_tick_labels"]) == len(chart["x_ticks"])
+    assert [e["label"] for e in chart["elements"]] == ["sin(x)", "cos(x)"]
+    assert [len(e["points"]) for e in chart["elements"]] == [100, 100]
+    assert chart["elements"][0]["points"][0] == [0.0, 0.0] and chart["elements"][1]["points"][0] == [0.0, 1.0]
+
+    bar = out["bar"]
+    assert bar["class"] == "BarChart" and (bar["chart"]["x_label"], bar["chart"]["y_label"]) == \
+        ("Authors", "Number of Books Sold")
+    assert [(e["label"], e["value"]) for e in bar["chart"]["elements"]] == \
+        [("Author A", 100.0), ("Author B", 200.0), ("Author C", 300.0), ("Author D", 400.0)]
+    pie = out["pie"]
+    assert pie["class"] == "PieChart" and pie["chart"]["title"] == "Will I wake up early tomorrow?"
+    assert [(e["label"], e["angle"], e["radius"]) for e in pie["chart"]["elements"]] == \
+        [("No", 324.0, 1.0), ("No, in blue", 36.0, 1.0)]
+    box = out["box"]
+    assert box["class"] == "BoxAndWhiskerChart" and box["chart"]["title"] == "Exam Scores Distribution"
+    assert [(e["label"], e["min"], e["first_quartile"], e["median"], e["third_quartile"], e["max"], e["outliers"])
+            for e in box["chart"]["elements"]] == [("Class A", 78.0, 85.0, 88.0, 90.0, 92.0, []),
+                                                   ("Class B", 84.0, 84.75, 88.0, 90.5, 95.0, [76.0]),
+                                                   ("Class C", 75.0, 79.0, 82.0, 86.0, 88.0, [])]
+    both = out["super"]
+    assert both["class"] == "SuperChart" and both["chart"]["title"] == "Multiple Charts Example"
+    assert both["elements"] == ["LineChart", "ScatterChart"]
+    sine, scatter = both["chart"]["elements"]
+    assert (sine["title"], sine["x_label"], len(sine["elements"]), len(sine["elements"][0]["points"])) == \
+        ("Sine Wave", None, 1, 100)
+    assert (scatter["title"], scatter["x_label"], scatter["y_label"]) == ("Scatter Plot", "X", "Y")
+    assert scatter["elements"] == [{"label": "Dataset 1", "points": [[1.0, 5.0], [2.0, 4.0], [3.0, 3.0], [4.0, 2.0],
+                                                                      [5.0, 1.0]]}]
+    assert out["image"]["class"] == "Chart" and out["image"]["chart"]["type"] == "unknown"  # an image: no data read
 
 
 def test_run_code_results_logs_charts_errors_and_contexts(env: Env) -> None:
@@ -130,3 +177,28 @@ def test_the_template_is_hutchs_too(env: Env) -> None:
         assert len(owners.splitlines()) == 2 and all(line.startswith("user ") for line in owners.splitlines())
     finally:
         box.kill()
+
+
+def test_a_template_built_from_it_keeps_its_interpreter(env: Env) -> None:
+    """As E2B's builds: a template built from code-interpreter-v1 that sets neither a start nor a
+    ready command runs its parent's, so run_code works in its boxes; one that sets its own keeps
+    its own."""
+    needs_installed("the code interpreter's root (hutch build-base)",
+                    base_image.is_built(DEFAULT_CACHE_DIR, base_image.CODE_INTERPRETER))
+    name = f"ci-child-{int(time.time() * 1000) % 10**8}"
+    child = Template.create(name, from_="code-interpreter-v1", steps=[RunStep("echo custom-step > /opt/marker")])
+    own = Template.create(f"{name}-own", from_="code-interpreter-v1", start_cmd="sleep infinity",
+                          ready_timeout_seconds=30)
+    try:
+        shown = child.info
+        assert (shown.start_cmd, shown.ready_cmd, shown.ready_timeout_seconds) == \
+            (CODE_INTERPRETER_START, CODE_INTERPRETER_READY, 120)
+        assert (own.info.start_cmd, own.info.ready_cmd, own.info.ready_timeout_seconds) == ("sleep infinity", None, 30)
+        own.delete()  # not built: what it would run is what it said
+        child.wait_until_ready(timeout_seconds=600)
+        out = run_client(env, "from_template", name)
+        assert out["marker"]["text"] == "custom-step" and out["marker"]["error"] is None
+    finally:
+        for made in (f"{name}-own", name):
+            with contextlib.suppress(NotFoundError):
+                Template.delete_by_name(made)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from hutch.cli import commands, files, fleet, mcp, previews, sandboxes, secrets, server, templates
+from hutch.cli import commands, files, fleet, mcp, previews, sandboxes, secrets, server, snapshots, templates
 from hutch.cli.program import build_parser, parse
 
 
@@ -32,7 +32,7 @@ EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
         ["serve", "--host", "0.0.0.0", "--port", "9000", "--public-url", "https://h.test",
          "--cache-dir", "/c", "--warm-pool", "0", "--max-sandboxes", "8",
          "--team-max-sandboxes", "4", "--team-max-paused", "3", "--team-max-paused-bytes", "2G",
-         "--checkpoint-budget-bytes", "1.5T", "--over-budget-grace", "60", "--audit-retention-days", "7",
+         "--team-max-snapshots", "9", "--team-max-snapshot-bytes", "3G", "--checkpoint-budget-bytes", "1.5T", "--over-budget-grace", "60", "--audit-retention-days", "7",
          "--egress-hosts", "/h", "--egress-no-system-dns", "--trust-ca", "/a.pem",
          "--trust-ca", "/b.pem", "--preview-port", "8000", "--preview-domain", "example.test", "--preview-https",
          "--max-builds", "3", "--image-dir", "/i", "--registry-pulls", "--store", "postgresql://h/db", "--ray", "h:6379",
@@ -40,7 +40,7 @@ EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
         {"fn": server.cmd_serve, "host": "0.0.0.0", "port": 9000, "public_url": "https://h.test",
          "cache_dir": Path("/c"), "warm_pool": 0,
          "max_sandboxes": 8, "team_max_sandboxes": 4, "team_max_paused": 3, "team_max_paused_bytes": 2 * 2**30,
-         "checkpoint_budget_bytes": int(1.5 * 2**40), "over_budget_grace": 60.0, "audit_retention_days": 7.0,
+         "team_max_snapshots": 9, "team_max_snapshot_bytes": 3 * 2**30, "checkpoint_budget_bytes": int(1.5 * 2**40), "over_budget_grace": 60.0, "audit_retention_days": 7.0,
          "egress_hosts": Path("/h"), "egress_no_system_dns": True,
          "trust_ca": [Path("/a.pem"), Path("/b.pem")], "preview_port": 8000, "preview_domain": "example.test",
          "preview_https": True, "max_builds": 3, "image_dir": [Path("/i")], "registry_pulls": True,
@@ -82,6 +82,10 @@ EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
                     "expires": 60}),
     ("mcp",): (["mcp", "serve", "--listen", "127.0.0.1:9", "--ephemeral"],
                {"fn": mcp.cmd_mcp, "action": "serve", "listen": "127.0.0.1:9", "ephemeral": True}),
+    ("snapshot",): (["snapshot", "boot", "snap", "--name", "n", "-m", "a=1", "--metadata", "b=2", "--sandbox", "sb",
+                     "--count", "3"],
+                    {"fn": snapshots.cmd_snapshot, "action": "boot", "target": "snap", "name": "n",
+                     "metadata": ["a=1", "b=2"], "sandbox": "sb", "count": 3}),
     ("providers",): (["providers"], {"fn": secrets.cmd_providers}),
     ("ls",): (["ls", "--status", "paused", "--metadata", "a=1", "-m", "b=2"],
               {"fn": sandboxes.cmd_ls, "status": "paused", "metadata": ["a=1", "b=2"]}),
@@ -127,6 +131,7 @@ DEFAULTS: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
     ("exec",): (["exec", "sb"], {"command": [], "cwd": None, "env": None, "timeout": None, "user": None}),
     ("netlog",): (["netlog", "sb"], {"limit": 50}),
     ("audit",): (["audit", "sb"], {"limit": 50}),
+    ("snapshot",): (["snapshot", "ls"], {"target": None, "name": None, "metadata": None, "sandbox": None, "count": 1}),
 }
 
 

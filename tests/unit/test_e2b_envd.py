@@ -1,5 +1,5 @@
 """E2B's envd facade in pieces, without a server: upload bodies capped while they stream, gunzip,
-the per-box process map, and box paths."""
+the per-box process map, box paths, and signed links."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from hutch.e2b import process
 from hutch.e2b.common import box_path
 from hutch.e2b.files import _capped, _gunzip, _metadata
 from hutch.e2b.filesystem import entry
+from hutch.e2b.signing import SignedLink
 from hutch.errors import ApiError, Code
 from hutch.server.models import FsEntry, LinkEnd
 
@@ -118,3 +119,35 @@ def test_upload_metadata_comes_from_x_metadata_headers_checked_as_envd_checks_it
         with pytest.raises(ApiError) as e:
             _metadata(_upload([bad]))
         assert e.value.code == Code.INVALID_REQUEST
+
+
+# made by the e2b SDK's own get_signature (2.63.0): ("notes/a.txt", "read", "user", TOKEN), and
+# ("notes/a.txt", "write", None, TOKEN, 100 s) at time 1700000000
+TOKEN = "hat_exampletoken"
+READ = "v1_RrgV5mpGyvUjoIpAk4wAf11pvIRBy3bVuBQvLpu7ikA"
+WRITE = "v1_YfVcrZhCBkur6u3ndTd6MaTDWCxVZKBxSFc6JPBUZag"
+
+
+def test_a_signed_link_holds_for_what_the_sdk_signed_and_nothing_else() -> None:
+    def read(signature: str = READ, path: str = "notes/a.txt", operation: str = "read", user: str = "user",
+             expiration: str | None = None) -> SignedLink:
+        return SignedLink(signature, path, operation, user, expiration)
+
+    assert read().made_with(TOKEN)
+    assert not read().made_with(TOKEN + "x")
+    for other in (read(path="notes/b.txt"), read(operation="write"), read(user="root"), read(user=""),
+                  read(expiration="1700000100"),
+                  read(READ[:-1] + "B"),  # the same digest, spelt otherwise (the last character's spare bits)
+                  read(READ + "="), read("v1_bad"), read("v1_" + "\u00e9" * 43)):
+        assert not other.made_with(TOKEN), other
+    write = SignedLink(WRITE, "notes/a.txt", "write", "", "1700000100")  # no user: the box's default
+    assert write.made_with(TOKEN) and not SignedLink(WRITE, "notes/a.txt", "write", "", "1700000101").made_with(TOKEN)
+
+
+def test_a_signed_links_expiry_is_checked_after_its_signature() -> None:
+    SignedLink(READ, "p", "read", "", None).check_expiry()  # none: it never expires
+    SignedLink(READ, "p", "read", "", "99999999999").check_expiry()
+    for past in ("1700000100", "0", "\u00b2", "-5", "9" * 13):
+        with pytest.raises(ApiError) as e:
+            SignedLink(READ, "p", "read", "", past).check_expiry()
+        assert (e.value.code, e.value.message) == (Code.SIGNATURE_EXPIRED, "signature is already expired")

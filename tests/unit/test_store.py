@@ -34,6 +34,7 @@ from hutch.store import (
     SandboxRecord,
     SandboxStatus,
     SecretRecord,
+    SnapshotRecord,
     Store,
     TemplateRecord,
     migrations,
@@ -259,6 +260,52 @@ def test_a_template_a_sandbox_may_still_boot_from_is_not_deleted(store: Store, t
     assert store.roots_in_use() == {"/roots/mine"}
     assert store.delete_template(tpl.id)
     assert store.get_template(tpl.id) is None and store.get_build("b1") is None, "its builds go with it"
+
+
+def new_snapshot(team_id: str, name: str | None = None, size: int = 100, **fields: Any) -> SnapshotRecord:
+    return SnapshotRecord(id=str(uuid.uuid4()), team_id=team_id, name=name, template="base", vcpu=1, memory_mib=512,
+                          memory=True, size_bytes=size, **fields)
+
+
+def test_snapshots_are_found_by_id_or_name_within_their_team_and_listed_by_metadata(store: Store, team: str) -> None:
+    other = store.create_team("team-b")
+    a = new_snapshot(team, "a", metadata={"task": "1"}, env_vars={"K": "v"}, network={"allow_out": ["x.example"],
+                                                                                         "deny_out": []},
+                     secrets={"KEY": "s"}, created_at=1.0)
+    b = new_snapshot(team, None, metadata={"task": "2"}, created_at=2.0)
+    assert store.insert_snapshot(a, 10, 10_000) is None and store.insert_snapshot(b, 10, 10_000) is None
+    assert store.get_snapshot("a", team) == a and store.get_snapshot(a.id, team) == a
+    assert store.get_snapshot("a", other) is None and store.get_snapshot(a.id, other) is None
+    assert store.get_snapshot(a.id) == a and store.get_snapshot("a") is None, "with no team, by id only"
+    assert store.list_snapshots(team) == [b, a], "newest first"
+    assert store.list_snapshots(team, {"task": "1"}) == [a]
+    assert store.list_snapshots(other) == []
+    assert store.snapshot_usage(team) == (2, 200)
+    assert store.delete_snapshot(a.id) and not store.delete_snapshot(a.id)
+    assert store.list_snapshots(team) == [b]
+
+
+def test_a_teams_snapshots_are_refused_past_its_count_its_bytes_or_a_taken_name(store: Store, team: str) -> None:
+    assert store.insert_snapshot(new_snapshot(team, "one", size=600), 2, 1000) is None
+    assert store.insert_snapshot(new_snapshot(team, "one", size=1), 2, 1000) == "name"
+    assert store.insert_snapshot(new_snapshot(team, "big", size=401), 2, 1000) == "bytes"
+    assert store.insert_snapshot(new_snapshot(team, "two", size=400), 2, 1000) is None
+    assert store.insert_snapshot(new_snapshot(team, "three", size=0), 2, 1000) == "count"
+    assert {s.name for s in store.list_snapshots(team)} == {"one", "two"}, "a refusal changes nothing"
+    assert store.insert_snapshot(new_snapshot(store.create_team("team-b"), "one"), 2, 1000) is None, \
+        "names are the team's own"
+
+
+def test_a_template_a_snapshot_boots_from_is_not_deleted_and_its_root_kept(store: Store, team: str) -> None:
+    tpl = add_template(store, team, "mine", rootfs="/roots/mine")
+    snap = new_snapshot(team, template_id=tpl.id, rootfs="/roots/old-mine")
+    assert store.insert_snapshot(snap, 10, 10_000) is None
+    assert store.templates_in_use() == {tpl.id}
+    assert store.roots_in_use() == {"/roots/mine", "/roots/old-mine"}
+    assert not store.delete_template(tpl.id)
+    store.delete_snapshot(snap.id)
+    assert store.roots_in_use() == {"/roots/mine"}
+    assert store.delete_template(tpl.id)
 
 
 def test_builds_are_listed_newest_first_and_counted_while_queued_or_running(store: Store, team: str) -> None:
@@ -761,6 +808,7 @@ def test_a_database_of_the_hutch_before_migrations_keeps_its_rows_and_is_stamped
         c.execute(sa.text("ALTER TABLE sandboxes DROP COLUMN checkpoint_bytes"))  # revision 0003's
         c.execute(sa.text("ALTER TABLE sandboxes DROP COLUMN pause_refused_at"))
         c.execute(sa.text("DROP TABLE console_sessions"))  # revision 0004's
+        c.execute(sa.text("DROP TABLE snapshots"))  # revision 0005's
         c.execute(schema.teams.insert().values(id=team, name="team-a", created_at=1.0))
         c.execute(schema.api_keys.insert().values(key_hash="h" * 64, team_id=team, prefix="hutch_abc", created_at=1.0))
         rec = new_record(team, metadata={"k": "v"}, runtime_id="rt-1", status=SandboxStatus.PAUSED)

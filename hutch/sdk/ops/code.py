@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from hutch.sdk.codes import SdkCode, ServerCode
+from hutch.sdk.deadline import within
 from hutch.sdk.errors import ConflictError, SandboxTimeoutError, ServerError, ValidationError
 from hutch.sdk.flow import Call, Callback, Flow, NextLine
 from hutch.sdk.ops.sandboxes import STREAM_TIMEOUT, DataPlane, send_data
@@ -98,24 +99,25 @@ def _on_item(item: dict[str, Any], execution: Execution, on_stdout: OnOutput | N
     return False  # keepalive, and what a newer server may add
 
 
-def create_context(dp: DataPlane, cwd: str | None, language: str | None) -> Flow[CodeContext]:
-    body = {"cwd": cwd, "language": language}
-    reply = yield from send_data(dp, lambda: Call("POST", f"{dp.url}/code/contexts", dp.headers(),
-                                                  json={k: v for k, v in body.items() if v is not None},
-                                                  timeout=STREAM_TIMEOUT))  # a kernel starts first
+def create_context(dp: DataPlane, cwd: str | None, language: str | None,
+                   timeout: float | None) -> Flow[CodeContext]:
+    body = {k: v for k, v in {"cwd": cwd, "language": language}.items() if v is not None}
+    reply = yield from within(timeout, send_data(dp, lambda: Call("POST", f"{dp.url}/code/contexts", dp.headers(),
+                                                                  json=body, timeout=STREAM_TIMEOUT)))  # a kernel starts
     return CodeContext.from_json(json.loads(reply.body))
 
 
-def list_contexts(dp: DataPlane) -> Flow[list[CodeContext]]:
-    reply = yield from send_data(dp, lambda: Call("GET", f"{dp.url}/code/contexts", dp.headers()))
+def list_contexts(dp: DataPlane, timeout: float | None) -> Flow[list[CodeContext]]:
+    reply = yield from within(timeout, send_data(dp, lambda: Call("GET", f"{dp.url}/code/contexts", dp.headers())))
     return [CodeContext.from_json(d) for d in json.loads(reply.body)]
 
 
-def restart_context(dp: DataPlane, context: CodeContext | str) -> Flow[None]:
+def restart_context(dp: DataPlane, context: CodeContext | str, timeout: float | None) -> Flow[None]:
     url = f"{_context_url(dp, context)}/restart"
-    yield from send_data(dp, lambda: Call("POST", url, dp.headers(), timeout=STREAM_TIMEOUT))  # a kernel starts
+    yield from within(timeout, send_data(dp, lambda: Call("POST", url, dp.headers(),
+                                                          timeout=STREAM_TIMEOUT)))  # a kernel starts
 
 
-def remove_context(dp: DataPlane, context: CodeContext | str) -> Flow[None]:
+def remove_context(dp: DataPlane, context: CodeContext | str, timeout: float | None) -> Flow[None]:
     url = _context_url(dp, context)
-    yield from send_data(dp, lambda: Call("DELETE", url, dp.headers()))
+    yield from within(timeout, send_data(dp, lambda: Call("DELETE", url, dp.headers())))

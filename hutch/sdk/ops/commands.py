@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from hutch.sdk.codes import SdkCode, ServerCode
+from hutch.sdk.deadline import within
 from hutch.sdk.errors import ConflictError, SandboxError, SandboxTimeoutError, ServerError, ValidationError
 from hutch.sdk.flow import Await, Call, Callback, Flow, NextLine
 from hutch.sdk.ops.sandboxes import STREAM_TIMEOUT, DataPlane, send_data
@@ -114,7 +115,7 @@ def spawn(dp: DataPlane, command: str, *, cwd: str | None, env: dict[str, str] |
         raise
     except BaseException:
         with contextlib.suppress(SandboxError):
-            yield from signal_process(dp, pid, signals.SIGKILL)
+            yield from signal_process(dp, pid, signals.SIGKILL, None)
         raise
 
 
@@ -125,13 +126,13 @@ def attach(dp: DataPlane, pid: int, on_stdout: OutputCallback | None,
     return process
 
 
-def list_processes(dp: DataPlane) -> Flow[list[ProcessInfo]]:
-    reply = yield from send_data(dp, lambda: Call("GET", f"{dp.url}/commands", dp.headers()))
+def list_processes(dp: DataPlane, timeout: float | None) -> Flow[list[ProcessInfo]]:
+    reply = yield from within(timeout, send_data(dp, lambda: Call("GET", f"{dp.url}/commands", dp.headers())))
     return [ProcessInfo.from_json(d) for d in json.loads(reply.body)]
 
 
-def signal_process(dp: DataPlane, pid: int, signal: int) -> Flow[bool]:
+def signal_process(dp: DataPlane, pid: int, signal: int, timeout: float | None) -> Flow[bool]:
     """Signal a spawned process' group; False if it had already ended."""
-    reply = yield from send_data(dp, lambda: Call("POST", f"{dp.url}/commands/{pid}/signal", dp.headers(),
-                                                  json={"signal": int(signal)}))
+    reply = yield from within(timeout, send_data(dp, lambda: Call("POST", f"{dp.url}/commands/{pid}/signal",
+                                                                  dp.headers(), json={"signal": int(signal)})))
     return bool(json.loads(reply.body)["signalled"])

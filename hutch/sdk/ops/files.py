@@ -7,6 +7,7 @@ import json
 import httpx
 
 from hutch.sdk.codes import SdkCode
+from hutch.sdk.deadline import within
 from hutch.sdk.errors import NotFoundError, SandboxTimeoutError, ServerError, ValidationError
 from hutch.sdk.flow import Call, Emit, Flow, NextLine
 from hutch.sdk.ops.sandboxes import STREAM_TIMEOUT, DataPlane, send_data
@@ -29,63 +30,69 @@ def as_bytes(content: str | bytes) -> bytes:
                           code=SdkCode.INVALID_ARGUMENT)
 
 
-def write_file(dp: DataPlane, path: str, content: str | bytes, user: str | None) -> Flow[None]:
+def write_file(dp: DataPlane, path: str, content: str | bytes, user: str | None, timeout: float | None) -> Flow[None]:
     data, params = as_bytes(content), {"path": path, **_user(user)}
-    yield from send_data(dp, lambda: Call("PUT", f"{dp.url}/files", dp.headers(), params=params, content=data,
-                                          timeout=FILE_TIMEOUT))
+    yield from within(timeout, send_data(dp, lambda: Call("PUT", f"{dp.url}/files", dp.headers(), params=params,
+                                                          content=data, timeout=FILE_TIMEOUT)))
 
 
-def read_file(dp: DataPlane, path: str, user: str | None) -> Flow[bytes]:
-    reply = yield from send_data(dp, lambda: Call("GET", f"{dp.url}/files", dp.headers(),
-                                                  params={"path": path, **_user(user)}, timeout=FILE_TIMEOUT))
-    return reply.body
-
-
-def download_dir(dp: DataPlane, path: str, user: str | None) -> Flow[bytes]:
-    reply = yield from send_data(dp, lambda: Call("GET", f"{dp.url}/files/zip", dp.headers(),
-                                                  params={"path": path, **_user(user)}, timeout=FILE_TIMEOUT))
-    return reply.body
-
-
-def get_entry(dp: DataPlane, path: str, user: str | None) -> Flow[EntryInfo]:
+def read_file(dp: DataPlane, path: str, user: str | None, timeout: float | None) -> Flow[bytes]:
     params = {"path": path, **_user(user)}
-    reply = yield from send_data(dp, lambda: Call("GET", f"{dp.url}/files/stat", dp.headers(), params=params))
+    reply = yield from within(timeout, send_data(dp, lambda: Call("GET", f"{dp.url}/files", dp.headers(),
+                                                                  params=params, timeout=FILE_TIMEOUT)))
+    return reply.body
+
+
+def download_dir(dp: DataPlane, path: str, user: str | None, timeout: float | None) -> Flow[bytes]:
+    params = {"path": path, **_user(user)}
+    reply = yield from within(timeout, send_data(dp, lambda: Call("GET", f"{dp.url}/files/zip", dp.headers(),
+                                                                  params=params, timeout=FILE_TIMEOUT)))
+    return reply.body
+
+
+def get_entry(dp: DataPlane, path: str, user: str | None, timeout: float | None) -> Flow[EntryInfo]:
+    params = {"path": path, **_user(user)}
+    reply = yield from within(timeout, send_data(dp, lambda: Call("GET", f"{dp.url}/files/stat", dp.headers(),
+                                                                  params=params)))
     return EntryInfo.from_json(json.loads(reply.body))
 
 
-def exists(dp: DataPlane, path: str, user: str | None) -> Flow[bool]:
+def exists(dp: DataPlane, path: str, user: str | None, timeout: float | None) -> Flow[bool]:
     try:
-        yield from get_entry(dp, path, user)
+        yield from get_entry(dp, path, user, timeout)
     except NotFoundError:
         return False
     return True
 
 
-def list_dir(dp: DataPlane, path: str, depth: int, user: str | None) -> Flow[list[EntryInfo]]:
+def list_dir(dp: DataPlane, path: str, depth: int, user: str | None, timeout: float | None) -> Flow[list[EntryInfo]]:
     if type(depth) is not int or not 1 <= depth <= 16:
         raise ValidationError(f"depth is an int in 1..16, not {depth!r}", code=SdkCode.INVALID_ARGUMENT)
     params = {"path": path, "depth": str(depth), **_user(user)}
-    reply = yield from send_data(dp, lambda: Call("GET", f"{dp.url}/files/list", dp.headers(), params=params,
-                                                  timeout=FILE_TIMEOUT))
+    reply = yield from within(timeout, send_data(dp, lambda: Call("GET", f"{dp.url}/files/list", dp.headers(),
+                                                                  params=params, timeout=FILE_TIMEOUT)))
     return [EntryInfo.from_json(d) for d in json.loads(reply.body)["entries"]]
 
 
-def make_dir(dp: DataPlane, path: str, user: str | None) -> Flow[bool]:
+def make_dir(dp: DataPlane, path: str, user: str | None, timeout: float | None) -> Flow[bool]:
     body = {"path": path, **_user(user)}
-    reply = yield from send_data(dp, lambda: Call("POST", f"{dp.url}/files/mkdir", dp.headers(), json=body))
+    reply = yield from within(timeout, send_data(dp, lambda: Call("POST", f"{dp.url}/files/mkdir", dp.headers(),
+                                                                  json=body)))
     return bool(json.loads(reply.body)["created"])
 
 
-def rename(dp: DataPlane, source: str, destination: str, user: str | None) -> Flow[EntryInfo]:
+def rename(dp: DataPlane, source: str, destination: str, user: str | None,
+           timeout: float | None) -> Flow[EntryInfo]:
     body = {"source": source, "destination": destination, **_user(user)}
-    reply = yield from send_data(dp, lambda: Call("POST", f"{dp.url}/files/move", dp.headers(), json=body))
+    reply = yield from within(timeout, send_data(dp, lambda: Call("POST", f"{dp.url}/files/move", dp.headers(),
+                                                                  json=body)))
     return EntryInfo.from_json(json.loads(reply.body))
 
 
-def remove(dp: DataPlane, path: str, user: str | None) -> Flow[None]:
+def remove(dp: DataPlane, path: str, user: str | None, timeout: float | None) -> Flow[None]:
     params = {"path": path, **_user(user)}
-    yield from send_data(dp, lambda: Call("DELETE", f"{dp.url}/files", dp.headers(), params=params,
-                                          timeout=FILE_TIMEOUT))
+    yield from within(timeout, send_data(dp, lambda: Call("DELETE", f"{dp.url}/files", dp.headers(), params=params,
+                                                          timeout=FILE_TIMEOUT)))
 
 
 def watch_dir(dp: DataPlane, path: str, recursive: bool) -> Flow[None]:

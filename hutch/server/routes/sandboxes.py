@@ -8,6 +8,7 @@ from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Query, Response
 
+from hutch.errors import ApiError
 from hutch.server.auth import TeamDep
 from hutch.server.models import (
     AttachSecret,
@@ -28,6 +29,11 @@ router = APIRouter()
 
 @router.post("/v1/sandboxes", status_code=201, response_model=SandboxAccess)
 async def create_sandbox(body: CreateSandbox, st: StateDep, team_id: TeamDep) -> SandboxAccess:
+    if body.from_snapshot is not None:
+        [made] = await st.snapshots.boot(team_id, body.from_snapshot, body)
+        if isinstance(made, ApiError):
+            raise made
+        return st.sandboxes.access(made)
     return st.sandboxes.access(await st.sandboxes.create(team_id, body))
 
 

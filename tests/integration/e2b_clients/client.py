@@ -528,6 +528,22 @@ def metrics_sync() -> None:
     sbx.kill()
 
 
+def signed_urls_sync() -> None:
+    """A secure box's signed links, made by the SDK (the box is left running: the test fetches
+    them with a plain HTTP client and kills it)."""
+    sbx = Sandbox.create(timeout=300, secure=True)
+    out["id"] = sbx.sandbox_id
+    sbx.files.write("signed/a.txt", "signed bytes")
+    path = "signed/a.txt"
+    out["download"] = sbx.download_url(path, "user")
+    out["download_default_user"] = sbx.download_url(path)
+    out["download_expiring"] = sbx.download_url(path, "user", use_signature_expiration=120)
+    out["download_expired"] = sbx.download_url(path, "user", use_signature_expiration=-120)
+    out["download_root"] = sbx.download_url("/etc/hostname", "root")
+    out["upload"] = sbx.upload_url("signed/up.txt", "user", use_signature_expiration=120)
+    out["upload_expired"] = sbx.upload_url("signed/late.txt", "user", use_signature_expiration=-120)
+
+
 def bad_template_sync() -> None:
     out["error"] = caught(lambda: Sandbox.create("no-such-template"))
 

@@ -165,8 +165,65 @@ def wrong_token() -> None:
     sbx.kill()
 
 
+CHARTS = {
+    "line": """import numpy as np, matplotlib.pyplot as plt
+x = np.linspace(0, 2 * np.pi, 100)
+plt.figure(figsize=(10, 6))
+plt.plot(x, np.sin(x), label='sin(x)')
+plt.plot(x, np.cos(x), label='cos(x)')
+plt.xlabel("Time (s)"); plt.ylabel("Amplitude (Hz)"); plt.title('Plot of sin(x) and cos(x)')
+plt.show()""",
+    "bar": """import matplotlib.pyplot as plt
+plt.bar(['Author A', 'Author B', 'Author C', 'Author D'], [100, 200, 300, 400])
+plt.xlabel('Authors'); plt.ylabel('Number of Books Sold'); plt.title('Book Sales by Authors')
+plt.show()""",
+    "pie": """import matplotlib.pyplot as plt
+fig, ax = plt.subplots()
+ax.pie([90, 10], labels=["No", "No, in blue"], autopct='%1.1f%%', startangle=90)
+plt.title('Will I wake up early tomorrow?')
+plt.show()""",
+    "box": """import matplotlib.pyplot as plt
+data = {'Class A': [85, 90, 78, 92, 88], 'Class B': [95, 89, 76, 91, 84, 87], 'Class C': [75, 82, 88, 79, 86]}
+fig, ax = plt.subplots()
+ax.boxplot(data.values(), labels=data.keys(), patch_artist=True)
+ax.set_title('Exam Scores Distribution'); ax.set_xlabel('Class'); ax.set_ylabel('Score')
+plt.show()""",
+    "super": """import numpy as np, matplotlib.pyplot as plt
+fig, axs = plt.subplots(1, 2)
+fig.suptitle('Multiple Charts Example')
+axs[0].plot(np.linspace(0, 10, 100), np.sin(np.linspace(0, 10, 100)), 'r'); axs[0].set_title('Sine Wave'); axs[0].grid(True)
+axs[1].scatter([1, 2, 3, 4, 5], [5, 4, 3, 2, 1], label='Dataset 1'); axs[1].set_xlabel('X'); axs[1].set_ylabel('Y')
+axs[1].set_title('Scatter Plot'); axs[1].grid(True)
+plt.show()""",
+    "image": """import numpy as np, matplotlib.pyplot as plt
+plt.imshow(np.zeros((4, 4)))
+plt.show()""",
+}
+
+
+def charts() -> None:
+    """Each chart's result as the SDK parses it: its class, its fields, its elements'."""
+    sbx = Sandbox.create(timeout=300)
+    for name, code in CHARTS.items():
+        execution_ = sbx.run_code(code)
+        result = execution_.results[0]
+        chart = result.chart
+        out[name] = {"error": None if execution_.error is None else execution_.error.value,
+                     "formats": list(result.formats()), "png": bool(result.png), "class": type(chart).__name__,
+                     "chart": chart.to_dict() if chart is not None else None,
+                     "elements": [type(e).__name__ for e in chart.elements] if chart is not None else []}
+    sbx.kill()
+
+
+def from_template() -> None:
+    """A box of template ARG, a template of the team's built from code-interpreter-v1."""
+    sbx = Sandbox.create(template=ARG, timeout=120)
+    out["marker"] = execution(sbx.run_code("open('/opt/marker').read().strip()"))
+    sbx.kill()
+
+
 SCENARIOS: dict[str, Callable[[], None]] = {"run": run_sync, "timeout": timeout, "pause": pause, "killed": killed,
-                                            "wrong_token": wrong_token,
+                                            "wrong_token": wrong_token, "from_template": from_template, "charts": charts,
              "async": lambda: asyncio.run(run_async())}
 
 SCENARIOS[SCENARIO]()

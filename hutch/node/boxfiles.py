@@ -1,0 +1,131 @@
+"""A box's files without its memory (a files-only snapshot): what it changed of its template root,
+saved from the running box and laid over a fresh box of the same root.
+
+What changed is found by comparing: the box lists every path of its root filesystem with its
+ctime (which no process can set back), and the host walks the template root (its own files,
+never a box's) with lstat. A path the template lacks or whose ctime moved is saved, by `tar` in
+the box; a template path the box lacks was removed. The host never opens a path the box names:
+it compares strings, writes the list back into the box, and streams the box's tar to disk within
+a bound. What is not the box's root filesystem is not saved: /tmp (a tmpfs, as after a reboot),
+/proc, /sys, /dev and hutch's own mounts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from hutch.errors import ApiError, Code
+from hutch.node import boxcmd
+from hutch.node.api import BoxAgent
+
+FILES = "files.tar"  # in a files-only snapshot's directory: the changed paths, as tar made them in the box
+REMOVED = "removed"  # the template's paths the box had removed, NUL-separated
+WORK = "/var/tmp/.hutch-snapshot"  # the box's scratch directory while it is saved or restored (on its root)
+PRUNED = ("/proc", "/sys", "/dev", "/tmp", "/.hutch", "/etc/ssl/certs/ca-certificates.crt", WORK)
+MAX_LISTING = 256 * 2**20  # of the box's list of paths
+ROOT = boxcmd.Defaults(env={}, cwd="/", user="root")
+
+
+async def _run(agent: BoxAgent, script: str, what: str) -> None:
+    code = await boxcmd.run(agent, script, ROOT, timeout=1800)
+    if code != 0:
+        raise ApiError(Code.SNAPSHOT_FAILED, f"the box could not {what} (exit {code})")
+
+
+async def _download(agent: BoxAgent, path: str, limit: int, target: Path | None = None) -> bytes:
+    """A file of the box, at most `limit` bytes (else too_many_snapshots): into `target`, or returned."""
+    got, kept = 0, bytearray()
+    download = await agent.read_file(path, root=True)
+    out = open(target, "wb") if target else None  # noqa: SIM115 (closed below, on every way out)
+    try:
+        async for chunk in download:
+            got += len(chunk)
+            if got > limit:
+                raise ApiError(Code.TOO_MANY_SNAPSHOTS, f"the box's files take more than the {limit / 2**20:.0f} MiB "
+                                                         "its team's snapshots may still take")
+            if out:
+                await asyncio.to_thread(out.write, chunk)
+            else:
+                kept += chunk
+    finally:
+        await download.aclose()
+        if out:
+            out.close()
+    return bytes(kept)
+
+
+async def _upload(agent: BoxAgent, path: str, data: bytes | Path) -> None:
+    async def body() -> AsyncIterator[bytes]:
+        if isinstance(data, bytes):
+            yield data
+            return
+        with open(data, "rb") as f:
+            while chunk := await asyncio.to_thread(f.read, 1 << 20):
+                yield chunk
+
+    await agent.write_file(path, body(), root=True)
+
+
+def template_paths(rootfs: Path) -> dict[str, float]:
+    """Every path of a template root, as the box sees it, with its ctime (lstat: links never followed)."""
+    found: dict[str, float] = {"/": os.lstat(rootfs).st_ctime}
+    base = len(str(rootfs))
+    for top, dirs, files in os.walk(rootfs, followlinks=False):
+        for name in (*dirs, *files):
+            full = os.path.join(top, name)
+            try:
+                found[full[base:]] = os.lstat(full).st_ctime
+            except OSError:
+                continue
+    return found
+
+
+def _pruned(path: str) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in PRUNED)
+
+
+async def save(agent: BoxAgent, rootfs: Path, image: Path, limit: int) -> int:
+    """Save what the running box changed of `rootfs` into `image`; the bytes saved."""
+    prune = " -o ".join(f"-path '{p}'" for p in PRUNED)
+    await _run(agent, f"rm -rf {WORK} && mkdir -m 700 {WORK} && "
+                      f"find / -xdev \\( {prune} \\) -prune -o -printf '%C@ %p\\0' > {WORK}/list", "list its files")
+    listing = await _download(agent, f"{WORK}/list", MAX_LISTING)
+    template = await asyncio.to_thread(template_paths, rootfs)
+    seen: set[str] = set()
+    changed: list[str] = []
+    for item in listing.split(b"\0"):
+        stamp, _, raw = item.partition(b" ")
+        path = raw.decode("utf-8", "surrogateescape")
+        if not path.startswith("/") or _pruned(path):
+            continue
+        seen.add(path)
+        try:
+            ctime = float(stamp)
+        except ValueError:
+            ctime = float("inf")
+        before = template.get(path)
+        if path != "/" and (before is None or abs(ctime - before) > 1e-3):
+            changed.append(path)
+    removed = [p for p in template if p not in seen and p != "/" and not _pruned(p)]
+    image.mkdir(parents=True, mode=0o700, exist_ok=True)
+    (image / REMOVED).write_bytes(b"\0".join(p.encode("utf-8", "surrogateescape") for p in removed))
+    await _upload(agent, f"{WORK}/changed", b"\0".join(p.encode("utf-8", "surrogateescape") for p in changed))
+    await _run(agent, f"tar --null --no-recursion --numeric-owner -C / -cf {WORK}/files.tar -T {WORK}/changed",
+               "save its files")
+    try:
+        await _download(agent, f"{WORK}/files.tar", limit, image / FILES)
+    finally:
+        await _run(agent, f"rm -rf {WORK}", "clear its scratch directory")
+    return (image / FILES).stat().st_size + (image / REMOVED).stat().st_size
+
+
+async def restore(agent: BoxAgent, image: Path) -> None:
+    """Lay a files-only snapshot over a fresh box of its template: removals, then the saved files."""
+    await _run(agent, f"rm -rf {WORK} && mkdir -m 700 {WORK}", "make its scratch directory")
+    await _upload(agent, f"{WORK}/removed", image / REMOVED)
+    await _upload(agent, f"{WORK}/files.tar", image / FILES)
+    await _run(agent, f"xargs -0 -r rm -rf -- < {WORK}/removed && "
+                      f"tar --numeric-owner -xpf {WORK}/files.tar -C / && rm -rf {WORK}", "take its files back")
