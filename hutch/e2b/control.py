@@ -35,11 +35,10 @@ DEFAULT_TIMEOUT = 300
 MAX_PAGE = 100
 RUNNING = (SandboxStatus.ACTIVE, SandboxStatus.RESUMING)
 PAUSED = (SandboxStatus.PAUSING, SandboxStatus.PAUSED)
-# E2B's filesystem-only pause (lifecycle mode "filesystem", pause(mode="filesystem")) and its cold
-# resume (on_resume="reboot"): a hutch pause keeps the memory, and its resume restores it
-NO_FILESYSTEM_PAUSE = ("a filesystem-only pause (mode \"filesystem\") is not supported by hutch: "
-                       "a pause keeps the box's memory")
-NO_REBOOT = "a resume that reboots (on_resume=\"reboot\") is not supported by hutch: a resume restores the memory"
+# E2B's cold resume (on_resume="reboot") of a box paused with its memory: hutch keeps no files apart
+# from the memory then (a files-only pause's resume always boots afresh)
+NO_REBOOT = ("a resume that reboots (on_resume=\"reboot\") is served by hutch only for a box paused with its files "
+             "only (mode \"filesystem\"): this box's pause kept its memory, and its resume restores it")
 T = TypeVar("T")
 
 
@@ -176,14 +175,15 @@ class Control:
             raise ApiError(Code.TEMPLATE_NOT_FOUND, f"template '{template[:256]}' not found")
         timeout = _clamp_timeout(_int(body, "timeout", DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT)
         auto_pause = body.get("autoPause") is True
-        if body.get("autoPauseMemory") is False:
-            raise ApiError(Code.INVALID_REQUEST, NO_FILESYSTEM_PAUSE)
+        keep_memory = body.get("autoPauseMemory")
+        if keep_memory is not None and not isinstance(keep_memory, bool):
+            raise ApiError(Code.INVALID_REQUEST, "autoPauseMemory must be a boolean")
         name = (snap.name or snap.template) if snap else template
         try:
             req = CreateSandbox(name=name[:128], from_template=None if snap else ref, timeout_seconds=timeout,
                                 auto_delete_seconds=None if auto_pause else 0,
                                 metadata=body.get("metadata") or None, env_vars=body.get("envVars") or None,
-                                network=_network(body))
+                                network=_network(body), pause_memory=keep_memory)
         except ValidationError as e:
             raise ApiError(Code.INVALID_REQUEST, validation_message(e)) from None
         if snap is not None:  # env vars on top of the snapshot's; its processes and files
@@ -236,15 +236,16 @@ class Control:
 
     async def pause(self, c: Ctx, sandbox_id: str, body: dict[str, Any]) -> None:
         rec = self.get(c, sandbox_id)
-        if body.get("memory") is False:
-            raise ApiError(Code.INVALID_REQUEST, NO_FILESYSTEM_PAUSE)
+        memory = body.get("memory", True)
+        if not isinstance(memory, bool):
+            raise ApiError(Code.INVALID_REQUEST, "memory must be a boolean")
         if rec.status in PAUSED:
             raise ApiError(Code.ALREADY_PAUSED, f"sandbox {sandbox_id!r} is already paused")
         kill_at_timeout = rec.auto_delete_seconds == 0
         if kill_at_timeout:  # "kill" at its timeout, but a pause asked for is kept
             await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(auto_delete_seconds=None))
         try:
-            await c.st.sandboxes.pause(c.team_id, rec.id)
+            await c.st.sandboxes.pause(c.team_id, rec.id, memory=memory)
         except BaseException:
             if kill_at_timeout:  # it runs on: its timeout still kills it
                 await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(auto_delete_seconds=0))
@@ -253,7 +254,7 @@ class Control:
     async def connect(self, c: Ctx, sandbox_id: str, body: dict[str, Any]) -> Response:
         rec = self.get(c, sandbox_id)
         timeout = _int(body, "timeout")
-        if body.get("memory") is False:
+        if body.get("memory") is False and rec.status in PAUSED and not c.st.sandboxes.files_only(rec):
             raise ApiError(Code.INVALID_REQUEST, NO_REBOOT)
         resumed = rec.status in PAUSED
         if resumed:

@@ -11,6 +11,7 @@ Errors are `{"code": <status>, "message"}`.
 
 from __future__ import annotations
 
+import asyncio
 import posixpath
 import zlib
 from collections.abc import AsyncIterator
@@ -33,6 +34,10 @@ MAX_PARTS = 1000
 CHUNK = 64 * 1024
 METADATA_HEADER = "x-metadata-"  # as Starlette gives header names: lowercased
 FORM_OVERHEAD = 1 * 2**20  # a multipart body's boundaries, part headers and names, beyond the file bytes
+# A signed link names no box, so finding its box tries every live box's token: at most this many
+# searches at once (the rest wait on the event loop), so a flood of made-up links holds two
+# threads' worth of CPU, not the server's thread pool
+_searching = asyncio.Semaphore(2)
 
 
 async def _call(get_state: StateGetter, request: Request, operation: str) -> tuple[Call, str]:
@@ -41,7 +46,8 @@ async def _call(get_state: StateGetter, request: Request, operation: str) -> tup
     path = q.get("path") or ""
     if q.get("signature") and not request.headers.get("x-access-token"):
         link = SignedLink(q["signature"], path, operation, user or "", q.get("signature_expiration"))
-        st, rec = await run_in_threadpool(signed_sandbox_of, get_state, request, link)
+        async with _searching:
+            st, rec = await run_in_threadpool(signed_sandbox_of, get_state, request, link)
         link.check_expiry()
     else:
         st, rec = sandbox_of(get_state, request)

@@ -87,10 +87,7 @@ async def delete(c: Ctx, ref: str) -> None:
 
 async def boot(c: Ctx, snap: SnapshotRecord, req: CreateSandbox) -> SandboxRecord:
     """One box from the snapshot (E2B's create with a snapshot as its template)."""
-    [one] = await c.st.snapshots.boot(c.team_id, snap.id, req, 1, stable_token=True)
-    if isinstance(one, ApiError):
-        raise one
-    return one
+    return await c.st.snapshots.boot_one(c.team_id, snap.id, req, stable_token=True)
 
 
 def fork_request(rec: SandboxRecord, count: int, timeout: int) -> BootSnapshot:

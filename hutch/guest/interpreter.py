@@ -502,7 +502,7 @@ def main() -> None:
     server.daemon_threads = True
     contexts.default_for("python")  # before /health answers: a ready box runs code at once
     print(f"code interpreter listening on {HOST}:{PORT}", file=sys.stderr, flush=True)
-    server.serve_forever()
+    server.serve_forever(poll_interval=3600.0)  # it never shuts down: no timer to wake the box twice a second
 
 
 if __name__ == "__main__":

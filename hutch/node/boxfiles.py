@@ -13,43 +13,61 @@ a bound. What is not the box's root filesystem is not saved: /tmp (a tmpfs, as a
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from hutch.errors import ApiError, Code
+from hutch.guest import protocol
 from hutch.node import boxcmd
 from hutch.node.api import BoxAgent
 
+MARKER = "hutch-files-only"  # in a checkpoint's directory: a files-only pause (its resume boots afresh)
 FILES = "files.tar"  # in a files-only snapshot's directory: the changed paths, as tar made them in the box
 REMOVED = "removed"  # the template's paths the box had removed, NUL-separated
 WORK = "/var/tmp/.hutch-snapshot"  # the box's scratch directory while it is saved or restored (on its root)
-PRUNED = ("/proc", "/sys", "/dev", "/tmp", "/.hutch", "/etc/ssl/certs/ca-certificates.crt", WORK)
-MAX_LISTING = 256 * 2**20  # of the box's list of paths
+PRUNED = ("/proc", "/sys", "/dev", "/tmp", protocol.GUEST_ROOT, protocol.SYSTEM_BUNDLE, WORK)
+MAX_LISTING = 32 * 2**20  # of the box's list of paths (about 300,000 of them)
+DOWNLOAD_SECONDS = 1800.0  # a box that trickles its list or its tar is cut off after this
 ROOT = boxcmd.Defaults(env={}, cwd="/", user="root")
+# One save at a time on this host: each holds a box's whole list of paths (and a template's) in memory
+_saving = asyncio.Semaphore(1)
 
 
-async def _run(agent: BoxAgent, script: str, what: str) -> None:
+class TooLarge(Exception):
+    """The box's files take more than the caller may keep; nothing of them is kept."""
+
+    def __init__(self, limit: int, what: str = "files") -> None:
+        super().__init__(f"the box's {what} take more than the {limit / 2**20:.0f} MiB they may")
+        self.limit, self.what = limit, what
+
+
+async def _run(agent: BoxAgent, script: str, what: str, ok: tuple[int, ...] = (0,)) -> None:
     code = await boxcmd.run(agent, script, ROOT, timeout=1800)
-    if code != 0:
+    if code not in ok:
         raise ApiError(Code.SNAPSHOT_FAILED, f"the box could not {what} (exit {code})")
 
 
-async def _download(agent: BoxAgent, path: str, limit: int, target: Path | None = None) -> bytes:
-    """A file of the box, at most `limit` bytes (else too_many_snapshots): into `target`, or returned."""
+async def _download(agent: BoxAgent, path: str, limit: int, target: Path | None = None,
+                    what: str = "files") -> bytes:
+    """A file of the box, at most `limit` bytes (else TooLarge) within DOWNLOAD_SECONDS: into
+    `target`, or returned."""
     got, kept = 0, bytearray()
     download = await agent.read_file(path, root=True)
     out = open(target, "wb") if target else None  # noqa: SIM115 (closed below, on every way out)
     try:
-        async for chunk in download:
-            got += len(chunk)
-            if got > limit:
-                raise ApiError(Code.TOO_MANY_SNAPSHOTS, f"the box's files take more than the {limit / 2**20:.0f} MiB "
-                                                         "its team's snapshots may still take")
-            if out:
-                await asyncio.to_thread(out.write, chunk)
-            else:
-                kept += chunk
+        async with asyncio.timeout(DOWNLOAD_SECONDS):
+            async for chunk in download:
+                got += len(chunk)
+                if got > limit:
+                    raise TooLarge(limit, what)
+                if out:
+                    await asyncio.to_thread(out.write, chunk)
+                else:
+                    kept += chunk
+    except TimeoutError:
+        raise ApiError(Code.SNAPSHOT_FAILED, f"the box's {what} did not arrive within {DOWNLOAD_SECONDS:.0f} s") from None
     finally:
         await download.aclose()
         if out:
@@ -69,6 +87,7 @@ async def _upload(agent: BoxAgent, path: str, data: bytes | Path) -> None:
     await agent.write_file(path, body(), root=True)
 
 
+@functools.lru_cache(maxsize=4)  # a template root never changes once built
 def template_paths(rootfs: Path) -> dict[str, float]:
     """Every path of a template root, as the box sees it, with its ctime (lstat: links never followed)."""
     found: dict[str, float] = {"/": os.lstat(rootfs).st_ctime}
@@ -88,11 +107,18 @@ def _pruned(path: str) -> bool:
 
 
 async def save(agent: BoxAgent, rootfs: Path, image: Path, limit: int) -> int:
-    """Save what the running box changed of `rootfs` into `image`; the bytes saved."""
+    """Save what the running box changed of `rootfs` into `image`; the bytes saved. The tar is
+    made on the box's own root first (it counts against the box's disk, or its memory), then
+    streamed out. Raises TooLarge past `limit` (or a list of paths past MAX_LISTING)."""
+    async with _saving:
+        return await _save(agent, rootfs, image, limit)
+
+
+async def _save(agent: BoxAgent, rootfs: Path, image: Path, limit: int) -> int:
     prune = " -o ".join(f"-path '{p}'" for p in PRUNED)
     await _run(agent, f"rm -rf {WORK} && mkdir -m 700 {WORK} && "
                       f"find / -xdev \\( {prune} \\) -prune -o -printf '%C@ %p\\0' > {WORK}/list", "list its files")
-    listing = await _download(agent, f"{WORK}/list", MAX_LISTING)
+    listing = await _download(agent, f"{WORK}/list", MAX_LISTING, what="list of paths")
     template = await asyncio.to_thread(template_paths, rootfs)
     seen: set[str] = set()
     changed: list[str] = []
@@ -113,8 +139,10 @@ async def save(agent: BoxAgent, rootfs: Path, image: Path, limit: int) -> int:
     image.mkdir(parents=True, mode=0o700, exist_ok=True)
     (image / REMOVED).write_bytes(b"\0".join(p.encode("utf-8", "surrogateescape") for p in removed))
     await _upload(agent, f"{WORK}/changed", b"\0".join(p.encode("utf-8", "surrogateescape") for p in changed))
-    await _run(agent, f"tar --null --no-recursion --numeric-owner -C / -cf {WORK}/files.tar -T {WORK}/changed",
-               "save its files")
+    # The box runs on: a path gone since it was listed is skipped, and one that changed as it was
+    # read is tar's exit 1 (its content as it was read then)
+    await _run(agent, f"tar --null --no-recursion --numeric-owner --ignore-failed-read -C / "
+                      f"-cf {WORK}/files.tar -T {WORK}/changed", "save its files", ok=(0, 1))
     try:
         await _download(agent, f"{WORK}/files.tar", limit, image / FILES)
     finally:

@@ -244,10 +244,12 @@ class _SandboxBase(Generic[SandboxT]):
         return mapped(sandboxes.secret_bindings(self._cfg, self.id, "DELETE", env), self._bound)
 
     @call
-    def pause(self) -> Flow[None]:
+    def pause(self, *, memory: bool = True) -> Flow[None]:
         """Checkpoint the whole box (memory, processes, files) to disk and free its memory.
-        Any later command, file call or connect resumes it. Idempotent."""
-        return sandboxes.pause(self._cfg, self.id)
+        Any later command, file call or connect resumes it. Idempotent. With `memory=False`, only
+        the files it changed on its root filesystem are kept (not /tmp, a tmpfs): its resume boots
+        it afresh with them, and no process of before."""
+        return sandboxes.pause(self._cfg, self.id, memory)
 
     @call
     def resume(self) -> Flow[None]:

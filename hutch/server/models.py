@@ -207,6 +207,7 @@ class CreateSandbox(Strict):
     secrets: Annotated[BoundSecrets, Field(description="env var -> secret name: the box sees a stand-in")] | None = None
     preview_access: Access | None = None  # for ports published later without an access of their own (public)
     from_snapshot: Annotated[Name, Field(description="a snapshot's id or name: the box continues from it")] | None = None
+    pause_memory: Annotated[bool, Field(description="false: its timeout's pause keeps its files only")] | None = None
 
     @model_validator(mode="after")
     def _env_once(self) -> CreateSandbox:

@@ -88,8 +88,8 @@ def link_image(source: Path, target: Path) -> None:
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True, mode=0o700)
     for entry in os.scandir(source):
-        if not entry.is_file(follow_symlinks=False):
-            continue
+        if not entry.is_file(follow_symlinks=False):  # an image is files only: anything else is not whole
+            raise OSError(f"{entry.path} is not a regular file: the image cannot be linked")
         try:
             os.link(entry.path, target / entry.name, follow_symlinks=False)
         except OSError:
@@ -109,7 +109,7 @@ class _Origin:
     rules and secrets)."""
 
     template_id: str | None
-    template: str
+    template_name: str
     rootfs: str | None
     memory_mib: int
     vcpu: int
@@ -255,13 +255,13 @@ class Sandboxes:
                              snap.env_vars, snap.network, snap.secrets)
         self._check_capacity(team_id)
         rec = SandboxRecord(
-            id=str(uuid.uuid4()), team_id=team_id, name=req.name, template=origin.template, status=SandboxStatus.ACTIVE,
+            id=str(uuid.uuid4()), team_id=team_id, name=req.name, template=origin.template_name, status=SandboxStatus.ACTIVE,
             memory_mib=origin.memory_mib, vcpu=origin.vcpu, metadata=req.metadata or {},
             env_vars={**origin.env_vars, **(req.env_vars or {})}, timeout_seconds=req.timeout_seconds,
             auto_delete_seconds=req.auto_delete_seconds, pause_at=self._deadline(req.timeout_seconds),
             network=req.network.model_dump() if req.network else origin.network, preview_access=req.preview_access,
             template_id=origin.template_id, rootfs=origin.rootfs, disk_mib=origin.disk_mib,
-            stable_token=stable_token or None,
+            stable_token=stable_token or None, pause_memory=req.pause_memory,
         )
         wanted = req.secrets if req.secrets is not None else {
             env: name for env, name in origin.secrets.items() if env not in rec.env_vars}
@@ -373,9 +373,12 @@ class Sandboxes:
 
     # --- pause, resume --------------------------------------------------------------------------
 
-    async def pause(self, team_id: str | None, sandbox_id: str, *, only_if_due: bool = False) -> None:
+    async def pause(self, team_id: str | None, sandbox_id: str, *, only_if_due: bool = False,
+                    memory: bool | None = None) -> None:
         """Checkpoint the box to disk and free its memory. Idempotent. With `only_if_due` (the
-        scheduler), only if the box is still active and past its deadline once the lock is held."""
+        scheduler), only if the box is still active and past its deadline once the lock is held.
+        With `memory` False (None: as the box's `pause_memory` says), keep its files only: its
+        resume boots it afresh with them (hutch.node.boxfiles)."""
         async with self._locks[sandbox_id]:
             rec = self.get(team_id, sandbox_id)
             due = rec.pause_at is not None and rec.pause_at <= time.time()
@@ -403,29 +406,19 @@ class Sandboxes:
             image = self.image_dir(rec.id)
             started = time.perf_counter()
             try:
-                await self.node.pause(rec.runtime_id, image)
+                if memory is False or (memory is None and rec.pause_memory is False):
+                    await self._pause_files(rec, image)
+                else:
+                    await self.node.pause(rec.runtime_id, image)
                 self.metrics.pause_seconds.observe(time.perf_counter() - started)
                 if self.config.fleet is None:  # a fleet's node marks it whole itself, on its own mount
                     (image / CHECKPOINT_DONE).touch()
-            except NoSpaceError as e:  # found before anything was done to the box
+            except ApiError:  # refused before the box was stopped (a files-only pause): it runs on
                 self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.ACTIVE,
-                                          checkpoint_bytes=None,
-                                          pause_at=self._deadline(PAUSE_RETRY_SECONDS) if rec.pause_at is not None else None)
-                raise ApiError(Code.INSUFFICIENT_STORAGE, f"the server's disk has no room for this sandbox's "
-                               f"checkpoint ({e}); it runs on") from e
+                                          checkpoint_bytes=None)
+                raise
             except Exception as e:
-                alive = await self.node.is_alive(rec.runtime_id) and self.node.holds(rec.runtime_id)
-                log.error("pausing %s failed: %s", rec.id, e)
-                if alive:  # try again later, not every second: a pause cuts the box's streams
-                    self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.ACTIVE,
-                                              checkpoint_bytes=None,
-                                              pause_at=self._deadline(PAUSE_RETRY_SECONDS) if rec.pause_at is not None else None)
-                else:
-                    self.mark_failed(rec.id, f"the pause failed: {e}")
-                if self._disk_full(e):
-                    raise ApiError(Code.INSUFFICIENT_STORAGE, "the server's disk is too full to hold the "
-                                   "sandbox's checkpoint; it runs on" if alive else "the server's disk is full") from e
-                raise ApiError(Code.PAUSE_FAILED, f"the sandbox could not be paused: {e}") from e
+                raise await self._checkpoint_failed(rec, e, Code.PAUSE_FAILED, retry=True) from e
             size = await asyncio.to_thread(checkpoint_size, image)  # what it holds of the budgets from now on
             self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.PAUSED,
                                       runtime_id=None, pause_at=None, delete_at=self._deadline(rec.auto_delete_seconds),
@@ -433,9 +426,69 @@ class Sandboxes:
         if rec.auto_delete_seconds == 0:
             await self.kill(team_id, sandbox_id, only_if_due=True)
 
-    def lock(self, sandbox_id: str) -> asyncio.Lock:
-        """The box's lock: every transition of it holds it."""
-        return self._locks[sandbox_id]
+    async def _checkpoint_failed(self, rec: SandboxRecord, e: Exception, code: Code, retry: bool) -> ApiError:
+        """A checkpoint that failed (a pause's or a snapshot's), the lock held: a box that runs on is
+        active again (with `retry`, a timeout's pause is tried again in a minute, not every second:
+        a pause cuts the box's streams); one that died is failed. The error to answer."""
+        assert rec.runtime_id is not None
+        no_space = isinstance(e, NoSpaceError)  # found before anything was done to the box
+        alive = no_space or (await self.node.is_alive(rec.runtime_id) and self.node.holds(rec.runtime_id))
+        log.error("checkpointing %s failed: %s", rec.id, e)
+        if alive:
+            pause_at = self._deadline(PAUSE_RETRY_SECONDS) if retry and rec.pause_at is not None else rec.pause_at
+            self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.ACTIVE,
+                                      checkpoint_bytes=None, pause_at=pause_at)
+        else:
+            self.mark_failed(rec.id, f"its checkpoint failed: {e}")
+        runs_on = "; it runs on" if alive else ""
+        if no_space or self._disk_full(e):
+            return ApiError(Code.INSUFFICIENT_STORAGE, f"the server's disk has no room for the checkpoint of sandbox "
+                            f"{rec.id} ({e}){runs_on}")
+        return ApiError(code, f"sandbox {rec.id} could not be checkpointed: {e}{runs_on}")
+
+    async def _pause_files(self, rec: SandboxRecord, image: Path) -> None:
+        """A files-only pause (the lock held): what the box changed of its root saved from it while
+        it runs, then the box stopped. The image is marked, so its resume boots afresh."""
+        assert rec.runtime_id is not None
+        agent = self.node.agent(rec.runtime_id)
+        rootfs, _ = self._limits(rec)
+        if agent is None or self.config.fleet is not None:
+            raise ApiError(Code.INVALID_STATE if agent is None else Code.INVALID_REQUEST,
+                           f"sandbox {rec.id}'s files cannot be saved here (a files-only pause is a single host's)")
+        shutil.rmtree(image, ignore_errors=True)
+        try:
+            await boxfiles.save(agent, rootfs, image, checkpoint_bound(rec))
+        except boxfiles.TooLarge as e:
+            shutil.rmtree(image, ignore_errors=True)
+            raise ApiError(Code.CHECKPOINT_BUDGET, f"sandbox {rec.id} was not paused: {e}; it runs on") from e
+        except BaseException:
+            shutil.rmtree(image, ignore_errors=True)
+            raise
+        (image / boxfiles.MARKER).touch()
+        await self.node.stop(rec.runtime_id, rec.box_key)
+
+    async def _boot_files(self, rec: SandboxRecord, rootfs: Path, limits: Limits, image: Path) -> BoxRef:
+        """The resume of a files-only pause: a fresh box of the template with the saved files,
+        its start command run; nothing of it is left if that fails."""
+        box = await self.node.boot(rec.box_key, rootfs, limits)
+        try:
+            agent = self.node.agent(box.runtime_id)
+            if agent is None:
+                raise BoxStartError("the box ended as it started")
+            await boxfiles.restore(agent, image)
+            template = self.store.get_template(rec.template_id) if rec.template_id else None
+            spec = template.spec if template else {}
+            if spec.get("start_cmd") or spec.get("ready_cmd"):
+                await boxcmd.start_and_wait_ready(agent, spec.get("start_cmd"), spec.get("ready_cmd"),
+                                                  self.defaults(rec, template), spec["ready_timeout_seconds"])
+        except BaseException:
+            await asyncio.shield(self.node.stop(box.runtime_id, rec.box_key))
+            raise
+        return box
+
+    def files_only(self, rec: SandboxRecord) -> bool:
+        """Whether a paused box kept its files only (its resume boots it afresh)."""
+        return (self.image_dir(rec.id) / boxfiles.MARKER).exists()
 
     async def checkpoint_in_place(self, team_id: str, sandbox_id: str, image: Path) -> SandboxRecord:
         """Save a box to `image` and let it run on (a snapshot). A running box is checkpointed,
@@ -457,29 +510,23 @@ class Sandboxes:
             try:
                 await self.node.pause(rec.runtime_id, image)
             except Exception as e:
-                alive = await self.node.is_alive(rec.runtime_id) and self.node.holds(rec.runtime_id)
-                if alive or isinstance(e, NoSpaceError):
-                    self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.ACTIVE)
-                else:
-                    self.mark_failed(rec.id, f"its snapshot failed: {e}")
-                log.error("a snapshot of %s failed: %s", rec.id, e)
-                if isinstance(e, NoSpaceError) or self._disk_full(e):
-                    raise ApiError(Code.INSUFFICIENT_STORAGE, f"the server's disk has no room for a snapshot of "
-                                   f"sandbox {rec.id} ({e})") from e
-                raise ApiError(Code.SNAPSHOT_FAILED, f"sandbox {rec.id} could not be checkpointed: {e}"
-                               + ("; it runs on" if alive else "")) from e
+                raise await self._checkpoint_failed(rec, e, Code.SNAPSHOT_FAILED, retry=False) from e
             if self.config.fleet is None:  # a fleet's node marks it whole itself
                 (image / CHECKPOINT_DONE).touch()
+            # Until it runs again the box's own checkpoint is a link of the image: a server that
+            # stops now leaves it paused (settled at the next start), not lost.
+            own = self.image_dir(rec.id)
+            await asyncio.to_thread(link_image, image, own)
             try:
                 box = await self.node.restore(rec.box_key, rootfs, limits, image)
             except Exception as e:
                 log.error("sandbox %s was checkpointed for a snapshot but not restored (%s): it is left paused", rec.id, e)
-                own = self.image_dir(rec.id)
-                await asyncio.to_thread(link_image, image, own)
+                # no auto-delete: a box whose restore failed is not deleted behind its owner's back
                 self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.PAUSED,
-                                          runtime_id=None, pause_at=None, delete_at=self._deadline(rec.auto_delete_seconds),
+                                          runtime_id=None, pause_at=None, delete_at=None,
                                           checkpoint_bytes=await asyncio.to_thread(checkpoint_size, own))
                 return self.get(None, rec.id)
+            await asyncio.to_thread(shutil.rmtree, own, True)
             if not self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.ACTIVE,
                                              runtime_id=box.runtime_id, node=box.node):
                 await self.node.stop(box.runtime_id, rec.box_key)  # killed meanwhile (on another server)
@@ -553,7 +600,10 @@ class Sandboxes:
                 raise ApiError(Code.INVALID_STATE, f"sandbox {rec.id} is being resumed elsewhere; connect again")
             started = time.perf_counter()
             try:
-                box = await self.node.restore(rec.box_key, rootfs, limits, image)
+                if (image / boxfiles.MARKER).exists():
+                    box = await self._boot_files(rec, rootfs, limits, image)
+                else:
+                    box = await self.node.restore(rec.box_key, rootfs, limits, image)
                 self.metrics.resume_seconds.observe(time.perf_counter() - started)
             except Exception as e:
                 log.error("resuming %s failed: %s", rec.id, e)

@@ -23,7 +23,7 @@ from hutch.node import boxfiles
 from hutch.node.api import AgentUnreachable, ChannelError
 from hutch.server.config import ServerConfig
 from hutch.server.models import BootSnapshot, CreateSandbox, SnapshotInfo, timestamp
-from hutch.server.sandboxes import Sandboxes, checkpoint_size
+from hutch.server.sandboxes import Sandboxes, checkpoint_bound, checkpoint_size
 from hutch.store import SandboxRecord, SnapshotRecord, Store
 
 log = logging.getLogger("hutch.server")
@@ -80,17 +80,19 @@ class Snapshots:
         image = self.image(rec.id)
         try:
             count, size = self._quota()
+            if memory and (left := size - self.store.snapshot_usage(team_id)[1]) < checkpoint_bound(source):
+                self._refuse_bytes(left)
             if memory:
                 await self.sandboxes.checkpoint_in_place(team_id, sandbox_id, image)
             else:
                 await self._save_files(source, image, size - self.store.snapshot_usage(team_id)[1])
             rec.size_bytes = await asyncio.to_thread(checkpoint_size, image)
-            refused = self.store.insert_snapshot(rec, count, size)
+            refused = self.store.insert_snapshot(rec, count, size, self.sandboxes.checkpoint_budgets().all_bytes)
         except BaseException:
-            shutil.rmtree(image, ignore_errors=True)
+            await asyncio.shield(asyncio.to_thread(shutil.rmtree, image, True))
             raise
         if refused is not None:
-            shutil.rmtree(image, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, image, True)
             self._refuse(refused, name, rec.size_bytes)
         return rec
 
@@ -102,6 +104,10 @@ class Snapshots:
         try:
             agent = await self.sandboxes.running_box(source)
             await boxfiles.save(agent, Path(source.rootfs), image, limit)
+        except boxfiles.TooLarge as e:
+            if e.what != "files":  # too many paths for a files-only snapshot: not the team's quota
+                raise ApiError(Code.SNAPSHOT_FAILED, f"{e}: take a full snapshot instead") from e
+            raise ApiError(Code.TOO_MANY_SNAPSHOTS, f"{e}: the team's snapshots may take no more; delete one") from e
         except ChannelError as e:
             raise ApiError(Code.SANDBOX_PAUSED, f"sandbox {source.id} was paused while its files were saved") from e
         except AgentUnreachable:
@@ -118,8 +124,15 @@ class Snapshots:
         if size >= most_bytes:
             self._refuse("bytes", name, 0)
 
+    def _refuse_bytes(self, left: int) -> None:
+        raise ApiError(Code.TOO_MANY_SNAPSHOTS, f"the team's snapshots may take {max(left, 0) / 2**20:.0f} MiB more, "
+                       "and a snapshot of this box may take more than that; delete one")
+
     def _refuse(self, why: str, name: str | None, size: int) -> None:
         most, most_bytes = self._quota()
+        if why == "all_bytes":
+            raise ApiError(Code.CHECKPOINT_BUDGET, "the server's checkpoints and snapshots would pass its budget "
+                           "(checkpoint_budget_bytes) with this one; delete a snapshot or kill a paused sandbox")
         if why == "name":
             raise ApiError(Code.SNAPSHOT_EXISTS, f"the team has a snapshot named {name!r} already")
         if why == "count":
@@ -151,9 +164,20 @@ class Snapshots:
             elif isinstance(r, Exception):
                 log.error("a box from snapshot %s did not start: %s", snap.id, r)
                 out.append(ApiError(Code.BOOT_FAILED, f"the sandbox could not start: {r}"))
-            else:
-                raise r
+        cut = next((r for r in results if not isinstance(r, Exception | SandboxRecord)), None)
+        if cut is not None:  # a boot was cancelled: no box is left that nobody was told of
+            for made in out:
+                if isinstance(made, SandboxRecord):
+                    await asyncio.shield(self.sandboxes.kill(None, made.id))
+            raise cut
         return out
+
+    async def boot_one(self, team_id: str, ref: str, req: CreateSandbox, *, stable_token: bool = False) -> SandboxRecord:
+        """One box from a snapshot (a create with `from_snapshot`); its failure raised."""
+        [one] = await self.boot(team_id, ref, req, 1, stable_token=stable_token)
+        if isinstance(one, ApiError):
+            raise one
+        return one
 
     async def fork(self, team_id: str, sandbox_id: str, req: BootSnapshot, *,
                    stable_token: bool = False) -> list[SandboxRecord | ApiError]:
@@ -164,7 +188,10 @@ class Snapshots:
             return await self.boot(team_id, snap.id, req.create(source.name, snap.id), req.count,
                                    stable_token=stable_token)
         finally:
-            await self.delete(team_id, snap.id)
+            try:
+                await self.delete(team_id, snap.id)
+            except ApiError as e:  # booted from meanwhile by another call: it stays, listed
+                log.warning("the snapshot taken for a fork of %s was kept: %s", sandbox_id, e.message)
 
     # --- delete ---------------------------------------------------------------------------------
 

@@ -99,6 +99,7 @@ class SandboxRecord:
     node: str | None = None  # the fleet node it runs or last ran on
     checkpoint_bytes: int | None = None  # its checkpoint's size (pausing: the most it may take)
     pause_refused_at: float | None = None  # when a checkpoint budget first refused its automatic pause
+    pause_memory: bool | None = None  # False: its timeout's pause keeps its files only
 
 
 SANDBOX_JSON = JsonColumns(("metadata", "env_vars", "network"))

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from hutch.store.database import Database, hold, hold_all
 from hutch.store.records import HOLDS_CHECKPOINT, LIVE_STATUSES, SANDBOX_JSON, BindingRecord, SandboxRecord, SandboxStatus
-from hutch.store.schema import sandboxes, secret_bindings, teams
+from hutch.store.schema import sandboxes, secret_bindings, snapshots, teams
 
 COUNTED = (SandboxStatus.ACTIVE, SandboxStatus.RESUMING)  # what a team's limit counts (as the server's check does)
 
@@ -115,8 +115,9 @@ class SandboxQueries(Database):
                     return PauseRefused("team_paused", int(count), budgets.team_paused)
                 if budgets.team_bytes is not None and held + reserve > budgets.team_bytes:
                     return PauseRefused("team_bytes", int(held), budgets.team_bytes)
-            if budgets.all_bytes is not None:
+            if budgets.all_bytes is not None:  # the snapshots' images are on the same disk
                 held = c.execute(sa.select(size).where(s.status.in_(HOLDS_CHECKPOINT))).scalar_one()
+                held += c.execute(sa.select(sa.func.coalesce(sa.func.sum(snapshots.c.size_bytes), 0))).scalar_one()
                 if held + reserve > budgets.all_bytes:
                     return PauseRefused("all_bytes", int(held), budgets.all_bytes)
             c.execute(sandboxes.update().where(s.id == sandbox_id, s.status == SandboxStatus.ACTIVE)

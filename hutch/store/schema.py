@@ -59,6 +59,7 @@ sandboxes = sa.Table(
     # its checkpoint's size on disk while it has one (pausing: the most it may take, held against the budgets)
     sa.Column("checkpoint_bytes", sa.BigInteger),
     sa.Column("pause_refused_at", sa.Float),  # when a checkpoint budget first refused its automatic pause
+    sa.Column("pause_memory", sa.Boolean),  # false: its timeout's pause keeps its files only (null: all of it)
     sa.Index("ix_sandboxes_box_key", "box_key"),
 )
 network_log = sa.Table(

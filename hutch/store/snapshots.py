@@ -6,20 +6,24 @@ from typing import Literal
 
 import sqlalchemy as sa
 
-from hutch.store.database import Database, hold
-from hutch.store.records import SNAPSHOT_JSON, SnapshotRecord
-from hutch.store.schema import snapshots, teams
+from hutch.store.database import Database, hold, hold_all
+from hutch.store.records import HOLDS_CHECKPOINT, SNAPSHOT_JSON, SnapshotRecord
+from hutch.store.schema import sandboxes, snapshots, teams
 
-Refusal = Literal["name", "count", "bytes"]
+Refusal = Literal["name", "count", "bytes", "all_bytes"]
 
 
 class SnapshotQueries(Database):
-    def insert_snapshot(self, rec: SnapshotRecord, team_max: int, team_max_bytes: int) -> Refusal | None:
+    def insert_snapshot(self, rec: SnapshotRecord, team_max: int, team_max_bytes: int,
+                        all_bytes: int | None = None) -> Refusal | None:
         """Record a snapshot unless its team has one of that name, or would pass its quota by count
-        or by bytes: the count and the insert hold the team's row, so two servers cannot both take
-        the team's last place. None once inserted, else why not (nothing changed)."""
+        or by bytes, or every checkpoint and snapshot would pass `all_bytes` (the node's budget,
+        which pauses are held to as well). The sums and the insert hold what pauses hold
+        (hold_all) and the team's row, so two servers cannot both take the last room. None once
+        inserted, else why not (nothing changed)."""
         s = snapshots.c
         with self._tx() as c:
+            hold_all(c, sandboxes)
             hold(c, teams, teams.c.id == rec.team_id)
             if rec.name is not None and c.execute(sa.select(s.id).where(s.team_id == rec.team_id,
                                                                          s.name == rec.name)).first():
@@ -30,6 +34,12 @@ class SnapshotQueries(Database):
                 return "count"
             if size + rec.size_bytes > team_max_bytes:
                 return "bytes"
+            if all_bytes is not None:
+                paused = c.execute(sa.select(sa.func.coalesce(sa.func.sum(sandboxes.c.checkpoint_bytes), 0))
+                                   .where(sandboxes.c.status.in_(HOLDS_CHECKPOINT))).scalar_one()
+                every = c.execute(sa.select(sa.func.coalesce(sa.func.sum(s.size_bytes), 0))).scalar_one()
+                if paused + every + rec.size_bytes > all_bytes:
+                    return "all_bytes"
             c.execute(snapshots.insert().values(**SNAPSHOT_JSON.row(rec)))
         return None
 

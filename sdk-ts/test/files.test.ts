@@ -51,9 +51,10 @@ describe("files", () => {
   test("read, readText and downloadDir as the box user, held to its rights, or as root", async () => {
     await sandbox.files.write("/root/secret.txt", "root's", { user: "root" });
     await sandbox.commands.run("chmod 600 /root/secret.txt", { user: "root" });
-    for (const reading of [sandbox.files.read("/root/secret.txt"), sandbox.files.readText("/root/secret.txt"),
-      sandbox.files.downloadDir("/root")]) {
-      await assert.rejects(reading, (e: unknown) => e instanceof AuthenticationError && e.code === "permission_denied");
+    // one call at a time: a rejection not yet awaited would be an unhandled one
+    for (const reading of [() => sandbox.files.read("/root/secret.txt"), () => sandbox.files.readText("/root/secret.txt"),
+      () => sandbox.files.downloadDir("/root")]) {
+      await assert.rejects(reading(), (e: unknown) => e instanceof AuthenticationError && e.code === "permission_denied");
     }
     assert.equal(await sandbox.files.readText("/root/secret.txt", { user: "root" }), "root's");
     assert.equal(new TextDecoder().decode(await sandbox.files.read("/root/secret.txt", { user: "root" })), "root's");

@@ -97,11 +97,14 @@ def test_bad_ids_and_requests_are_the_sdks_errors(env: Env) -> None:
     assert out["fork_missing_box"] == ["SandboxNotFoundException", None]
     assert out["boot_missing"] == ["SandboxException", 404]
     assert out["delete_missing"] is False
-    # a pause without the memory is not offered: refused with E2B's status for a feature not
-    # enabled, and the box runs on
-    assert out["filesystem_pause"] == ["SandboxException", 400]
-    assert out["filesystem_lifecycle"] == ["SandboxException", 400]
-    assert out["after"] is True
+
+
+def test_a_filesystem_only_pause_keeps_the_files_and_its_connect_boots_afresh(env: Env) -> None:
+    out = run(env, "e2b-2.63.0", "snapshots.py", "filesystem_pause", "")
+    assert out["paused"] is True and out["same_box"] is True
+    assert out["file"] == "kept\n"
+    assert (out["counting"], out["process"]) == (False, False), "no process of before runs"
+    assert out["lifecycle_running"] is True, "a create whose timeout pauses the files only"
 
 
 def test_a_filesystem_only_snapshot_boots_afresh_with_the_files(env: Env) -> None:

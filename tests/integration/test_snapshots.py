@@ -241,3 +241,20 @@ def test_a_files_only_snapshot_boots_afresh_with_the_files_the_box_changed(sdk: 
             fresh.kill()
     finally:
         Snapshot.delete_by_id(snap)
+
+
+def test_a_files_only_pause_keeps_the_files_and_its_resume_boots_the_box_afresh(sdk: Any, box: Any) -> None:
+    box.commands.run("echo kept > ~/notes.txt")
+    box.commands.run("rm /etc/issue", user="root")
+    box.commands.run(COUNTER)
+    assert _count(box) > 0
+    box.pause(memory=False)
+    assert box.get_info().status == "paused"
+    assert box.files.read_text("/home/user/notes.txt") == "kept\n", "any call resumes it, with its files"
+    assert box.get_info().status == "active"
+    assert not box.files.exists("/etc/issue")
+    assert not box.files.exists("/tmp/count"), "booted afresh: no process of before, and a new /tmp"
+    box.commands.run(COUNTER)
+    first = _count(box)
+    box.pause()  # and a pause with the memory, after it, keeps the processes again
+    assert _count(box) >= first

@@ -100,8 +100,9 @@ def connect(cfg: ConnectionConfig, sandbox_id: str) -> Flow[tuple[SandboxInfo, D
     return _access(cfg, reply)
 
 
-def pause(cfg: ConnectionConfig, sandbox_id: str) -> Flow[None]:
-    yield from send(Call("POST", _url(cfg, sandbox_id, "/pause"), cfg.headers()))
+def pause(cfg: ConnectionConfig, sandbox_id: str, memory: bool = True) -> Flow[None]:
+    yield from send(Call("POST", _url(cfg, sandbox_id, "/pause"), cfg.headers(),
+                         params={} if memory else {"memory": "false"}))
 
 
 def resume(dp: DataPlane) -> Flow[SandboxInfo]:

@@ -8,7 +8,6 @@ from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Query, Response
 
-from hutch.errors import ApiError
 from hutch.server.auth import TeamDep
 from hutch.server.models import (
     AttachSecret,
@@ -30,10 +29,7 @@ router = APIRouter()
 @router.post("/v1/sandboxes", status_code=201, response_model=SandboxAccess)
 async def create_sandbox(body: CreateSandbox, st: StateDep, team_id: TeamDep) -> SandboxAccess:
     if body.from_snapshot is not None:
-        [made] = await st.snapshots.boot(team_id, body.from_snapshot, body)
-        if isinstance(made, ApiError):
-            raise made
-        return st.sandboxes.access(made)
+        return st.sandboxes.access(await st.snapshots.boot_one(team_id, body.from_snapshot, body))
     return st.sandboxes.access(await st.sandboxes.create(team_id, body))
 
 
@@ -69,8 +65,10 @@ async def connect_sandbox(sandbox_id: str, st: StateDep, team_id: TeamDep) -> Sa
 
 
 @router.post("/v1/sandboxes/{sandbox_id}/pause", status_code=204)
-async def pause_sandbox(sandbox_id: str, st: StateDep, team_id: TeamDep) -> Response:
-    await st.sandboxes.pause(team_id, sandbox_id)
+async def pause_sandbox(sandbox_id: str, st: StateDep, team_id: TeamDep,
+                        memory: Annotated[bool, Query(description="false: keep the files only; the resume "
+                                                                  "boots the box afresh with them")] = True) -> Response:
+    await st.sandboxes.pause(team_id, sandbox_id, memory=memory)
     return Response(status_code=204)
 
 

@@ -8,7 +8,6 @@ E2B_API_URL and E2B_SANDBOX_URL set: `python snapshots.py <scenario> <tag>`. Sta
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import os
 import sys
@@ -130,13 +129,27 @@ def errors() -> None:
     out["fork_missing_box"] = caught(lambda: Sandbox.fork("no-such-box", count=1))
     out["boot_missing"] = caught(lambda: Sandbox.create("no-such-snapshot", timeout=30))
     out["delete_missing"] = Sandbox.delete_snapshot("no-such-snapshot")
-    if "mode" in inspect.signature(Sandbox.create_snapshot).parameters:  # 2.63: filesystem-only
-        src = Sandbox.create(timeout=60)
-        out["filesystem_pause"] = caught(lambda: src.pause(mode="filesystem"))
-        out["filesystem_lifecycle"] = caught(lambda: Sandbox.create(
-            timeout=60, lifecycle={"on_timeout": {"action": "pause", "mode": "filesystem"}}))
-        out["after"] = src.is_running()
-        src.kill()
+
+
+def filesystem_pause() -> None:
+    """2.63's pause(mode="filesystem"): the files kept; the connect boots the box afresh with them."""
+    at = f"{HOME}/count"
+    src = Sandbox.create(timeout=120)
+    src.files.write(f"{HOME}/file.txt", "kept\n")
+    handle = src.commands.run(COUNTER.format(at), background=True, timeout=0)
+    until(lambda: count(src, at) >= 3)
+    src.pause(mode="filesystem")
+    out["paused"] = not src.is_running()
+    box = Sandbox.connect(src.sandbox_id, timeout=60)
+    out["same_box"] = box.sandbox_id == src.sandbox_id
+    out["file"] = box.files.read(f"{HOME}/file.txt")
+    saved = count(box, at)
+    out["counting"] = until(lambda: count(box, at) > saved, seconds=3)
+    out["process"] = handle.pid in [p.pid for p in box.commands.list()]
+    box.kill()
+    life = Sandbox.create(timeout=60, lifecycle={"on_timeout": {"action": "pause", "mode": "filesystem"}})
+    out["lifecycle_running"] = life.is_running()
+    life.kill()
 
 
 def filesystem() -> None:
@@ -197,7 +210,8 @@ def main() -> None:
     if SCENARIO == "fork_async":
         asyncio.run(fork_async())
     else:
-        {"snapshots": snapshots, "errors": errors, "quotas": quotas, "filesystem": filesystem}[SCENARIO]()
+        {"snapshots": snapshots, "errors": errors, "quotas": quotas, "filesystem": filesystem,
+         "filesystem_pause": filesystem_pause}[SCENARIO]()
     print(json.dumps(out), flush=True)
     os._exit(0)  # not the interpreter's shutdown: the SDK's HTTP client may crash in it
 

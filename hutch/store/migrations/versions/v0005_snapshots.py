@@ -1,5 +1,6 @@
 """Snapshots (`snapshots`): a box's saved state (memory, processes and files, or its files only),
-which new boxes boot from, with the shape and environment of the box it was taken of.
+which new boxes boot from, with the shape and environment of the box it was taken of; and whether
+a box's timeout pauses it with its memory or its files only (`sandboxes.pause_memory`).
 
 Revision ID: 0005
 Revises: 0004
@@ -40,9 +41,13 @@ def upgrade() -> None:
     )
     op.create_index("ix_snapshots_team_id", "snapshots", ["team_id"])
     op.create_index("ix_snapshots_template_id", "snapshots", ["template_id"])
+    with op.batch_alter_table("sandboxes") as batch:
+        batch.add_column(sa.Column("pause_memory", sa.Boolean))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("sandboxes") as batch:
+        batch.drop_column("pause_memory")
     op.drop_index("ix_snapshots_template_id", "snapshots")
     op.drop_index("ix_snapshots_team_id", "snapshots")
     op.drop_table("snapshots")
