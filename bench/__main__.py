@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench import core, egress, pause, scale
+from bench import core, egress, idle, pause, scale, snapshots
 from bench.common import report
 
 
@@ -21,7 +21,8 @@ def main() -> None:
     figures: dict[str, dict[str, float]] = {}
     pairs: list[tuple[str, str]] = []
     extra: dict[str, float] = {}
-    for step in (lambda: core.measure(n), lambda: pause.measure(n), lambda: egress.measure(n),
+    for step in (lambda: core.measure(n), lambda: pause.measure(n), lambda: snapshots.measure(n),
+                 lambda: egress.measure(n), lambda: idle.measure(rounds=n),
                  lambda: scale.measure(boxes)):
         f, p, e = step()
         figures.update(f)

@@ -52,7 +52,8 @@ class RawRunsc:
         b = self.work / f"bundle-{secrets.token_hex(4)}"
         b.mkdir()
         spec = box_spec(rootfs=self.rootfs, channel_dir=self.work / "chan", agent_dir=self.work / "chan",
-                        runtime=AgentRuntime.find(self.rootfs), hostname="raw", limits=Limits())
+                        runtime=AgentRuntime.find(self.rootfs), hostname="raw", limits=Limits(),
+                        cgroup=f"raw-{b.name}")  # a cgroup of its own, as a box's: not one 1 GB limit for all
         spec["process"]["args"] = args
         (b / "config.json").write_text(json.dumps(spec))
         return b
@@ -78,13 +79,14 @@ class RawRunsc:
 
 
 def start_server(root: Path, warm_pool: int, extra_args: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str, str]:
-    with socket.socket() as s:
+    with socket.socket() as s, socket.socket() as p:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        p.bind(("127.0.0.1", 0))
+        port, preview = s.getsockname()[1], p.getsockname()[1]  # not the default preview port: benches run at once
     data = root / "data"
     proc = subprocess.Popen([sys.executable, "-m", "hutch.cli", "--data-dir", str(data), "serve", "--port", str(port),
                              "--warm-pool", str(warm_pool), "--max-sandboxes", "1000", "--team-max-sandboxes", "1000",
-                             *extra_args],
+                             "--preview-port", str(preview), *extra_args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
@@ -112,6 +114,10 @@ def bench_env(rootfs: Path, warm_pool: int = 0,
         proc.wait(30)
         for line in subprocess.run([*raw.cmd, "list", "--quiet"], capture_output=True, text=True).stdout.split():
             raw.delete(line)
+        # the sandboxes of a benchmark cut short (they outlive their server, as every sandbox does)
+        own = [raw.cmd[0], f"--root={ServerConfig(data_dir=root / 'data').run_dir / 'runsc'}"]
+        for line in subprocess.run([*own, "list", "--quiet"], capture_output=True, text=True).stdout.split():
+            subprocess.run([*own, "delete", "--force", line], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(ServerConfig(data_dir=root / "data").run_dir, ignore_errors=True)
 

@@ -4,13 +4,15 @@
 
 Starts its own `hutch serve` on loopback, then for N runs each measures: create-to-first-exec,
 `commands.run("true")`, spawning and attaching to a process and a line through its stdin and
-back, a 10 MB file write and read; and as floors, raw `runsc run` of `true`
-(same root, same flags), raw `runsc exec true` in a running box, and 10 MB through
-`runsc exec cat`. Prints min/median/p95 and writes JSON to bench/results/.
+back, a 10 MB file write and read; and as floors, raw `runsc run` of `true` (same root, same
+flags), raw `runsc exec true` in a running box, a `posix_spawn` of `/bin/true` (and of
+`sh -c true`) timed inside a box, and 10 MB through `runsc exec cat`. Prints min/median/p95 and
+writes JSON to bench/results/.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -24,6 +26,16 @@ from hutch.server.config import DEFAULT_CACHE_DIR
 
 MB10 = os.urandom(10 * 2**20)
 MB100 = os.urandom(100 * 2**20)
+# The in-box spawn floor: what starting a process costs inside a box, timed there (one line of
+# JSON: the seconds of each run, for /bin/true and for `sh -c true`, which commands.run starts).
+SPAWN_FLOOR = """import json, os, sys, time
+def once(argv):
+    t = time.perf_counter()
+    os.waitpid(os.posix_spawn(argv[0], argv, {}), 0)
+    return time.perf_counter() - t
+n = int(sys.argv[1])
+print(json.dumps([[once(argv) for _ in range(n)] for argv in (["/bin/true"], ["/bin/sh", "-c", "true"])]))
+"""
 
 
 def socket_floor(data: bytes, n: int) -> list[float]:
@@ -90,6 +102,9 @@ def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]],
         sb = Sandbox.create(name="bench", **kw)
         sb.commands.run("true")
         figures["commands_run_true"] = stats(timed(lambda: sb.commands.run("true"), n))
+        sb.files.write("/tmp/spawn_floor.py", SPAWN_FLOOR)
+        spawn_true, spawn_sh = json.loads(sb.commands.run(f"python3 /tmp/spawn_floor.py {n}").stdout)
+        figures["in_box_posix_spawn_true"], figures["in_box_sh_c_true"] = stats(spawn_true), stats(spawn_sh)
         idle = raw.start_idle(raw.bundle(["/bin/sleep", "infinity"]))
         figures["raw_runsc_exec_true"] = stats(timed(lambda: raw.exec(idle, "/bin/true"), n))
         figures["host_subprocess_true"] = stats(timed(lambda: subprocess.run(["/bin/sh", "-c", "true"], check=True), n))
@@ -110,6 +125,7 @@ def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]],
     figures["local_socket_100mb"] = stats(socket_floor(MB100, max(3, n // 4)))
     pairs = [("create_to_first_exec", "raw_runsc_run_true"), ("create_to_first_exec_warm_pool", "raw_runsc_run_true"),
              ("commands_run_true", "raw_runsc_exec_true"), ("commands_run_true", "host_subprocess_true"),
+             ("commands_run_true", "in_box_posix_spawn_true"), ("commands_run_true", "in_box_sh_c_true"),
              ("file_write_10mb", "raw_runsc_exec_cat_in_10mb"), ("file_write_10mb", "local_socket_10mb"),
              ("file_read_10mb", "raw_runsc_exec_cat_out_10mb"), ("file_read_10mb", "local_socket_10mb"),
              ("file_write_100mb", "local_socket_100mb"), ("file_read_100mb", "local_socket_100mb")]

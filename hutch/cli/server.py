@@ -26,6 +26,9 @@ def add_serve(sub: Subparsers) -> None:
     s.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     s.add_argument("--warm-pool", type=int, default=2, metavar="N",
                    help="base-template boxes kept booted so creates are instant (default %(default)s; 0: none)")
+    s.add_argument("--freeze-idle-after", type=float, default=0.0, metavar="S",
+                   help="freeze a box nothing has used for S seconds (no call, stream, tunnel or egress "
+                        "connection, little CPU), so it costs no CPU; its next call thaws it (default 0: never)")
     s.add_argument("--max-sandboxes", type=int, default=256, metavar="N",
                    help="running sandboxes this node takes before it answers 429 (default %(default)s)")
     s.add_argument("--team-max-sandboxes", type=int, default=64, metavar="N",
@@ -206,7 +209,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             placement_wait=args.placement_wait)
     config = ServerConfig(data_dir=args.data_dir, database_url=args.store, fleet=fleet, cache_dir=args.cache_dir,
                           host=args.host, port=args.port, public_url=args.public_url,
-                          warm_pool=args.warm_pool, max_sandboxes=args.max_sandboxes,
+                          warm_pool=args.warm_pool, freeze_idle_after=args.freeze_idle_after,
+                          max_sandboxes=args.max_sandboxes,
                           team_max_sandboxes=args.team_max_sandboxes, team_max_paused=args.team_max_paused,
                           team_max_paused_bytes=args.team_max_paused_bytes,
                           team_max_snapshots=args.team_max_snapshots,

@@ -152,6 +152,10 @@ class EgressProxy:
         for key in list(self._servers):
             await self.close(key)
 
+    def open_connections(self, key: str) -> int:
+        box = self._boxes.get(key)
+        return len(box.connections) if box else 0
+
     def _accept(self, key: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         box = self._boxes.get(key)
         now = asyncio.get_running_loop().time()

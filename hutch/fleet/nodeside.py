@@ -38,10 +38,13 @@ def limits_of(value: Any) -> Limits:
 class NodeCalls:
     """The calls of `hutch.fleet.relay`, each one of `hutch.node.api.NodeRuntime`'s."""
 
-    def __init__(self, name: str, node: Node, pool: WarmPool | None, roots: tuple[Path, ...], checkpoints: Path) -> None:
+    def __init__(self, name: str, node: Node, pool: WarmPool | None, roots: tuple[Path, ...], checkpoints: Path,
+                 snapshots: Path | None = None) -> None:
         self.name, self.node, self.pool = name, node, pool
         self.roots = tuple(r.resolve() for r in roots)
         self.checkpoints = checkpoints.resolve()
+        # snapshots' images, beside the checkpoints in the shared directory (ServerConfig.snapshot_dir)
+        self.snapshots = (snapshots or checkpoints.parent / "snapshots").resolve()
 
     async def __call__(self, call: str, args: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -85,6 +88,11 @@ class NodeCalls:
             await self.node.pause(runtime_id, image)
             (image / CHECKPOINT_DONE).touch()  # whole: a pause whose API server died midway is kept
             return {}
+        if call == "snapshot":
+            image = self._image(args.get("image"))
+            await self.node.snapshot(runtime_id, image)
+            (image / CHECKPOINT_DONE).touch()
+            return {}
         if call == "wake":
             await self.node.wake(runtime_id)
             return {}
@@ -113,9 +121,10 @@ class NodeCalls:
         if not isinstance(value, str) or "\x00" in value:
             raise CallError("invalid", "malformed checkpoint path")
         path = Path(value)
-        if path.parent.resolve() != self.checkpoints or not BOX_KEY.fullmatch(path.name):
-            raise CallError("invalid", "a checkpoint outside the fleet's checkpoint directory")
-        image = self.checkpoints / path.name
+        parent = path.parent.resolve()
+        if parent not in (self.checkpoints, self.snapshots) or not BOX_KEY.fullmatch(path.name):
+            raise CallError("invalid", "a checkpoint outside the fleet's checkpoint and snapshot directories")
+        image = parent / path.name
         if image.is_symlink():  # never followed: a checkpoint is a directory of the checkpoint directory's own
             raise CallError("invalid", "a checkpoint that is a link")
         return image

@@ -157,6 +157,10 @@ class FleetRuntime:
         await self._forget(runtime_id)
         await self._release(sandbox_id)  # a paused box holds no reservation
 
+    async def snapshot(self, runtime_id: str, image_dir: Path) -> None:
+        node, _, _ = self._held(runtime_id)  # it runs on where it is, with its reservation
+        await self._call(node, "snapshot", {"runtime_id": runtime_id, "image": str(image_dir)}, timeout=PAUSE_TIMEOUT)
+
     async def wake(self, runtime_id: str) -> None:
         node, _, _ = self._held(runtime_id)
         await self._call(node, "wake", {"runtime_id": runtime_id})

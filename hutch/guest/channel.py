@@ -46,6 +46,9 @@ PROCS: ProcTable
 
 CHUNK = L.CHUNK
 WAKE_POLL_SECONDS = 0.01  # how often a quiesced agent looks for the wake file (it is not running while paused)
+# How long the listener waits between looks at a stop request: a quiesce wakes it with a connection,
+# and any timer wakes the sentry (each wake of a box costs ~1 ms of host CPU under systrap)
+IDLE_WAIT_SECONDS = 3600.0
 MAX_STDIN_BODY = 1 * 2**20
 TUNNEL_GRACE = 30.0  # after the host ends a tunnel, how long the box's server may still answer
 
@@ -629,12 +632,15 @@ def _open_parent(path: str, uid: int, gid: int) -> tuple[int, str]:
 
 def _stop_serving(server: socketserver.BaseServer) -> None:
     """End the accept loop at once: shutdown() only takes effect when the loop wakes, so wake it
-    with a connection of our own. (Called off the main thread, which runs the loop.)"""
+    with a connection of our own, again until it has stopped (a wake-up that came before the
+    shutdown's flag was set only serves that connection). Called off the main thread, which runs
+    the loop."""
     stopper = threading.Thread(target=server.shutdown, daemon=True)
     stopper.start()
-    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as s:
-        s.connect(server.server_address)
-    stopper.join()
+    while stopper.is_alive():
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as s:
+            s.connect(server.server_address)
+        stopper.join(0.05)
 
 
 def serve(spawner: Spawner) -> None:
@@ -666,7 +672,7 @@ def serve(spawner: Spawner) -> None:
         server = ChannelServer(sock)
         os.umask(old)
         release_host_stdio()  # listening: a boot failure of the agent's is past (a no-op after a wake)
-        server.serve_forever()  # returns on quiesce
+        server.serve_forever(poll_interval=IDLE_WAIT_SECONDS)  # returns on quiesce: _stop_serving wakes it
         wake.clear()  # a wake-up that came while serving is stale: wait for the one after restore
         server.close_all()
         relay.quiesce()

@@ -310,10 +310,11 @@ async def _chunks(resp: httpx.Response) -> AsyncGenerator[bytes, None]:
 
 # --- the client -----------------------------------------------------------------------------------
 
-def pin(path: Path) -> AgentClient | None:
+def pin(path: Path, channel: Channel | None = None) -> AgentClient | None:
     """A client of the agent's socket at `path`, opened once without following links (the
     channel directory is the box's to write) and talked to through that open file ever after.
-    None while the agent has not made it; ChannelError if something other than a socket is there."""
+    None while the agent has not made it; ChannelError if something other than a socket is there.
+    `channel` makes its transport and tunnel dialer for that file (hutch.node.idle's meter)."""
     try:
         fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -327,7 +328,9 @@ def pin(path: Path) -> AgentClient | None:
     except BaseException:
         os.close(fd)
         raise
-    return AgentClient(f"/proc/self/fd/{fd}", on_close=lambda: os.close(fd))
+    uds = f"/proc/self/fd/{fd}"
+    transport, dial = channel(uds) if channel else (None, None)
+    return AgentClient(uds, transport, on_close=lambda: os.close(fd), dial=dial)
 
 
 def _listened_by_another(path: str) -> bool:
@@ -348,6 +351,7 @@ def _listened_by_another(path: str) -> bool:
 
 
 Dial = Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
+Channel = Callable[[str], tuple[httpx.AsyncBaseTransport, Dial]]  # a socket's path -> how to talk through it
 
 
 class AgentClient:

@@ -291,6 +291,12 @@ class NodeRuntime(Protocol):
         the box runs on. Raises NoSpaceError (before touching the box) when the disk is short."""
         ...
 
+    async def snapshot(self, runtime_id: str, image_dir: Path) -> None:
+        """Checkpoint the box to `image_dir` and let it run on (stopped only while it is saved);
+        its agent listens again after, whether the checkpoint worked or not. Raises NoSpaceError
+        (before touching the box) when the disk is short."""
+        ...
+
     async def wake(self, runtime_id: str) -> None:
         """Tell a box's agent to listen again (after a quiesce that no checkpoint followed)."""
         ...

@@ -30,8 +30,10 @@ class Driver(Protocol):
         """Start a container from its checkpoint in `image_dir`, on the kind of overlay it had."""
         ...
 
-    async def checkpoint(self, container_id: str, image_dir: Path) -> None:
-        """Save a container to `image_dir`; it stops once saved."""
+    async def checkpoint(self, container_id: str, image_dir: Path, leave_running: bool = False,
+                         overlay: str = "root:memory", cgroups: bool = True) -> None:
+        """Save a container to `image_dir`; it stops once saved, unless `leave_running` (then
+        `overlay` and `cgroups` are what it was started with)."""
         ...
 
     async def kill(self, container_id: str, signal: str = "KILL") -> None:

@@ -17,6 +17,7 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from typing import Any, Protocol
 
 from hutch.guest import protocol
 from hutch.node import agent, disks, metrics, mounts
-from hutch.node.agent import AgentClient
+from hutch.node.agent import AgentClient, Channel
 from hutch.node.api import (
     CHECKPOINT_SLACK,
     BoxAgent,
@@ -38,6 +39,7 @@ from hutch.node.api import (
     UsageSample,
 )
 from hutch.node.driver import Driver, DriverError
+from hutch.node.idle import Freezer, thaw
 from hutch.node.runsc import Runsc, RunscConfig, tail_of
 from hutch.node.spec import AgentRuntime, Limits, box_spec
 
@@ -78,10 +80,10 @@ class Box:
     def ref(self) -> BoxRef:
         return BoxRef(self.runtime_id, self.dir.name)
 
-    def pin_socket(self) -> bool:
+    def pin_socket(self, channel: Channel | None = None) -> bool:
         """Pin the agent's socket (never a link) and talk through it from now on. False while
         the agent has not made it yet."""
-        client = agent.pin(self.socket)
+        client = agent.pin(self.socket, channel)
         if client is None:
             return False
         self._agent = client
@@ -183,10 +185,12 @@ class Node:
         self._stopping: set[str] = set()
         mounts.become_subreaper()
         self._reaper: asyncio.Task[None] | None = None
+        self._reaps_on_sigchld = False
         self._sampler: asyncio.Task[None] | None = None
         self.usage_samples = metrics.Usage()
         self._background: set[asyncio.Task[None]] = set()
         self.egress = egress  # each box's way out; None: boxes have none
+        self.idle: Freezer | None = None  # what freezes idle boxes (hutch.node.idle), set by the node's owner
 
     def reap(self) -> None:
         """Collect the exit of every adopted runsc process that has ended: a box's sandbox and
@@ -202,15 +206,26 @@ class Node:
                 pass
 
     async def _reap_forever(self) -> None:
+        """Where SIGCHLD cannot be handled (a loop off the main thread): look every 20 ms."""
         while True:
             await asyncio.sleep(0.02)
             self.reap()
 
     def start_reaping(self) -> None:
-        if self._reaper is None:
-            self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
+        loop = asyncio.get_running_loop()
+        if self._reaper is None and not self._reaps_on_sigchld:
+            # Reap when a child ends: no timer wakes an idle server, and no task is left for a forced
+            # shutdown to cancel before the pool's boxes are deleted (runsc delete waits for them)
+            try:
+                loop.add_signal_handler(signal.SIGCHLD, self.reap)
+                self._reaps_on_sigchld = True
+                self.reap()  # what ended before the handler was in place
+            except (RuntimeError, ValueError):  # not the main thread's loop
+                self._reaper = loop.create_task(self._reap_forever())
         if self._sampler is None:
             self._sampler = asyncio.get_running_loop().create_task(self._sample_forever())
+        if self.idle is not None:
+            self.idle.start(self.held)
 
     async def _sample_forever(self) -> None:
         """Every few seconds, what each running box uses (its cgroup's files, read on a thread)."""
@@ -405,7 +420,7 @@ class Node:
         0.25 s until it listens, since a signal sent as the restore completes can be lost."""
         deadline = time.monotonic() + timeout
         next_wake = 0.0
-        while not box.pin_socket():
+        while not box.pin_socket(self.idle.channel(box.runtime_id) if self.idle else None):
             if box.runtime_id not in self._watch_fds:
                 raise RuntimeError("the box ended as it booted")
             if time.monotonic() > deadline:
@@ -428,19 +443,7 @@ class Node:
         checkpoint fails, the box is told to listen again and keeps running. A disk without room
         for the image is found out first (a checkpoint that runs out of space can end the box).
         """
-        box = self._boxes[runtime_id]
-        needed = self.checkpoint_estimate(runtime_id) or CHECKPOINT_SLACK
-        free = shutil.disk_usage(_existing(image_dir)).free
-        if free < needed:
-            raise NoSpaceError(f"{free // 2**20} MiB free where the checkpoint needs about {needed // 2**20} MiB")
-        await box.agent.quiesce()
-        await box.release()
-        deadline = time.monotonic() + 10
-        while os.path.lexists(box.socket):
-            if time.monotonic() > deadline:
-                await self._relisten(box)
-                raise TimeoutError("the agent did not let go of its socket")
-            await asyncio.sleep(0.002)
+        box = await self._quiesce(runtime_id, image_dir)
         self._stopping.add(runtime_id)
         self._unwatch(runtime_id)
         self.usage_samples.paused(box.dir.name)
@@ -462,6 +465,59 @@ class Node:
         self._boxes.pop(runtime_id, None)
         await self._forget_dir(box)  # the checkpoint holds what the box wrote to its disk
         self._in_background(self._forget(runtime_id))  # the container stopped at its checkpoint
+
+    async def _quiesce(self, runtime_id: str, image_dir: Path) -> Box:
+        """Before a checkpoint: room for its image found (else NoSpaceError, nothing done), then
+        every host socket of the box's agent closed (gVisor cannot save them)."""
+        box = self._boxes[runtime_id]
+        needed = self.checkpoint_estimate(runtime_id) or CHECKPOINT_SLACK
+        free = shutil.disk_usage(_existing(image_dir)).free
+        if free < needed:
+            raise NoSpaceError(f"{free // 2**20} MiB free where the checkpoint needs about {needed // 2**20} MiB")
+        await box.agent.quiesce()
+        await box.release()
+        deadline = time.monotonic() + 10
+        while os.path.lexists(box.socket):
+            if time.monotonic() > deadline:
+                await self._relisten(box)
+                raise TimeoutError("the agent did not let go of its socket")
+            await asyncio.sleep(0.002)
+        return box
+
+    async def snapshot(self, runtime_id: str, image_dir: Path) -> None:
+        """Checkpoint a box to `image_dir` and let it run on from there (`--leave-running`): it is
+        stopped only while it is saved. Its agent is quiesced and its egress closed for that
+        time, as for a pause, and listens again after, whether the checkpoint worked or not."""
+        box = await self._quiesce(runtime_id, image_dir)
+        self._stopping.add(runtime_id)  # runsc may run it on under another pid
+        await self._close_egress(box)
+        pid = 0
+        try:
+            shutil.rmtree(image_dir, ignore_errors=True)
+            image_dir.mkdir(parents=True, mode=0o700)
+            (image_dir / MEDIUM_FILE).write_text("disk" if box.on_disk else "memory")
+            await self.driver.checkpoint(runtime_id, image_dir, leave_running=True,
+                                         overlay=f"root:dir={box.disk_dir}" if box.on_disk else "root:memory",
+                                         cgroups=self.cgroups)
+        except BaseException:
+            shutil.rmtree(image_dir, ignore_errors=True)
+            raise
+        finally:
+            self._stopping.discard(runtime_id)
+            state = await self._state(runtime_id)
+            pid = int(state.get("pid") or 0) if state and state.get("status") == "running" else 0
+            if pid and pid != int((box.dir / "sandbox.pid").read_text() or 0):
+                self._unwatch(runtime_id)
+                (box.dir / "sandbox.pid").write_text(str(pid))
+            if pid and runtime_id not in self._watch_fds:
+                self._watch(runtime_id, pid)
+            if pid:
+                await self._open_egress(box)
+                await self._relisten(box)
+            elif runtime_id in self._boxes:
+                self._exited(runtime_id)  # it did not run on: its owner is told as of any box that ends
+        if not pid:
+            raise RuntimeError("the box did not run on after its checkpoint")
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` without waiting for it, kept until done (and awaited by close())."""
@@ -578,6 +634,7 @@ class Node:
         async def take(runtime_id: str, key: str) -> bool:
             box = Box(runtime_id, self.boxes_dir / key)
             box.on_disk = mounts.is_mount(box.disk_dir)
+            thaw(runtime_id)  # a server that was killed may have left it frozen (hutch.node.idle)
             state = await self._state(runtime_id)
             ok = state is not None and state.get("status") == "running"
             if ok and state:
@@ -613,12 +670,17 @@ class Node:
         return alive
 
     async def close(self) -> None:
-        """Let go of the boxes without stopping them: they outlive the server."""
+        """Let go of the boxes without stopping them: they outlive the server (thawed)."""
+        if self.idle is not None:
+            await self.idle.close()
         for task in (self._reaper, self._sampler):
             if task is not None:
                 task.cancel()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+        if self._reaps_on_sigchld:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGCHLD)
+            self._reaps_on_sigchld = False
         for runtime_id in list(self._boxes):
             self._unwatch(runtime_id)
             await self._boxes.pop(runtime_id).release()

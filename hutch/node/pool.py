@@ -50,8 +50,12 @@ class WarmPool:
         try:
             while self._ready:
                 box = self._ready.pop(0)
-                if self.node.is_running(box.runtime_id) and await self._answers(box):
-                    return box
+                try:
+                    if self.node.is_running(box.runtime_id) and await self._answers(box):
+                        return box
+                except BaseException:  # the create was cancelled (a stop): the box is in no list now
+                    self.node.stop_later(box.runtime_id, box.key)
+                    raise
                 self.node.stop_later(box.runtime_id, box.key)
             return None
         finally:

@@ -154,11 +154,14 @@ class Runsc:
                                f"--pid-file={pid_file}", container_id, stderr_path=stderr_path, timeout=120,
                                overlay=overlay, cgroups=cgroups)
 
-    async def checkpoint(self, container_id: str, image_dir: Path) -> None:
-        """Save a container to `image_dir`; the container stops once saved."""
+    async def checkpoint(self, container_id: str, image_dir: Path, leave_running: bool = False,
+                         overlay: str = "root:memory", cgroups: bool = True) -> None:
+        """Save a container to `image_dir`; the container stops once saved, unless `leave_running`
+        (a snapshot: it runs on from there; runsc then needs the flags of its run: `overlay`, `cgroups`)."""
         await self._heavy_call("checkpoint", f"--image-path={image_dir}", "--exclude-committed-zero-pages",
-                         f"--compression={self.config.checkpoint_compression}",
-                         container_id, timeout=300)
+                               f"--compression={self.config.checkpoint_compression}",
+                               *(["--leave-running"] if leave_running else []), container_id, timeout=300,
+                               overlay=overlay, cgroups=cgroups)
 
     async def kill(self, container_id: str, signal: str = "KILL") -> None:
         """Signal the container's init (the agent), not every process in it."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -59,19 +60,22 @@ def create_app(config: ServerConfig) -> FastAPI:
             assert st.placement is not None
             tasks.append(loop.create_task(NodeWatch(st.store, st.placement).run()))
         tasks.append(loop.create_task(st.sandboxes.run_lifetimes()))  # a fleet's: each API server's, one wins
-        if st.pool is not None:
-            st.pool.start()
-        await st.previews.proxy.start(config.host, config.preview_port)
         loop.add_signal_handler(signal.SIGUSR2, _dump_tasks)  # `kill -USR2 <pid>`: what every task waits on
+        # A closed terminal stops the server as SIGTERM does, with this shutdown (its default ends
+        # the process at once, and the pool's boxes with no one to stop them but the guard)
+        loop.add_signal_handler(signal.SIGHUP, os.kill, os.getpid(), signal.SIGTERM)
         try:
+            if st.pool is not None:
+                st.pool.start()
+            await st.previews.proxy.start(config.host, config.preview_port)
             yield
         finally:
             for task in tasks:
                 task.cancel()
+            if st.pool is not None:  # first: nobody's boxes, and no later step's failure may skip them
+                await st.pool.close()
             await envd.close()  # E2B's watchers and process timers
             await st.templates.close()  # a build cut short is queued again for the next start
-            if st.pool is not None:
-                await st.pool.close()  # nobody's boxes: not worth keeping
             await st.previews.proxy.close()
             if st.local is not None:
                 await st.local.close()  # the sandboxes outlive the server; a restart takes them back

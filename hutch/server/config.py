@@ -55,6 +55,9 @@ class ServerConfig:
     max_file_bytes: int = 4 * 2**30
     runsc_platform: str | None = None
     warm_pool: int = 2  # base-template boxes booted ahead, so creates only claim one
+    # Seconds a box nothing uses (no call, no open stream, tunnel or egress connection, little CPU)
+    # runs before it is frozen, thawed by its next call (hutch.node.idle); 0: never frozen
+    freeze_idle_after: float = 0.0
     checkpoint_compression: str = "none"  # or "flate-best-speed": a quarter of the disk, slower pause/resume
     egress_hosts: Path | None = None  # an /etc/hosts-style map the egress proxy resolves with first
     egress_system_dns: bool = True  # names not in that map go to the host's resolver (off: they fail)

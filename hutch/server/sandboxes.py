@@ -491,11 +491,11 @@ class Sandboxes:
         return (self.image_dir(rec.id) / boxfiles.MARKER).exists()
 
     async def checkpoint_in_place(self, team_id: str, sandbox_id: str, image: Path) -> SandboxRecord:
-        """Save a box to `image` and let it run on (a snapshot). A running box is checkpointed,
-        then restored at once from that image under a new runtime id, keeping its id, token,
-        deadlines and processes; a paused box's checkpoint is linked instead. If the checkpoint
-        fails, the box runs on (snapshot_failed); if the restore fails, the box is left paused on
-        its own link of the image, and its next call resumes it."""
+        """Save a box to `image` and let it run on (a snapshot): the node checkpoints it with
+        `--leave-running`, so it keeps its id, runtime, token, deadlines and processes, and is
+        stopped only while it is saved (marked `pausing` meanwhile: calls wait for it). A paused
+        box's checkpoint is linked instead. If the checkpoint fails, a box that runs on stays
+        active (snapshot_failed), one that died is failed."""
         async with self._locks[sandbox_id]:
             rec = self.get(team_id, sandbox_id)
             if rec.status == SandboxStatus.PAUSED:
@@ -504,33 +504,16 @@ class Sandboxes:
             if rec.status != SandboxStatus.ACTIVE or not rec.runtime_id:
                 raise ApiError(Code.SANDBOX_FAILED if rec.status == SandboxStatus.FAILED else Code.INVALID_STATE,
                                f"sandbox {rec.id} is {rec.status}: no snapshot can be taken of it")
-            rootfs, limits = self._limits(rec)
             if not self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.ACTIVE,), status=SandboxStatus.PAUSING):
                 raise ApiError(Code.INVALID_STATE, f"sandbox {rec.id} is being paused or resumed elsewhere")
             try:
-                await self.node.pause(rec.runtime_id, image)
+                await self.node.snapshot(rec.runtime_id, image)
             except Exception as e:
                 raise await self._checkpoint_failed(rec, e, Code.SNAPSHOT_FAILED, retry=False) from e
             if self.config.fleet is None:  # a fleet's node marks it whole itself
                 (image / CHECKPOINT_DONE).touch()
-            # Until it runs again the box's own checkpoint is a link of the image: a server that
-            # stops now leaves it paused (settled at the next start), not lost.
-            own = self.image_dir(rec.id)
-            await asyncio.to_thread(link_image, image, own)
-            try:
-                box = await self.node.restore(rec.box_key, rootfs, limits, image)
-            except Exception as e:
-                log.error("sandbox %s was checkpointed for a snapshot but not restored (%s): it is left paused", rec.id, e)
-                # no auto-delete: a box whose restore failed is not deleted behind its owner's back
-                self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.PAUSED,
-                                          runtime_id=None, pause_at=None, delete_at=None,
-                                          checkpoint_bytes=await asyncio.to_thread(checkpoint_size, own))
-                return self.get(None, rec.id)
-            await asyncio.to_thread(shutil.rmtree, own, True)
-            if not self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.ACTIVE,
-                                             runtime_id=box.runtime_id, node=box.node):
-                await self.node.stop(box.runtime_id, rec.box_key)  # killed meanwhile (on another server)
-                raise not_found("sandbox", sandbox_id)
+            if not self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.ACTIVE):
+                raise not_found("sandbox", sandbox_id)  # killed meanwhile (on another server)
             return self.get(None, rec.id)
 
     def checkpoint_budgets(self) -> CheckpointBudgets:

@@ -19,6 +19,8 @@ from hutch.egress.resolve import Resolver, load_hosts_file
 from hutch.egress.rules import NetworkRules
 from hutch.node import base_image
 from hutch.node.api import NodeRuntime
+from hutch.node.driver import Driver
+from hutch.node.idle import Freezer, Thawing
 from hutch.node.node import DEFAULT_DRIVER, DRIVERS, Node
 from hutch.node.pool import WarmPool
 from hutch.node.runsc import RunscConfig, find_runsc
@@ -28,6 +30,7 @@ from hutch.secrets.vault import Vault
 from hutch.server import audit
 from hutch.server.config import ServerConfig
 from hutch.server.dataplane import DataPlane
+from hutch.server.guard import Guard
 from hutch.server.metrics import Metrics
 from hutch.server.previews import Previews
 from hutch.server.sandboxes import Sandboxes
@@ -55,9 +58,13 @@ class NodeSide:
         binary = find_runsc()
         if binary is None:
             raise RuntimeError("runsc (gVisor) is not installed: see the README's set-up command")
-        driver = DRIVERS[DEFAULT_DRIVER](RunscConfig(config.run_dir / "runsc", binary=binary,
-                                                     platform=config.runsc_platform,
-                                                     checkpoint_compression=config.checkpoint_compression))
+        driver: Driver = DRIVERS[DEFAULT_DRIVER](RunscConfig(config.run_dir / "runsc", binary=binary,
+                                                             platform=config.runsc_platform,
+                                                             checkpoint_compression=config.checkpoint_compression))
+        freezer = None
+        if config.freeze_idle_after > 0:  # idle boxes frozen; every driver call on one thaws it first
+            freezer = Freezer(config.freeze_idle_after, lambda key: self.egress.open_connections(key))
+            driver = Thawing(driver, freezer)
         ca = CertificateAuthority(config.data_dir / "ca")
         box_trust = config.data_dir / "ca" / "box"  # mounted read-only in every box at /.hutch/ca
         ca.write_box_trust(box_trust, self.base_root / "etc/ssl/certs/ca-certificates.crt", list(config.trust_ca))
@@ -68,6 +75,9 @@ class NodeSide:
         self.node = Node(config.run_dir, driver, AgentRuntime.find(self.base_root), trust_dir=box_trust,
                          disks_dir=config.data_dir / "disks", egress=self.egress,
                          allow_unlimited=config.allow_unlimited_boxes)
+        self.node.idle = freezer
+        self.guard = Guard(binary, config.run_dir / "runsc", config.db_url)  # if this process ends unstopped
+        self.guard.start()
         self.templates: Templates | None = None  # a build box's policy and log lines (a single host's)
         self.metrics: Metrics | None = None
 
@@ -96,6 +106,7 @@ class NodeSide:
     async def close(self) -> None:
         await self.egress.close_all()
         await self.node.close()  # the sandboxes outlive the server; a restart takes them back
+        self.guard.release()  # the pool's boxes were stopped (the lifespan closes the pool first)
 
 
 class State:

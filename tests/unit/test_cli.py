@@ -30,7 +30,7 @@ LEAVES = {words: p for words, p in ALL.items() if not any(isinstance(a, argparse
 EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
     ("serve",): (
         ["serve", "--host", "0.0.0.0", "--port", "9000", "--public-url", "https://h.test",
-         "--cache-dir", "/c", "--warm-pool", "0", "--max-sandboxes", "8",
+         "--cache-dir", "/c", "--warm-pool", "0", "--freeze-idle-after", "30", "--max-sandboxes", "8",
          "--team-max-sandboxes", "4", "--team-max-paused", "3", "--team-max-paused-bytes", "2G",
          "--team-max-snapshots", "9", "--team-max-snapshot-bytes", "3G",
          "--checkpoint-budget-bytes", "1.5T", "--over-budget-grace", "60", "--audit-retention-days", "7",
@@ -39,7 +39,7 @@ EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
          "--max-builds", "3", "--image-dir", "/i", "--registry-pulls", "--store", "postgresql://h/db", "--ray", "h:6379",
          "--shared", "/s", "--ray-node-ip", "10.0.0.2", "--placement-wait", "5", "--allow-unlimited-boxes"],
         {"fn": server.cmd_serve, "host": "0.0.0.0", "port": 9000, "public_url": "https://h.test",
-         "cache_dir": Path("/c"), "warm_pool": 0,
+         "cache_dir": Path("/c"), "warm_pool": 0, "freeze_idle_after": 30.0,
          "max_sandboxes": 8, "team_max_sandboxes": 4, "team_max_paused": 3, "team_max_paused_bytes": 2 * 2**30,
          "team_max_snapshots": 9, "team_max_snapshot_bytes": 3 * 2**30,
          "checkpoint_budget_bytes": int(1.5 * 2**40), "over_budget_grace": 60.0, "audit_retention_days": 7.0,

@@ -96,7 +96,8 @@ class ScriptedDriver:
                                pid_file: Path, overlay: str = "root:memory", cgroups: bool = True) -> None:
         raise DriverError("this driver restores nothing")
 
-    async def checkpoint(self, container_id: str, image_dir: Path) -> None:
+    async def checkpoint(self, container_id: str, image_dir: Path, leave_running: bool = False,
+                         overlay: str = "root:memory", cgroups: bool = True) -> None:
         self.calls.append(("checkpoint", container_id))
 
     async def kill(self, container_id: str, signal: str = "KILL") -> None:

@@ -1,0 +1,54 @@
+"""A server that stops stops its warm pool's boxes, however it is stopped; its recorded sandboxes
+run on (a restart adopts them)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+
+import httpx
+import pytest
+
+from hutch import Sandbox
+from tests.integration.support import Server, make_server, retire, runsc_cli, wait_for
+
+
+def _running(server: Server) -> dict[str, str]:
+    """runsc's containers on the server's root: runtime id -> status."""
+    listed = json.loads(runsc_cli(server, "list", "--format=json") or "[]") or []
+    return {c["id"]: c["status"] for c in listed}
+
+
+@pytest.fixture
+def server() -> Server:
+    s = make_server("--warm-pool", "2")
+    s.start()
+    return s
+
+
+# SIGHUP: a closed terminal. Ctrl-C twice: uvicorn skips its shutdown, and the lifespan's end runs
+# as asyncio cancels every task (the reaper's too, once: the pool's deletes then waited a minute
+# each on their zombies). SIGTERM then SIGINT: the process ends at once. SIGKILL: likewise.
+@pytest.mark.parametrize("signals", [("SIGTERM",), ("SIGHUP",), ("SIGINT", "SIGINT"), ("SIGTERM", "SIGINT"),
+                                     ("SIGKILL",)], ids=lambda s: "+".join(s))
+def test_a_stopped_server_leaves_no_pool_box(server: Server, signals: tuple[str, ...]) -> None:
+    try:
+        sb = Sandbox.create(name="outlives", **server.client_args())
+        recorded = server.record(sb.id).runtime_id
+        wait_for(lambda: httpx.get(f"{server.url}/health").json()["warm_pool"] == 2, timeout=60, what="a full pool")
+        pooled = set(_running(server)) - {recorded}
+        assert len(pooled) == 2
+        assert server.proc is not None
+        for name in signals:
+            server.proc.send_signal(getattr(signal, name))
+        try:
+            server.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the server did not exit within 30 s of {'+'.join(signals)}")
+        # A server that shut down stopped them itself; one that could not (killed, or a second signal
+        # that ends it at once) leaves them to its guard, which stops them once it is gone
+        wait_for(lambda: not pooled & set(_running(server)), timeout=60, what="the pool's boxes to be stopped")
+        assert _running(server) == {recorded: "running"}, "no pool box is left; the recorded sandbox runs on"
+    finally:
+        retire(server)
