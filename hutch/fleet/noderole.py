@@ -130,7 +130,8 @@ async def serve_node(config: ServerConfig, settings: NodeSettings) -> None:
     pool = WarmPool(side.node, config.warm_pool, side.base_root, sandboxes.base_limits())
     pool.start()
     roots = (config.cache_dir, config.fleet.shared_dir / "templates")
-    relay = Relay(keys.fleet_key(store), NodeCalls(settings.name, side.node, pool, roots, config.checkpoint_dir),
+    relay = Relay(keys.fleet_key(store), NodeCalls(settings.name, side.node, pool, roots, config.checkpoint_dir,
+                                                     config.snapshot_dir),
                   side.node.channel_socket)
     await relay.start(settings.host, settings.port)
     beacon = await asyncio.to_thread(cluster.start_beacon, settings.name)

@@ -84,12 +84,12 @@ class NodeCalls:
         if not self.node.holds(runtime_id):
             raise CallError("not_held", f"box {runtime_id} does not run on node {self.name}")
         if call == "pause":
-            image = self._image(args.get("image"))
+            image = self._image(args.get("image"), (self.checkpoints,))
             await self.node.pause(runtime_id, image)
             (image / CHECKPOINT_DONE).touch()  # whole: a pause whose API server died midway is kept
             return {}
         if call == "snapshot":
-            image = self._image(args.get("image"))
+            image = self._image(args.get("image"), (self.snapshots,))
             await self.node.snapshot(runtime_id, image)
             (image / CHECKPOINT_DONE).touch()
             return {}
@@ -117,12 +117,14 @@ class NodeCalls:
             raise CallError("root_gone", f"the template root {value} is not on node {self.name}")
         return path
 
-    def _image(self, value: Any) -> Path:
+    def _image(self, value: Any, within: tuple[Path, ...] | None = None) -> Path:
+        """A checkpoint's directory of the fleet's own: in `within` (a restore: the checkpoints' or
+        the snapshots'), named as a box key, never a link."""
         if not isinstance(value, str) or "\x00" in value:
             raise CallError("invalid", "malformed checkpoint path")
         path = Path(value)
         parent = path.parent.resolve()
-        if parent not in (self.checkpoints, self.snapshots) or not BOX_KEY.fullmatch(path.name):
+        if parent not in (within or (self.checkpoints, self.snapshots)) or not BOX_KEY.fullmatch(path.name):
             raise CallError("invalid", "a checkpoint outside the fleet's checkpoint and snapshot directories")
         image = parent / path.name
         if image.is_symlink():  # never followed: a checkpoint is a directory of the checkpoint directory's own

@@ -225,7 +225,7 @@ class Node:
         if self._sampler is None:
             self._sampler = asyncio.get_running_loop().create_task(self._sample_forever())
         if self.idle is not None:
-            self.idle.start(self.held)
+            self.idle.start(self._freezable)
 
     async def _sample_forever(self) -> None:
         """Every few seconds, what each running box uses (its cgroup's files, read on a thread)."""
@@ -257,6 +257,11 @@ class Node:
     def held(self) -> dict[str, str]:
         """Every box this node holds: its runtime id -> its key."""
         return {runtime_id: box.dir.name for runtime_id, box in self._boxes.items()}
+
+    def _freezable(self) -> dict[str, str]:
+        """The boxes the freezer may look at: not one being checkpointed or stopped (quiesced, it
+        looks idle, and a frozen sentry would hang its save)."""
+        return {runtime_id: key for runtime_id, key in self.held().items() if runtime_id not in self._stopping}
 
     def channel_socket(self, runtime_id: str) -> str | None:
         """The pinned path of a box's agent socket (a fleet's relay connects to it), if held."""
@@ -489,10 +494,9 @@ class Node:
         stopped only while it is saved. Its agent is quiesced and its egress closed for that
         time, as for a pause, and listens again after, whether the checkpoint worked or not."""
         box = await self._quiesce(runtime_id, image_dir)
-        self._stopping.add(runtime_id)  # runsc may run it on under another pid
-        await self._close_egress(box)
-        pid = 0
         try:
+            self._stopping.add(runtime_id)  # runsc may run it on under another pid: no exit is reported meanwhile
+            await self._close_egress(box)
             shutil.rmtree(image_dir, ignore_errors=True)
             image_dir.mkdir(parents=True, mode=0o700)
             (image_dir / MEDIUM_FILE).write_text("disk" if box.on_disk else "memory")
@@ -503,21 +507,41 @@ class Node:
             shutil.rmtree(image_dir, ignore_errors=True)
             raise
         finally:
-            self._stopping.discard(runtime_id)
-            state = await self._state(runtime_id)
-            pid = int(state.get("pid") or 0) if state and state.get("status") == "running" else 0
-            if pid and pid != int((box.dir / "sandbox.pid").read_text() or 0):
+            await self._run_on(runtime_id, box)
+
+    async def _run_on(self, runtime_id: str, box: Box) -> None:
+        """After a `--leave-running` checkpoint (whether it worked or not): the box watched under
+        its pid (runsc may have made it a new one), its egress and its agent back. A box that did
+        not run on, or whose agent does not listen again, is stopped, and that is raised: never a
+        box held with no agent and no watch."""
+        state: dict[str, Any] | None = None
+        known = False
+        for _ in range(3):  # a loaded host's `runsc state` may time out: that says nothing of the box
+            try:
+                state, known = await self.driver.state(runtime_id), True
+                break
+            except DriverError as e:
+                log.warning("state %s after its snapshot: %s", runtime_id, e)
+                await asyncio.sleep(0.5)
+        try:
+            if known:
+                pid = int(state.get("pid") or 0) if state and state.get("status") == "running" else 0
+            else:  # its first pid's watch still open: that process still runs
+                pid = int((box.dir / "sandbox.pid").read_text() or 0) if runtime_id in self._watch_fds else 0
+            if not pid:
+                raise RuntimeError("the box did not run on after its checkpoint")
+            if pid != int((box.dir / "sandbox.pid").read_text() or 0):
                 self._unwatch(runtime_id)
                 (box.dir / "sandbox.pid").write_text(str(pid))
-            if pid and runtime_id not in self._watch_fds:
+            if runtime_id not in self._watch_fds:
                 self._watch(runtime_id, pid)
-            if pid:
-                await self._open_egress(box)
-                await self._relisten(box)
-            elif runtime_id in self._boxes:
-                self._exited(runtime_id)  # it did not run on: its owner is told as of any box that ends
-        if not pid:
-            raise RuntimeError("the box did not run on after its checkpoint")
+            await self._open_egress(box)
+            await self._relisten(box)
+        except BaseException:
+            self._stopping.discard(runtime_id)
+            await asyncio.shield(self.stop(runtime_id, box.dir.name))
+            raise
+        self._stopping.discard(runtime_id)
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` without waiting for it, kept until done (and awaited by close())."""

@@ -15,6 +15,7 @@ the store is opened only once the server is gone.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import signal
@@ -27,6 +28,10 @@ log = logging.getLogger("hutch.guard")
 
 DONE = b"done\n"  # the server's last words on a stop that went as it should
 STORE_VARIABLE = "HUTCH_GUARD_STORE"
+# In the runsc root: held by the server for its whole life, and by a guard while it sweeps. A guard
+# that finds it held when its server is gone knows a new server runs the root: it sweeps nothing
+# (that server's pool and creates are in no record yet), and a new server waits for a sweep.
+LOCK_NAME = ".hutch-server.lock"
 IN_FLIGHT_WAIT = 60.0  # a boot or a delete the server started goes on without it: let it finish first
 
 
@@ -37,9 +42,15 @@ class Guard:
         # -P: its own directory (which holds hutch.server's modules) is not put on the path
         self.argv = [sys.executable, "-P", str(Path(__file__).resolve()), runsc, str(state_dir)]
         self.env = {**os.environ, STORE_VARIABLE: db_url}
+        self.lock_path = state_dir / LOCK_NAME
         self._proc: subprocess.Popen[bytes] | None = None
+        self._lock: int | None = None
 
     def start(self) -> None:
+        state = self.lock_path.parent
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._lock = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self._lock, fcntl.LOCK_EX)  # an earlier server's guard may be sweeping: after it
         # Its own session: a Ctrl-C or a terminal's hangup reaches the server, never the guard first
         self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=self.env,
                                       start_new_session=True, close_fds=True)
@@ -85,7 +96,21 @@ def _claimed(db_url: str) -> set[str]:
 
 
 def stop_unclaimed(runsc: str, state_dir: str, db_url: str) -> list[str]:
-    """Delete every container of the root that no record names; the ids deleted."""
+    """Delete every container of the root that no record names; the ids deleted. Nothing if a new
+    server holds the root (its lock), and the lock is held while the sweep runs."""
+    lock = os.open(Path(state_dir) / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        return []
+    try:
+        return _sweep(runsc, state_dir, db_url)
+    finally:
+        os.close(lock)
+
+
+def _sweep(runsc: str, state_dir: str, db_url: str) -> list[str]:
     deadline = time.monotonic() + IN_FLIGHT_WAIT
     while _runsc_calls_in_flight(runsc, state_dir) and time.monotonic() < deadline:
         time.sleep(0.1)

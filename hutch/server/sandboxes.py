@@ -103,6 +103,10 @@ def checkpoint_bound(rec: SandboxRecord) -> int:
     return (rec.memory_mib + (rec.disk_mib or 0)) * 2**20 + CHECKPOINT_SLACK
 
 
+class _KeptRunning(ApiError):
+    """A pause refused before anything was done to the box: it runs on."""
+
+
 @dataclass(frozen=True)
 class _Origin:
     """What a new box is made from: a template, or a snapshot (which adds its source's env, egress
@@ -254,6 +258,8 @@ class Sandboxes:
             origin = _Origin(snap.template_id, snap.template, snap.rootfs, snap.memory_mib, snap.vcpu, snap.disk_mib,
                              snap.env_vars, snap.network, snap.secrets)
         self._check_capacity(team_id)
+        if req.pause_memory is False and self.config.fleet is not None:
+            raise ApiError(Code.INVALID_REQUEST, "a files-only pause is a single host's: a fleet keeps the memory")
         rec = SandboxRecord(
             id=str(uuid.uuid4()), team_id=team_id, name=req.name, template=origin.template_name, status=SandboxStatus.ACTIVE,
             memory_mib=origin.memory_mib, vcpu=origin.vcpu, metadata=req.metadata or {},
@@ -413,9 +419,10 @@ class Sandboxes:
                 self.metrics.pause_seconds.observe(time.perf_counter() - started)
                 if self.config.fleet is None:  # a fleet's node marks it whole itself, on its own mount
                     (image / CHECKPOINT_DONE).touch()
-            except ApiError:  # refused before the box was stopped (a files-only pause): it runs on
+            except _KeptRunning:  # a files-only pause refused before the box was stopped: it runs on
                 self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.ACTIVE,
-                                          checkpoint_bytes=None)
+                                          checkpoint_bytes=None,  # a timeout's pause tried again in a minute
+                                          pause_at=self._deadline(PAUSE_RETRY_SECONDS) if rec.pause_at is not None else None)
                 raise
             except Exception as e:
                 raise await self._checkpoint_failed(rec, e, Code.PAUSE_FAILED, retry=True) from e
@@ -453,18 +460,20 @@ class Sandboxes:
         agent = self.node.agent(rec.runtime_id)
         rootfs, _ = self._limits(rec)
         if agent is None or self.config.fleet is not None:
-            raise ApiError(Code.INVALID_STATE if agent is None else Code.INVALID_REQUEST,
-                           f"sandbox {rec.id}'s files cannot be saved here (a files-only pause is a single host's)")
+            raise _KeptRunning(Code.INVALID_STATE if agent is None else Code.INVALID_REQUEST,
+                               f"sandbox {rec.id}'s files cannot be saved here (a files-only pause is a single host's)")
         shutil.rmtree(image, ignore_errors=True)
         try:
             await boxfiles.save(agent, rootfs, image, checkpoint_bound(rec))
         except boxfiles.TooLarge as e:
             shutil.rmtree(image, ignore_errors=True)
-            raise ApiError(Code.CHECKPOINT_BUDGET, f"sandbox {rec.id} was not paused: {e}; it runs on") from e
+            raise _KeptRunning(Code.CHECKPOINT_BUDGET, f"sandbox {rec.id} was not paused: {e}; it runs on") from e
         except BaseException:
             shutil.rmtree(image, ignore_errors=True)
             raise
         (image / boxfiles.MARKER).touch()
+        if self.config.fleet is None:
+            (image / CHECKPOINT_DONE).touch()  # whole before the box goes: a server that stops now keeps it
         await self.node.stop(rec.runtime_id, rec.box_key)
 
     async def _boot_files(self, rec: SandboxRecord, rootfs: Path, limits: Limits, image: Path) -> BoxRef:

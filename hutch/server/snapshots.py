@@ -84,6 +84,7 @@ class Snapshots:
                 self._refuse_bytes(left)
             if memory:
                 await self.sandboxes.checkpoint_in_place(team_id, sandbox_id, image)
+                rec.memory = not (image / boxfiles.MARKER).exists()  # a box paused with its files only: so is this
             else:
                 await self._save_files(source, image, size - self.store.snapshot_usage(team_id)[1])
             rec.size_bytes = await asyncio.to_thread(checkpoint_size, image)

@@ -1107,6 +1107,8 @@ export interface components {
             /** Name */
             name: string;
             network?: components["schemas"]["NetworkConfig"] | null;
+            /** Pause Memory */
+            pause_memory?: boolean | null;
             /** Preview Access */
             preview_access?: ("public" | "private") | null;
             /** Secrets */
@@ -5193,7 +5195,10 @@ export interface operations {
     };
     pause_sandbox_v1_sandboxes__sandbox_id__pause_post: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description false: keep the files only; the resume boots the box afresh with them */
+                memory?: boolean;
+            };
             header?: {
                 authorization?: string | null;
                 "x-api-key"?: string | null;
