@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Base64Bytes, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -196,9 +196,9 @@ class PreviewToken(BaseModel):
 
 # --- sandboxes ------------------------------------------------------------------------------------
 
-class CreateSandbox(Strict):
-    name: Name
-    from_template: Name | None = None
+class BoxSettings(Strict):
+    """What a new box is given, whatever it boots from (a template, or a snapshot)."""
+
     timeout_seconds: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_SECONDS)] | None = None
     auto_delete_seconds: Seconds | None = None
     metadata: Metadata | None = None
@@ -206,14 +206,27 @@ class CreateSandbox(Strict):
     network: NetworkConfig | None = None
     secrets: Annotated[BoundSecrets, Field(description="env var -> secret name: the box sees a stand-in")] | None = None
     preview_access: Access | None = None  # for ports published later without an access of their own (public)
+
+    @model_validator(mode="after")
+    def _env_once(self) -> BoxSettings:
+        both = sorted(set(self.env_vars or ()) & set(self.secrets or ()))
+        if both:
+            raise ValueError(f"{', '.join(both)} cannot be both an env var and a secret")
+        return self
+
+    def settings(self) -> dict[str, Any]:
+        """These fields, as another of these models takes them."""
+        return {k: getattr(self, k) for k in BoxSettings.model_fields}
+
+
+class CreateSandbox(BoxSettings):
+    name: Name
+    from_template: Name | None = None
     from_snapshot: Annotated[Name, Field(description="a snapshot's id or name: the box continues from it")] | None = None
     pause_memory: Annotated[bool, Field(description="false: its timeout's pause keeps its files only")] | None = None
 
     @model_validator(mode="after")
-    def _env_once(self) -> CreateSandbox:
-        both = sorted(set(self.env_vars or ()) & set(self.secrets or ()))
-        if both:
-            raise ValueError(f"{', '.join(both)} cannot be both an env var and a secret")
+    def _one_origin(self) -> CreateSandbox:
         if self.from_template is not None and self.from_snapshot is not None:
             raise ValueError("from_template and from_snapshot cannot both be given: a snapshot has its template")
         return self
@@ -222,26 +235,16 @@ class CreateSandbox(Strict):
 MAX_FORKS = 20  # boxes booted from one snapshot by one call
 
 
-class BootSnapshot(Strict):
+class BootSnapshot(BoxSettings):
     """Boxes from a snapshot (or a fork of a running box): what create takes, for `count` boxes at
     once; `name` defaults to the snapshot's source box's."""
 
     count: Annotated[int, Field(ge=1, le=MAX_FORKS)] = 1
     name: Name | None = None
-    timeout_seconds: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_SECONDS)] | None = None
-    auto_delete_seconds: Seconds | None = None
-    metadata: Metadata | None = None
-    env_vars: EnvVars | None = None
-    network: NetworkConfig | None = None
-    secrets: Annotated[BoundSecrets, Field(description="env var -> secret name: the box sees a stand-in")] | None = None
-    preview_access: Access | None = None
 
     def create(self, name: str, snapshot: str) -> CreateSandbox:
         """The create each of the boxes is."""
-        return CreateSandbox(name=self.name or name, from_snapshot=snapshot, timeout_seconds=self.timeout_seconds,
-                             auto_delete_seconds=self.auto_delete_seconds, metadata=self.metadata,
-                             env_vars=self.env_vars, network=self.network, secrets=self.secrets,
-                             preview_access=self.preview_access)
+        return CreateSandbox(name=self.name or name, from_snapshot=snapshot, **self.settings())
 
 
 # a snapshot's name stands for it in paths (/v1/snapshots/{ref}): no "/"

@@ -24,7 +24,7 @@ from hutch.node.api import AgentUnreachable, ChannelError
 from hutch.server.config import ServerConfig
 from hutch.server.models import BootSnapshot, CreateSandbox, SnapshotInfo, timestamp
 from hutch.server.sandboxes import Sandboxes, checkpoint_bound, checkpoint_size
-from hutch.store import SandboxRecord, SnapshotRecord, Store
+from hutch.store import CheckpointBudgets, SandboxRecord, SnapshotRecord, Store
 
 log = logging.getLogger("hutch.server")
 
@@ -57,12 +57,10 @@ class Snapshots:
              source_sandbox_id: str | None = None) -> list[SnapshotRecord]:
         return self.store.list_snapshots(team_id, metadata, source_sandbox_id)
 
-    def _quota(self) -> tuple[int, int]:
-        """A team's most snapshots, and most bytes of them."""
+    def _quota(self, budgets: CheckpointBudgets) -> tuple[int, int]:
+        """A team's most snapshots, and most bytes of them (by default, its checkpoints' bytes)."""
         size = self.config.team_max_snapshot_bytes
-        if size is None:
-            size = self.sandboxes.checkpoint_budgets().team_bytes or 0
-        return self.config.team_max_snapshots, size
+        return self.config.team_max_snapshots, (budgets.team_bytes or 0) if size is None else size
 
     # --- take -----------------------------------------------------------------------------------
 
@@ -70,7 +68,17 @@ class Snapshots:
                    metadata: dict[str, str] | None = None, memory: bool = True) -> SnapshotRecord:
         """A snapshot of a box, which runs on (paused only while it is checkpointed)."""
         source = self.sandboxes.get(team_id, sandbox_id)
-        self._refuse_early(team_id, name)
+        budgets = self.sandboxes.checkpoint_budgets()  # a statfs: once
+        most, most_bytes = quota = self._quota(budgets)
+        held, held_bytes = self.store.snapshot_usage(team_id)
+        if name is not None and self.store.get_snapshot(name, team_id) is not None:
+            self._refuse("name", name, 0, quota)
+        if held >= most:
+            self._refuse("count", name, 0, quota)
+        left = most_bytes - held_bytes  # what the checkpoint may take: at most the box's bound, or its files
+        if left < (checkpoint_bound(source) if memory else 1):
+            raise ApiError(Code.TOO_MANY_SNAPSHOTS, f"the team's snapshots may take {max(left, 0) / 2**20:.0f} MiB "
+                           "more, and a snapshot of this box may take more than that; delete one")
         rec = SnapshotRecord(id=str(uuid.uuid4()), team_id=team_id, name=name, template=source.template,
                              vcpu=source.vcpu, memory_mib=source.memory_mib, memory=memory, size_bytes=0,
                              metadata=metadata or {}, env_vars=source.env_vars, network=source.network,
@@ -79,22 +87,19 @@ class Snapshots:
                              disk_mib=source.disk_mib, created_at=time.time())
         image = self.image(rec.id)
         try:
-            count, size = self._quota()
-            if memory and (left := size - self.store.snapshot_usage(team_id)[1]) < checkpoint_bound(source):
-                self._refuse_bytes(left)
             if memory:
                 await self.sandboxes.checkpoint_in_place(team_id, sandbox_id, image)
                 rec.memory = not (image / boxfiles.MARKER).exists()  # a box paused with its files only: so is this
             else:
-                await self._save_files(source, image, size - self.store.snapshot_usage(team_id)[1])
+                await self._save_files(source, image, left)
             rec.size_bytes = await asyncio.to_thread(checkpoint_size, image)
-            refused = self.store.insert_snapshot(rec, count, size, self.sandboxes.checkpoint_budgets().all_bytes)
+            refused = self.store.insert_snapshot(rec, most, most_bytes, budgets.all_bytes)
         except BaseException:
             await asyncio.shield(asyncio.to_thread(shutil.rmtree, image, True))
             raise
         if refused is not None:
             await asyncio.to_thread(shutil.rmtree, image, True)
-            self._refuse(refused, name, rec.size_bytes)
+            self._refuse(refused, name, rec.size_bytes, quota)
         return rec
 
     async def _save_files(self, source: SandboxRecord, image: Path, limit: int) -> None:
@@ -114,23 +119,9 @@ class Snapshots:
         except AgentUnreachable:
             raise await self.sandboxes.box_unreachable(source) from None
 
-    def _refuse_early(self, team_id: str, name: str | None) -> None:
-        """What can be refused before the box is touched."""
-        count, size = self.store.snapshot_usage(team_id)
-        most, most_bytes = self._quota()
-        if name is not None and self.store.get_snapshot(name, team_id) is not None:
-            self._refuse("name", name, 0)
-        if count >= most:
-            self._refuse("count", name, 0)
-        if size >= most_bytes:
-            self._refuse("bytes", name, 0)
-
-    def _refuse_bytes(self, left: int) -> None:
-        raise ApiError(Code.TOO_MANY_SNAPSHOTS, f"the team's snapshots may take {max(left, 0) / 2**20:.0f} MiB more, "
-                       "and a snapshot of this box may take more than that; delete one")
-
-    def _refuse(self, why: str, name: str | None, size: int) -> None:
-        most, most_bytes = self._quota()
+    @staticmethod
+    def _refuse(why: str, name: str | None, size: int, quota: tuple[int, int]) -> None:
+        most, most_bytes = quota
         if why == "all_bytes":
             raise ApiError(Code.CHECKPOINT_BUDGET, "the server's checkpoints and snapshots would pass its budget "
                            "(checkpoint_budget_bytes) with this one; delete a snapshot or kill a paused sandbox")

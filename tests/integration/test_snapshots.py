@@ -96,8 +96,11 @@ def test_a_fork_has_its_own_token_and_stand_ins_and_its_secrets_and_rules_apply(
             forks[0].commands.run(curl, env={"K": source_standin}, timeout_seconds=60)
             assert internet.seen()[-1]["headers"]["x-api-key"] == source_standin, "another box's stand-in is not swapped"
             # the source's egress rules came with it; a deny-all given at boot applies instead
-            denied = forks[1].commands.run("curl -sS --max-time 10 -o /dev/null https://other.example/", timeout_seconds=60)
+            # (other.test is served by the stand-in internet: only the rules keep the fork from it)
+            denied = forks[1].commands.run("curl -sS --max-time 10 -o /dev/null https://other.test/", timeout_seconds=60)
             assert denied.exit_code != 0
+            seen = [e for e in forks[1].get_network_log(limit=20).entries if e.host == "other.test"]
+            assert seen and seen[0].verdict == "denied", "the source's egress rules came with the fork"
         finally:
             _kill_all(forks)
         assert Snapshot.list(sandbox_id=box.id) == [], "a fork's own snapshot is not kept"
@@ -154,7 +157,8 @@ def test_bad_references_names_and_bodies_are_typed_errors_that_change_nothing(bo
             box.snapshot(name=name)
         assert c.value.code == ServerCode.SNAPSHOT_EXISTS
         api = env.api()
-        for body in ({"count": 0}, {"count": 21}, {"count": "2"}, {"name": ""}, {"bogus": 1}):
+        for body in ({"count": 0}, {"count": 21}, {"count": "2"}, {"name": ""}, {"bogus": 1},
+                     {"env_vars": {"K": "1"}, "secrets": {"K": "s"}}):
             r = api.post(f"/v1/snapshots/{snap.id}/sandboxes", json=body)
             assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", (body, r.text)
         r = api.post("/v1/sandboxes", json={"name": "x", "from_snapshot": snap.id, "from_template": "hutch/base"})
