@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import httpx
 import pytest
@@ -42,6 +42,20 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def logged(box: Sandbox, host: str | None = None, count: int = 1, limit: int = 100) -> list[Any]:
+    """The box's network log rows (newest first, for `host` if given) once there are `count`: a
+    connection's row is written when it closes, which the proxy sees a moment after the box's
+    command has ended."""
+    rows: list[Any] = []
+
+    def enough() -> bool:
+        rows[:] = [e for e in box.get_network_log(limit=limit).entries if host is None or e.host == host]
+        return len(rows) >= count
+
+    wait_for(enough, 30, f"{count} network log rows" + (f" for {host}" if host else ""))
+    return rows
 
 
 @dataclass

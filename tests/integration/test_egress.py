@@ -11,7 +11,7 @@ import pytest
 
 from hutch import NetworkConfig, NotFoundError, Sandbox
 from tests.integration.internet import Internet
-from tests.integration.support import Env
+from tests.integration.support import Env, logged
 
 FETCH = r"""
 import json, ssl, sys, urllib.error, urllib.request
@@ -37,7 +37,7 @@ def fetch(box: Any, url: str) -> dict[str, Any]:
 
 
 def newest(box: Any, host: str) -> Any:
-    return next(e for e in box.get_network_log(limit=50).entries if e.host == host)
+    return logged(box, host)[0]
 
 
 def test_by_default_a_box_reaches_public_hosts_over_http_and_https(box: Any, internet: Internet) -> None:
@@ -70,13 +70,13 @@ ALWAYS_DENIED_URLS = [
 def test_private_link_local_loopback_and_host_addresses_cannot_be_allowed(make_box: Any, internet: Internet) -> None:
     box = make_box(network=NetworkConfig(allow_out=["0.0.0.0/0", "::/0", "*.example.test", "10.0.0.0/8",
                                                     "169.254.0.0/16", "127.0.0.0/8", "198.51.100.0/24"]))
-    for url in ALWAYS_DENIED_URLS:
+    for i, url in enumerate(ALWAYS_DENIED_URLS):
         result = fetch(box, url)
         if url.startswith("http:"):
             assert result["status"] == 403 and result["egress"].startswith("always_denied:"), (url, result)
         else:
             assert "403" in result["error"], (url, result)
-        entry = box.get_network_log(limit=1).entries[0]
+        entry = logged(box, count=i + 1)[0]
         assert entry.verdict == "denied" and entry.rule.startswith("always_denied:"), (url, entry)
 
 
@@ -151,7 +151,7 @@ def test_the_host_header_and_the_tls_name_must_match_what_was_checked(box: Any, 
     r = box.commands.run("python3 /tmp/mismatch.py", timeout_seconds=60)
     assert r.stdout.splitlines() == ["HTTP/1.1 403 Forbidden", "HTTP/1.1 200 Connection established",
                                      "handshake failed"], r.stdout + r.stderr
-    rules = {(e.host, e.rule) for e in box.get_network_log(limit=10).entries}
+    rules = {(e.host, e.rule) for e in logged(box, "example.test", count=2)}
     assert ("example.test", "sni_mismatch") in rules and ("example.test", "host_mismatch") in rules
 
 
@@ -159,6 +159,7 @@ def test_the_network_log_pages_and_belongs_to_its_team(box: Any, env: Env, inter
     for path in ("a", "b", "c"):
         assert fetch(box, f"http://example.test/{path}")["status"] == 200
     fetch(box, "http://denied.test/")  # allowed by default
+    logged(box, count=4)
     first = box.get_network_log(limit=2)
     assert len(first.entries) == 2 and first.next_before == first.entries[-1].id
     assert first.entries[0].id > first.entries[1].id, "newest first"
@@ -196,6 +197,6 @@ def test_curl_git_and_pip_find_the_proxy_by_themselves(box: Any, internet: Inter
     for tool, command in tools.items():
         before = len(box.get_network_log(limit=1000).entries)
         box.commands.run(command, timeout_seconds=120)  # git and pip fail on what the test host answers
-        entries = box.get_network_log(limit=1000).entries
+        entries = logged(box, count=before + 1, limit=1000)
         assert len(entries) > before, f"{tool} did not go through the proxy"
         assert entries[0].host == "example.test" and entries[0].verdict == "allowed", tool

@@ -19,7 +19,7 @@ import pytest
 from hutch import AsyncSecret, NetworkConfig, NotFoundError, Provider, Sandbox, Secret, ValidationError
 from hutch.sdk.errors import ConflictError
 from tests.integration.internet import Internet
-from tests.integration.support import HUTCH, Env, wait_for
+from tests.integration.support import HUTCH, Env, logged, wait_for
 
 pytestmark = pytest.mark.usefixtures("internet")
 
@@ -70,7 +70,7 @@ def test_the_seeds_example_a_box_uses_a_key_it_never_sees(sdk: Any, secret: tupl
             "headers={'x-api-key': os.environ['ANTHROPIC_API_KEY']}); print(u.urlopen(r, timeout=20).status)\"")
         assert py.stdout.strip() == "200", py.stderr
 
-        entry = next(e for e in box.get_network_log(limit=20).entries if e.host == "api.anthropic.com")
+        entry = logged(box, "api.anthropic.com", count=2)[0]
         assert entry.verdict == "allowed" and entry.secrets == [s.name]
         audit = s.audit(sandbox_id=box.id).entries
         assert [(a.host, a.method, a.path, a.status, a.env) for a in audit][:2] == [
@@ -162,7 +162,7 @@ def test_keep_alive_requests_each_get_the_current_value(make_box: Any, secret: t
     got = {q["path"].rsplit("/", 1)[1]: q["headers"]["x-api-key"] for q in internet.seen()
            if q["path"].startswith(f"/{s.name}/ka-")}
     assert got == {"ka-1": first, "ka-2": second}
-    entries = [e for e in box.get_network_log(limit=20).entries if e.host == "api.anthropic.com"]
+    entries = logged(box, "api.anthropic.com")
     assert len(entries) == 1, "both requests went on one connection"
 
 

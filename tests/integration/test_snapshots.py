@@ -13,7 +13,7 @@ import pytest
 from hutch import ConflictError, NetworkConfig, NotFoundError, RateLimitError, Sandbox, Secret, Snapshot, ValidationError
 from hutch.sdk.codes import ServerCode
 from tests.integration.internet import Internet
-from tests.integration.support import Env, make_server, retire, wait_for
+from tests.integration.support import Env, logged, make_server, retire, wait_for
 
 COUNTER = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &"
 
@@ -99,7 +99,7 @@ def test_a_fork_has_its_own_token_and_stand_ins_and_its_secrets_and_rules_apply(
             # (other.test is served by the stand-in internet: only the rules keep the fork from it)
             denied = forks[1].commands.run("curl -sS --max-time 10 -o /dev/null https://other.test/", timeout_seconds=60)
             assert denied.exit_code != 0
-            seen = [e for e in forks[1].get_network_log(limit=20).entries if e.host == "other.test"]
+            seen = logged(forks[1], "other.test")
             assert seen and seen[0].verdict == "denied", "the source's egress rules came with the fork"
         finally:
             _kill_all(forks)
