@@ -7,12 +7,13 @@ running commands in parallel.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import threading
 import time
 from pathlib import Path
 
-from bench.common import bench_env, report, stats
+from bench.common import bench_env, report, stats, wait_for_pool
 from hutch import Sandbox, SandboxError
 from hutch.node import base_image
 from hutch.server.config import DEFAULT_CACHE_DIR
@@ -71,6 +72,12 @@ def idle_boxes(kw: dict[str, str], cap: int) -> tuple[dict[str, float], list[San
     }, boxes
 
 
+def host_cpu_seconds() -> float:
+    """CPU time the host spent busy (all cores), from /proc/stat."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+
 def burst(kw: dict[str, str], size: int) -> list[float]:
     latencies: list[float] = []
     made: list[Sandbox] = []
@@ -126,14 +133,40 @@ def agents(kw: dict[str, str], count: int, commands: int) -> tuple[list[float], 
     return latencies, len(latencies) / took, errors
 
 
+def bursts(rootfs: Path, size: int) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """Rounds of `size` creates at once on a server at its default pool settings: the first on a
+    fresh server (its pool of 2), the next once the pool has grown to the first round (as rollouts
+    in rounds find it); and what `size` live idle boxes cost the host meanwhile, the CPU that
+    creates and commands then share."""
+    figures: dict[str, dict[str, float]] = {}
+    extra: dict[str, float] = {}
+    with bench_env(rootfs, warm_pool=2) as (kw, _raw):
+        wait_for_pool(kw["base_url"], 2)
+        figures[f"burst_{size}_creates_to_first_exec_fresh"] = stats(burst(kw, size))
+        grown = time.perf_counter()
+        wait_for_pool(kw["base_url"], size)
+        extra[f"pool_grown_to_{size}_seconds"] = time.perf_counter() - grown
+        time.sleep(2)
+        figures[f"burst_{size}_creates_to_first_exec"] = stats(burst(kw, size))
+        live = [Sandbox.create(name=f"live-{i}", **kw) for i in range(size)]
+        time.sleep(5)
+        before, t = host_cpu_seconds(), time.perf_counter()
+        time.sleep(10)
+        extra[f"host_cores_busy_with_{size}_live_idle_boxes"] = (host_cpu_seconds() - before) / (time.perf_counter() - t)
+        for sb in live:
+            sb.kill()
+    return figures, extra
+
+
 def measure(boxes: int = 200, burst_size: int = 50, agent_count: int = 20,
             commands: int = 50) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]], dict[str, float]]:
-    figures: dict[str, dict[str, float]] = {}
-    with bench_env(base_image.build(DEFAULT_CACHE_DIR)) as (kw, _raw):
+    rootfs = base_image.build(DEFAULT_CACHE_DIR)
+    figures, burst_extra = bursts(rootfs, burst_size)
+    with bench_env(rootfs) as (kw, _raw):
         extra, idle = idle_boxes(kw, boxes)
+        extra.update(burst_extra)
         for sb in idle:
             sb.kill()
-        figures[f"burst_{burst_size}_creates_to_first_exec"] = stats(burst(kw, burst_size))
         latencies, throughput, errors = agents(kw, agent_count, commands)
         figures[f"{agent_count}_agents_command_round_trip"] = stats(latencies)
         extra[f"{agent_count}_agents_commands_per_second"] = throughput

@@ -29,6 +29,7 @@ def add_node(sub: Subparsers) -> None:
                    help="memory boxes may reserve here in all (default: the host's, less 1 GiB)")
     s.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     s.add_argument("--warm-pool", type=int, default=2, metavar="N", help="base-template boxes kept booted here")
+    s.add_argument("--warm-pool-max", type=int, metavar="N", help="how far a burst of creates grows the pool")
     s.add_argument("--egress-hosts", type=Path, metavar="FILE",
                    help="an /etc/hosts-style map the egress proxy resolves names with before DNS")
     s.add_argument("--egress-no-system-dns", action="store_true")
@@ -64,7 +65,7 @@ def cmd_node(args: argparse.Namespace) -> int:
                                      vcpu=args.vcpu or vcpu, memory_mib=args.memory_mib or memory,
                                      start_ray=not args.ray_started)
     config = ServerConfig(data_dir=args.data_dir, cache_dir=args.cache_dir, database_url=args.store,
-                          warm_pool=args.warm_pool, egress_hosts=args.egress_hosts,
+                          warm_pool=args.warm_pool, warm_pool_max=args.warm_pool_max, egress_hosts=args.egress_hosts,
                           egress_system_dns=not args.egress_no_system_dns, trust_ca=tuple(args.trust_ca or ()),
                           max_builds=args.max_builds, image_dirs=tuple(args.image_dir or ()),
                           registry_pulls=args.registry_pulls, fleet=FleetConfig(ray=args.ray, shared_dir=args.shared),

@@ -26,6 +26,9 @@ def add_serve(sub: Subparsers) -> None:
     s.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     s.add_argument("--warm-pool", type=int, default=2, metavar="N",
                    help="base-template boxes kept booted so creates are instant (default %(default)s; 0: none)")
+    s.add_argument("--warm-pool-max", type=int, metavar="N",
+                   help="how many boxes the pool may grow to after a burst of creates, for the next one "
+                        "(waiting boxes are frozen: memory only; default: a sixth of the host's memory, at most 100)")
     s.add_argument("--freeze-idle-after", type=float, default=0.0, metavar="S",
                    help="freeze a box nothing has used for S seconds (no call, stream, tunnel or egress "
                         "connection, little CPU), so it costs no CPU; its next call thaws it (default 0: never)")
@@ -209,7 +212,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             placement_wait=args.placement_wait)
     config = ServerConfig(data_dir=args.data_dir, database_url=args.store, fleet=fleet, cache_dir=args.cache_dir,
                           host=args.host, port=args.port, public_url=args.public_url,
-                          warm_pool=args.warm_pool, freeze_idle_after=args.freeze_idle_after,
+                          warm_pool=args.warm_pool, warm_pool_max=args.warm_pool_max,
+                          freeze_idle_after=args.freeze_idle_after,
                           max_sandboxes=args.max_sandboxes,
                           team_max_sandboxes=args.team_max_sandboxes, team_max_paused=args.team_max_paused,
                           team_max_paused_bytes=args.team_max_paused_bytes,

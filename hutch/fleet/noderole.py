@@ -127,7 +127,7 @@ async def serve_node(config: ServerConfig, settings: NodeSettings) -> None:
     side.node.start_reaping()
     await sandboxes.reconcile()
     await templates.serve_queue(settings.name)  # after the reconcile: its adopt stops boxes nothing claims
-    pool = WarmPool(side.node, config.warm_pool, side.base_root, sandboxes.base_limits())
+    pool = WarmPool(side.node, config.warm_pool, side.base_root, sandboxes.base_limits(), config.warm_pool_max)
     pool.start()
     roots = (config.cache_dir, config.fleet.shared_dir / "templates")
     relay = Relay(keys.fleet_key(store), NodeCalls(settings.name, side.node, pool, roots, config.checkpoint_dir,

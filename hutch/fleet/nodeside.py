@@ -63,7 +63,7 @@ class NodeCalls:
     async def _dispatch(self, call: str, args: dict[str, Any]) -> dict[str, Any]:
         if call == "boot":
             rootfs, limits = self._root(args.get("rootfs")), limits_of(args.get("limits"))
-            box = await self.pool.claim(rootfs, limits) if self.pool else None
+            box = await self.pool.claim(rootfs, limits) if self.pool is not None else None
             return self._ref(box or await self.node.boot(self._key(args.get("key")), rootfs, limits))
         if call == "restore":
             return self._ref(await self.node.restore(self._key(args.get("key")), self._root(args.get("rootfs")),

@@ -10,8 +10,9 @@ its agent is still open (a command's stream, a process' events, a watch, a downl
 to it is open, it holds no egress connection, and it used under `IDLE_CPU_SHARE` of a core (a box
 at work is never stopped mid-work). Every request through its pinned channel thaws it first (see
 `Meter`: a data-plane call, the pool's claim, a pause's quiesce), and so does every driver call on
-its container (`Thawing`: a checkpoint, a kill, a delete): a frozen box's signals and SIGKILL
-would otherwise wait for a thaw that never comes. A server that stops thaws the boxes it froze.
+its container (`Thawing`: a checkpoint, a kill, a delete, a state): a frozen box's signals and
+SIGKILL, and runsc's questions to it, would otherwise wait for a thaw that never comes. A server
+that stops thaws the boxes it froze.
 
 Inside a frozen box, time goes on as it does for a paused VM whose clock follows the host's: the
 realtime and monotonic clocks jump by the time frozen, a sleep or timer that came due meanwhile
@@ -263,6 +264,7 @@ class Thawing:
         await self.driver.delete(container_id)
 
     async def state(self, container_id: str) -> dict[str, Any] | None:
+        self._thaw(container_id)  # runsc state asks the sandbox: a frozen one never answers
         return await self.driver.state(container_id)
 
     async def list_ids(self) -> list[str]:

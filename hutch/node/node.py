@@ -47,6 +47,7 @@ log = logging.getLogger("hutch.node")
 
 AGENT_DIR = Path(protocol.__file__).parent
 BOOT_TIMEOUT = 30.0
+REAP_DELAY = 0.02
 
 MEDIUM_FILE = "hutch-medium"  # in a checkpoint's directory: "disk" or "memory", what it was made with
 
@@ -186,6 +187,7 @@ class Node:
         mounts.become_subreaper()
         self._reaper: asyncio.Task[None] | None = None
         self._reaps_on_sigchld = False
+        self._reap_due: asyncio.TimerHandle | None = None
         self._sampler: asyncio.Task[None] | None = None
         self.usage_samples = metrics.Usage()
         self._background: set[asyncio.Task[None]] = set()
@@ -205,6 +207,16 @@ class Node:
             except ChildProcessError:
                 pass
 
+    def _reap_soon(self) -> None:
+        """SIGCHLD: reap in REAP_DELAY, once for every exit meanwhile (a burst of boots ends
+        hundreds of runsc calls a second, and each reap reads /proc for every child)."""
+        if self._reap_due is None:
+            self._reap_due = asyncio.get_running_loop().call_later(REAP_DELAY, self._reap_now)
+
+    def _reap_now(self) -> None:
+        self._reap_due = None
+        self.reap()
+
     async def _reap_forever(self) -> None:
         """Where SIGCHLD cannot be handled (a loop off the main thread): look every 20 ms."""
         while True:
@@ -217,7 +229,7 @@ class Node:
             # Reap when a child ends: no timer wakes an idle server, and no task is left for a forced
             # shutdown to cancel before the pool's boxes are deleted (runsc delete waits for them)
             try:
-                loop.add_signal_handler(signal.SIGCHLD, self.reap)
+                loop.add_signal_handler(signal.SIGCHLD, self._reap_soon)
                 self._reaps_on_sigchld = True
                 self.reap()  # what ended before the handler was in place
             except (RuntimeError, ValueError):  # not the main thread's loop
@@ -705,6 +717,9 @@ class Node:
         if self._reaps_on_sigchld:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGCHLD)
             self._reaps_on_sigchld = False
+            if self._reap_due is not None:
+                self._reap_due.cancel()
+                self._reap_now()
         for runtime_id in list(self._boxes):
             self._unwatch(runtime_id)
             await self._boxes.pop(runtime_id).release()

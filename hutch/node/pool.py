@@ -2,8 +2,15 @@
 
 A claimed box is the caller's for good: pool boxes are never handed out twice and never get
 anything of a sandbox put in them before they are claimed (env vars travel with each command,
-metadata lives in the store). The pool refills one box at a time in the background, so it never
-boots several boxes at once against live traffic.
+metadata lives in the store).
+
+The pool holds `size` boxes, and more after a burst: as many as the largest burst of creates it
+could serve in the last `RECENT_SECONDS` (creates within `BURST_SECONDS` of each other), at most
+`most` (a memory budget; see `default_most`), so rollouts that come in rounds find their next
+round booted. Below `size` it refills at once; above it, only once creates have been quiet for
+`QUIET_SECONDS`, so the extra boots never compete with a burst. It boots one box at a time, so
+never several at once against live traffic. A waiting box is frozen (its cgroup's freezer,
+hutch.node.idle), so the pool costs memory only, no CPU; its claim thaws it.
 """
 
 from __future__ import annotations
@@ -11,10 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
+import time
+from collections import deque
 from pathlib import Path
 
 from hutch.errors import ApiError
+from hutch.node import idle
 from hutch.node.api import BoxRef, ChannelError, Command, NodeRuntime
 from hutch.node.spec import Limits
 
@@ -22,11 +33,57 @@ log = logging.getLogger("hutch.pool")
 
 RETRY_SECONDS = 5.0
 WARM_UP_SECONDS = 10.0
+CLAIM_HEALTH_SECONDS = 5.0  # a thawed box answers at once; a burst's creates can keep the loop that long
+BURST_SECONDS = 10.0  # creates this close together are one burst
+RECENT_SECONDS = 600.0  # how long a burst keeps the pool grown
+QUIET_SECONDS = 1.0  # no create for this long: the pool may grow past its size
+BOX_MIB = 64  # a waiting box's host memory (its sandbox and gofer, ~50 MiB, and their kernel pages)
+MEMORY_SHARE = 6  # the pool's budget: a sixth of the host's memory, by default
+MOST_BOXES = 100
+
+
+def default_most(size: int, memory_bytes: int | None = None) -> int:
+    """How many boxes the pool may grow to: a sixth of the host's memory at BOX_MIB a box, at
+    most MOST_BOXES, and never under `size`."""
+    if memory_bytes is None:
+        memory_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(size, min(MOST_BOXES, memory_bytes // MEMORY_SHARE // (BOX_MIB * 2**20)))
+
+
+class Demand:
+    """The creates the pool could serve, and the largest burst of them lately."""
+
+    def __init__(self) -> None:
+        self._burst: deque[float] = deque()  # the creates of the last BURST_SECONDS
+        self._peaks: deque[tuple[float, int]] = deque()  # (when, burst size), sizes falling
+        self.last = float("-inf")
+
+    def add(self, now: float) -> None:
+        self.last = now
+        self._burst.append(now)
+        while self._burst[0] < now - BURST_SECONDS:
+            self._burst.popleft()
+        size = len(self._burst)
+        while self._peaks and self._peaks[-1][1] <= size:  # a smaller burst before this one never counts again
+            self._peaks.pop()
+        self._peaks.append((now, size))
+
+    def peak(self, now: float) -> int:
+        """The largest burst of the last RECENT_SECONDS (0: none)."""
+        while self._peaks and self._peaks[0][0] < now - RECENT_SECONDS:
+            self._peaks.popleft()
+        return self._peaks[0][1] if self._peaks else 0
+
+    def next_change(self, now: float) -> float:
+        """Seconds until the peak may fall."""
+        return self._peaks[0][0] + RECENT_SECONDS - now if self._peaks else RECENT_SECONDS
 
 
 class WarmPool:
-    def __init__(self, node: NodeRuntime, size: int, rootfs: Path, limits: Limits) -> None:
+    def __init__(self, node: NodeRuntime, size: int, rootfs: Path, limits: Limits, most: int | None = None) -> None:
         self.node, self.size, self.rootfs, self.limits = node, size, rootfs, limits
+        self.most = default_most(size) if most is None else max(size, most)
+        self.demand = Demand()
         self._ready: list[BoxRef] = []
         self._wanted = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -38,6 +95,10 @@ class WarmPool:
         """The runtime ids of the boxes waiting to be claimed."""
         return {box.runtime_id for box in self._ready}
 
+    def target(self) -> int:
+        """How many boxes the pool holds now."""
+        return 0 if self.size == 0 else min(self.most, max(self.size, self.demand.peak(time.monotonic())))
+
     def start(self) -> None:
         if self.size > 0 and self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._fill())
@@ -47,10 +108,12 @@ class WarmPool:
         as usual). A box is taken out of the pool before it is checked, so no two claims get it."""
         if rootfs != self.rootfs or limits != self.limits:
             return None
+        self.demand.add(time.monotonic())
         try:
             while self._ready:
                 box = self._ready.pop(0)
                 try:
+                    idle.thaw(box.runtime_id)
                     if self.node.is_running(box.runtime_id) and await self._answers(box):
                         return box
                 except BaseException:  # the create was cancelled (a stop): the box is in no list now
@@ -62,8 +125,7 @@ class WarmPool:
             self._wanted.set()
 
     async def _warm_up(self, box: BoxRef) -> None:
-        """Run one command, so the claimer's first one finds the shell and the spawner paged in.
-        Its answer is read to its end, so its connection stays open for the claimer's calls."""
+        """Run one command, so the claimer's first one finds the shell and the spawner paged in."""
         agent = self.node.agent(box.runtime_id)
         if agent is None:
             return  # it ended: the claim's check finds out
@@ -81,25 +143,43 @@ class WarmPool:
 
     async def _answers(self, box: BoxRef) -> bool:
         agent = self.node.agent(box.runtime_id)
-        return agent is not None and await agent.health(timeout=1.0)
+        return agent is not None and await agent.health(timeout=CLAIM_HEALTH_SECONDS)
+
+    def _may_boot(self, now: float) -> bool:
+        return len(self._ready) < self.size or now - self.demand.last >= QUIET_SECONDS
 
     async def _fill(self) -> None:
         while True:
-            while len(self._ready) < self.size:
-                try:
-                    box = await self.node.boot(f"pool-{secrets.token_hex(8)}", self.rootfs, self.limits)
-                except Exception as e:  # BoxStartError, or the host refused a mount: try later
-                    log.error("the warm pool could not boot a box: %s", e)
-                    await asyncio.sleep(RETRY_SECONDS)
-                    continue
-                try:
-                    await self._warm_up(box)
-                except BaseException:  # cancelled at shutdown: it is in no list yet, so stop it here
-                    await asyncio.shield(self.node.stop(box.runtime_id, box.key))
-                    raise
-                self._ready.append(box)
+            now = time.monotonic()
+            target = self.target()
+            while len(self._ready) > target:  # the burst that grew it is past
+                box = self._ready.pop()
+                idle.thaw(box.runtime_id)
+                await self.node.stop(box.runtime_id, box.key)
+            if len(self._ready) < target and self._may_boot(now):
+                await self._add_one()
+                continue
+            wait = self.demand.next_change(now)
+            if len(self._ready) < target:  # creates are not quiet yet
+                wait = self.demand.last + QUIET_SECONDS - now
             self._wanted.clear()
-            await self._wanted.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wanted.wait(), max(0.05, wait))
+
+    async def _add_one(self) -> None:
+        try:
+            box = await self.node.boot(f"pool-{secrets.token_hex(8)}", self.rootfs, self.limits)
+        except Exception as e:  # BoxStartError, or the host refused a mount: try later
+            log.error("the warm pool could not boot a box: %s", e)
+            await asyncio.sleep(RETRY_SECONDS)
+            return
+        try:
+            await self._warm_up(box)
+        except BaseException:  # cancelled at shutdown: it is in no list yet, so stop it here
+            await asyncio.shield(self.node.stop(box.runtime_id, box.key))
+            raise
+        idle.freeze(box.runtime_id)
+        self._ready.append(box)
 
     async def close(self) -> None:
         """Stop refilling and destroy the boxes nobody claimed."""
@@ -109,4 +189,5 @@ class WarmPool:
                 await self._task
         while self._ready:
             box = self._ready.pop()
+            idle.thaw(box.runtime_id)
             await self.node.stop(box.runtime_id, box.key)

@@ -55,6 +55,7 @@ class ServerConfig:
     max_file_bytes: int = 4 * 2**30
     runsc_platform: str | None = None
     warm_pool: int = 2  # base-template boxes booted ahead, so creates only claim one
+    warm_pool_max: int | None = None  # how far a burst of creates grows it (None: hutch.node.pool.default_most)
     # Seconds a box nothing uses (no call, no open stream, tunnel or egress connection, little CPU)
     # runs before it is frozen, thawed by its next call (hutch.node.idle); 0: never frozen
     freeze_idle_after: float = 0.0

@@ -279,7 +279,7 @@ class Sandboxes:
         try:
             try:
                 restoring = snapshot is not None and snapshot[0].memory
-                claimed = await self.pool.claim(rootfs, limits) if self.pool and not restoring else None
+                claimed = await self.pool.claim(rootfs, limits) if self.pool is not None and not restoring else None
                 source = "snapshot" if snapshot else "warm_pool" if claimed else "boot"
                 if snapshot is not None and restoring:
                     box = await self.node.restore(rec.id, rootfs, limits, snapshot[1])

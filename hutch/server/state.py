@@ -62,9 +62,10 @@ class NodeSide:
                                                              platform=config.runsc_platform,
                                                              checkpoint_compression=config.checkpoint_compression))
         freezer = None
-        if config.freeze_idle_after > 0:  # idle boxes frozen; every driver call on one thaws it first
+        if config.freeze_idle_after > 0:  # idle boxes frozen, thawed by their next call
             freezer = Freezer(config.freeze_idle_after, lambda key: self.egress.open_connections(key))
-            driver = Thawing(driver, freezer)
+        # every driver call on a box thaws it first: the warm pool's waiting boxes are frozen too
+        driver = Thawing(driver, freezer or Freezer(0))
         ca = CertificateAuthority(config.data_dir / "ca")
         box_trust = config.data_dir / "ca" / "box"  # mounted read-only in every box at /.hutch/ca
         ca.write_box_trust(box_trust, self.base_root / "etc/ssl/certs/ca-certificates.crt", list(config.trust_ca))
@@ -149,7 +150,8 @@ class State:
         self.pool: WarmPool | None = None
         if self.local is not None:
             self.local.templates, self.local.metrics = self.templates, self.sandboxes.metrics
-            self.pool = WarmPool(self.node, config.warm_pool, base_root, self.sandboxes.base_limits())
+            self.pool = WarmPool(self.node, config.warm_pool, base_root, self.sandboxes.base_limits(),
+                                 config.warm_pool_max)
         self.sandboxes.pool = self.pool
         self.metrics = self.sandboxes.metrics
         if remote is not None:

@@ -32,7 +32,8 @@ def own_server() -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def env() -> Iterator[Env]:
-    server = make_server()
+    # its pool stays at its size: the tests' creates would grow it, and boot the boxes beside later tests
+    server = make_server("--warm-pool-max", "2")
     server.start()
     e = Env(server, server.admin_key(), server.new_team("other"))
     try:

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from hutch import Sandbox, SandboxError
+from hutch.node.idle import thaw
 from hutch.node.runsc import find_runsc
 from hutch.server.config import ServerConfig
 from hutch.store import SandboxRecord, Store
@@ -170,6 +171,8 @@ class Server:
         """Once the server is down: end any box still running from its run dir (a server killed
         with SIGKILL leaves its warm pool behind), then delete the run dir and the data dir."""
         run_dir = self.config.run_dir
+        for rid in runsc_cli(self, "list", "--quiet").split():
+            thaw(rid)  # a frozen process' SIGKILL waits for its thaw
         subprocess.run(["pkill", "-9", "-f", f"root={run_dir}/runsc"], capture_output=True)
         for mount in [*run_dir.glob("boxes/*/chan"), *run_dir.glob("boxes/*/disk")]:
             subprocess.run(["umount", "-l", str(mount)], capture_output=True)
@@ -254,6 +257,7 @@ def retire(server: Server, before_remove: Callable[[], object] = lambda: None) -
         server.cleanup_boxes(server.admin_key())
     server.stop()
     for rid in runsc_cli(server, "list", "--quiet").split():
+        thaw(rid)  # a pool box a killed server left frozen: its SIGKILL would wait for the thaw
         runsc_cli(server, "delete", "--force", rid)
     before_remove()
     server.remove()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from functools import partial
 from typing import Any
@@ -9,7 +11,8 @@ from typing import Any
 import httpx
 
 from hutch import EnvStep, Sandbox, Template, WorkdirStep
-from tests.integration.support import Env, in_background, runsc_cli, wait_for
+from hutch.node.idle import freezer_file, thaw
+from tests.integration.support import Env, in_background, make_server, retire, runsc_cli, wait_for
 
 
 def _pool(env: Env) -> int:
@@ -64,8 +67,10 @@ def test_a_pooled_box_that_died_is_never_handed_out(env: Env) -> None:
     owned = {r.runtime_id for r in env.server.store().list_sandboxes(None) if r.runtime_id}
     pooled = set(runsc_cli(env.server, "list", "--quiet").split()) - owned
     assert len(pooled) == 2
-    for runtime_id in pooled:
-        runsc_cli(env.server, "kill", runtime_id, "KILL")
+    for runtime_id in pooled:  # every process of it dies, as in a crash (thawed first: a frozen one cannot)
+        thaw(runtime_id)
+        for pid in freezer_file(runtime_id)[0].with_name("cgroup.procs").read_text().split():
+            os.kill(int(pid), signal.SIGKILL)
     sb = Sandbox.create(name="after-pool-death")
     try:
         assert sb.commands.run("echo fine").stdout == "fine\n"
@@ -90,3 +95,43 @@ def test_another_template_never_gets_a_pooled_box(env: Env) -> None:
     finally:
         sb.kill()
         small.delete()
+
+
+def _waiting(server: Any) -> set[str]:
+    owned = {r.runtime_id for r in server.store().list_sandboxes(None) if r.runtime_id}
+    return set(runsc_cli(server, "list", "--quiet").split()) - owned
+
+
+def _frozen(runtime_id: str) -> bool:
+    path, frozen, _ = freezer_file(runtime_id)
+    return path.read_text().strip() == frozen
+
+
+def test_waiting_boxes_are_frozen_and_a_burst_grows_the_pool_for_the_next() -> None:
+    server = make_server("--warm-pool", "1", "--warm-pool-max", "3")
+    server.start()
+    try:
+        url = server.url
+        kw = server.client_args()
+        wait_for(lambda: int(httpx.get(f"{url}/health").json()["warm_pool"]) == 1, timeout=60, what="a full pool")
+        waiting = _waiting(server)
+        assert len(waiting) == 1 and all(_frozen(r) for r in waiting), "a waiting box costs no CPU"
+        made: list[Any] = []
+        creates = [in_background(lambda: made.append(Sandbox.create(name="burst", **kw))) for _ in range(3)]
+        try:
+            for c in creates:
+                c.join(120)
+            assert not [e for c in creates for e in c.errors] and len(made) == 3
+            assert [sb.commands.run("echo up").stdout for sb in made] == ["up\n"] * 3, "a claimed box was thawed"
+            # three creates at once: the pool grows to three once creates are quiet, for the next burst
+            wait_for(lambda: int(httpx.get(f"{url}/health").json()["warm_pool"]) == 3, timeout=120,
+                     what="the pool to grow to the burst")
+            grown = _waiting(server)
+            assert len(grown) == 3 and all(_frozen(r) for r in grown)
+            claimed = {r.runtime_id for r in server.store().list_sandboxes(None) if r.runtime_id}
+            assert len(claimed) == 3 and not any(_frozen(r) for r in claimed), "the claimed boxes run"
+        finally:
+            for sb in made:
+                sb.kill()
+    finally:
+        retire(server)

@@ -30,7 +30,7 @@ LEAVES = {words: p for words, p in ALL.items() if not any(isinstance(a, argparse
 EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
     ("serve",): (
         ["serve", "--host", "0.0.0.0", "--port", "9000", "--public-url", "https://h.test",
-         "--cache-dir", "/c", "--warm-pool", "0", "--freeze-idle-after", "30", "--max-sandboxes", "8",
+         "--cache-dir", "/c", "--warm-pool", "0", "--warm-pool-max", "40", "--freeze-idle-after", "30", "--max-sandboxes", "8",
          "--team-max-sandboxes", "4", "--team-max-paused", "3", "--team-max-paused-bytes", "2G",
          "--team-max-snapshots", "9", "--team-max-snapshot-bytes", "3G",
          "--checkpoint-budget-bytes", "1.5T", "--over-budget-grace", "60", "--audit-retention-days", "7",
@@ -39,7 +39,7 @@ EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
          "--max-builds", "3", "--image-dir", "/i", "--registry-pulls", "--store", "postgresql://h/db", "--ray", "h:6379",
          "--shared", "/s", "--ray-node-ip", "10.0.0.2", "--placement-wait", "5", "--allow-unlimited-boxes"],
         {"fn": server.cmd_serve, "host": "0.0.0.0", "port": 9000, "public_url": "https://h.test",
-         "cache_dir": Path("/c"), "warm_pool": 0, "freeze_idle_after": 30.0,
+         "cache_dir": Path("/c"), "warm_pool": 0, "warm_pool_max": 40, "freeze_idle_after": 30.0,
          "max_sandboxes": 8, "team_max_sandboxes": 4, "team_max_paused": 3, "team_max_paused_bytes": 2 * 2**30,
          "team_max_snapshots": 9, "team_max_snapshot_bytes": 3 * 2**30,
          "checkpoint_budget_bytes": int(1.5 * 2**40), "over_budget_grace": 60.0, "audit_retention_days": 7.0,
@@ -105,12 +105,13 @@ EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
     ("kill",): (["kill", "a", "b"], {"fn": sandboxes.cmd_kill, "ids": ["a", "b"]}),
     ("node",): (
         ["node", "--ray", "h:6379", "--store", "postgresql://h/db", "--shared", "/s", "--listen", "10.0.0.2:7430",
-         "--name", "n1", "--vcpu", "8", "--memory-mib", "4096", "--cache-dir", "/c", "--warm-pool", "1",
+         "--name", "n1", "--vcpu", "8", "--memory-mib", "4096", "--cache-dir", "/c", "--warm-pool", "1", "--warm-pool-max", "6",
          "--egress-hosts", "/h", "--egress-no-system-dns", "--trust-ca", "/a.pem", "--max-builds", "3",
          "--image-dir", "/i", "--registry-pulls", "--ray-started", "--allow-unlimited-boxes"],
         {"fn": fleet.cmd_node, "ray": "h:6379", "store": "postgresql://h/db", "shared": Path("/s"),
          "listen": "10.0.0.2:7430", "name": "n1", "vcpu": 8, "memory_mib": 4096, "cache_dir": Path("/c"),
-         "warm_pool": 1, "egress_hosts": Path("/h"), "egress_no_system_dns": True, "trust_ca": [Path("/a.pem")],
+         "warm_pool": 1, "warm_pool_max": 6, "egress_hosts": Path("/h"), "egress_no_system_dns": True,
+         "trust_ca": [Path("/a.pem")],
          "max_builds": 3, "image_dir": [Path("/i")], "registry_pulls": True, "ray_started": True,
          "allow_unlimited_boxes": True}),
     ("nodes",): (["nodes"], {"fn": fleet.cmd_nodes}),
