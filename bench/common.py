@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from hutch.node import idle
 from hutch.node.runsc import RunscConfig, find_runsc
 from hutch.node.spec import AgentRuntime, Limits, box_spec
 from hutch.server.config import ServerConfig
@@ -117,13 +118,17 @@ def bench_env(rootfs: Path, warm_pool: int = 0,
         # the sandboxes of a benchmark cut short (they outlive their server, as every sandbox does)
         own = [raw.cmd[0], f"--root={ServerConfig(data_dir=root / 'data').run_dir / 'runsc'}"]
         for line in subprocess.run([*own, "list", "--quiet"], capture_output=True, text=True).stdout.split():
+            idle.thaw(line)  # a pool box left frozen: its SIGKILL would wait for the thaw
             subprocess.run([*own, "delete", "--force", line], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(ServerConfig(data_dir=root / "data").run_dir, ignore_errors=True)
 
 
-def wait_for_pool(base_url: str, size: int) -> None:
+def wait_for_pool(base_url: str, size: int, timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
     while httpx.get(f"{base_url}/health").json()["warm_pool"] < size:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the warm pool did not reach {size} boxes in {timeout:g} s")
         time.sleep(0.02)
 
 

@@ -140,7 +140,8 @@ def bursts(rootfs: Path, size: int) -> tuple[dict[str, dict[str, float]], dict[s
     creates and commands then share."""
     figures: dict[str, dict[str, float]] = {}
     extra: dict[str, float] = {}
-    with bench_env(rootfs, warm_pool=2) as (kw, _raw):
+    # the default pool, but a budget for `size` boxes whatever this host's memory
+    with bench_env(rootfs, warm_pool=2, extra_args=("--warm-pool-max", str(size))) as (kw, _raw):
         wait_for_pool(kw["base_url"], 2)
         figures[f"burst_{size}_creates_to_first_exec_fresh"] = stats(burst(kw, size))
         grown = time.perf_counter()

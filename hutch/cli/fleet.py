@@ -29,7 +29,8 @@ def add_node(sub: Subparsers) -> None:
                    help="memory boxes may reserve here in all (default: the host's, less 1 GiB)")
     s.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     s.add_argument("--warm-pool", type=int, default=2, metavar="N", help="base-template boxes kept booted here")
-    s.add_argument("--warm-pool-max", type=int, metavar="N", help="how far a burst of creates grows the pool")
+    s.add_argument("--warm-pool-max", type=int, metavar="N",
+                   help="how far a burst of creates grows the pool (default: a sixth of the memory, at most 100)")
     s.add_argument("--egress-hosts", type=Path, metavar="FILE",
                    help="an /etc/hosts-style map the egress proxy resolves names with before DNS")
     s.add_argument("--egress-no-system-dns", action="store_true")

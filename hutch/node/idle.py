@@ -230,15 +230,17 @@ class Freezer:
 
 
 class Thawing:
-    """A driver whose calls on a running container thaw it first (a hutch.node.driver.Driver)."""
+    """A driver whose calls on a running container thaw it first (a hutch.node.driver.Driver);
+    `freezer`, if idle boxes are frozen, learns of each call as a use of the box."""
 
-    def __init__(self, driver: Driver, freezer: Freezer) -> None:
+    def __init__(self, driver: Driver, freezer: Freezer | None) -> None:
         self.driver, self.freezer = driver, freezer
         self.running = driver.running  # the same set, which the driver keeps
 
     def _thaw(self, container_id: str) -> None:
-        self.freezer.used(container_id)
-        thaw(container_id)  # one this server did not freeze (a killed server's) too
+        if self.freezer is not None:
+            self.freezer.used(container_id)
+        thaw(container_id)  # one frozen by the warm pool, or by a killed server, too
 
     async def run_detached(self, container_id: str, bundle: Path, stderr_path: Path, pid_file: Path,
                            overlay: str = "root:memory", cgroups: bool = True) -> None:

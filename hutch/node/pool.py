@@ -4,13 +4,14 @@ A claimed box is the caller's for good: pool boxes are never handed out twice an
 anything of a sandbox put in them before they are claimed (env vars travel with each command,
 metadata lives in the store).
 
-The pool holds `size` boxes, and more after a burst: as many as the largest burst of creates it
-could serve in the last `RECENT_SECONDS` (creates within `BURST_SECONDS` of each other), at most
-`most` (a memory budget; see `default_most`), so rollouts that come in rounds find their next
-round booted. Below `size` it refills at once; above it, only once creates have been quiet for
-`QUIET_SECONDS`, so the extra boots never compete with a burst. It boots one box at a time, so
+The pool holds `size` boxes, and more after a burst: as many as the most creates it could serve
+within any `BURST_SECONDS` of the last `RECENT_SECONDS`, at most `most` (a memory budget; see
+`default_most`), so rollouts that come in rounds find their next round booted. Below `size` it
+refills at once; above it, only once creates have been quiet for `QUIET_SECONDS`, so its extra
+boots do not compete with a burst (past the one boot under way). It boots one box at a time, so
 never several at once against live traffic. A waiting box is frozen (its cgroup's freezer,
-hutch.node.idle), so the pool costs memory only, no CPU; its claim thaws it.
+hutch.node.idle), so the pool costs memory only, no CPU; its claim thaws it, and so does any
+driver call on it (hutch.node.idle.Thawing). Where a box cannot be frozen the pool stays at `size`.
 """
 
 from __future__ import annotations
@@ -39,15 +40,26 @@ RECENT_SECONDS = 600.0  # how long a burst keeps the pool grown
 QUIET_SECONDS = 1.0  # no create for this long: the pool may grow past its size
 BOX_MIB = 64  # a waiting box's host memory (its sandbox and gofer, ~50 MiB, and their kernel pages)
 MEMORY_SHARE = 6  # the pool's budget: a sixth of the host's memory, by default
-MOST_BOXES = 100
+MOST_BOXES = 100  # past this, a burst's creates are better served by a fleet than by one host's pool
 
 
 def default_most(size: int, memory_bytes: int | None = None) -> int:
-    """How many boxes the pool may grow to: a sixth of the host's memory at BOX_MIB a box, at
-    most MOST_BOXES, and never under `size`."""
+    """How many boxes the pool may grow to: a sixth of the host's memory (what is available when
+    the server starts) at BOX_MIB a box, at most MOST_BOXES, and never under `size`."""
     if memory_bytes is None:
-        memory_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        memory_bytes = available_memory()
     return max(size, min(MOST_BOXES, memory_bytes // MEMORY_SHARE // (BOX_MIB * 2**20)))
+
+
+def available_memory() -> int:
+    """MemAvailable of /proc/meminfo, in bytes (the physical memory where it cannot be read)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 class Demand:
@@ -84,6 +96,7 @@ class WarmPool:
         self.node, self.size, self.rootfs, self.limits = node, size, rootfs, limits
         self.most = default_most(size) if most is None else max(size, most)
         self.demand = Demand()
+        self.freezes = True  # False once a box could not be frozen: then the pool never grows
         self._ready: list[BoxRef] = []
         self._wanted = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -95,9 +108,11 @@ class WarmPool:
         """The runtime ids of the boxes waiting to be claimed."""
         return {box.runtime_id for box in self._ready}
 
-    def target(self) -> int:
-        """How many boxes the pool holds now."""
-        return 0 if self.size == 0 else min(self.most, max(self.size, self.demand.peak(time.monotonic())))
+    def target(self, now: float) -> int:
+        """How many boxes the pool should hold now."""
+        if self.size == 0 or not self.freezes:
+            return self.size
+        return min(self.most, max(self.size, self.demand.peak(now)))
 
     def start(self) -> None:
         if self.size > 0 and self._task is None:
@@ -114,12 +129,18 @@ class WarmPool:
                 box = self._ready.pop(0)
                 try:
                     idle.thaw(box.runtime_id)
-                    if self.node.is_running(box.runtime_id) and await self._answers(box):
+                    if not self.node.is_running(box.runtime_id):  # it died waiting: the next one
+                        self.node.stop_later(box.runtime_id, box.key)
+                        continue
+                    if await self._answers(box):
                         return box
                 except BaseException:  # the create was cancelled (a stop): the box is in no list now
                     self.node.stop_later(box.runtime_id, box.key)
                     raise
+                # it runs but does not answer: boot instead of waiting on the next one too
+                log.warning("a pooled box did not answer its claim: stopped")
                 self.node.stop_later(box.runtime_id, box.key)
+                return None
             return None
         finally:
             self._wanted.set()
@@ -150,21 +171,27 @@ class WarmPool:
 
     async def _fill(self) -> None:
         while True:
-            now = time.monotonic()
-            target = self.target()
-            while len(self._ready) > target:  # the burst that grew it is past
-                box = self._ready.pop()
-                idle.thaw(box.runtime_id)
-                await self.node.stop(box.runtime_id, box.key)
-            if len(self._ready) < target and self._may_boot(now):
-                await self._add_one()
-                continue
-            wait = self.demand.next_change(now)
-            if len(self._ready) < target:  # creates are not quiet yet
-                wait = self.demand.last + QUIET_SECONDS - now
-            self._wanted.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wanted.wait(), max(0.05, wait))
+            try:
+                await self._fill_once()
+            except Exception:  # never let one failure end the refills for good
+                log.exception("the warm pool's refill")
+                await asyncio.sleep(RETRY_SECONDS)
+
+    async def _fill_once(self) -> None:
+        now = time.monotonic()
+        target = self.target(now)
+        while len(self._ready) > target:  # the burst that grew it is past
+            box = self._ready.pop()
+            self.node.stop_later(box.runtime_id, box.key)  # the node's to finish, even at a shutdown
+        if len(self._ready) < target and self._may_boot(now):
+            await self._add_one()
+            return
+        wait = self.demand.next_change(now)
+        if len(self._ready) < target:  # creates are not quiet yet
+            wait = self.demand.last + QUIET_SECONDS - now
+        self._wanted.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wanted.wait(), max(0.05, wait))
 
     async def _add_one(self) -> None:
         try:
@@ -178,7 +205,9 @@ class WarmPool:
         except BaseException:  # cancelled at shutdown: it is in no list yet, so stop it here
             await asyncio.shield(self.node.stop(box.runtime_id, box.key))
             raise
-        idle.freeze(box.runtime_id)
+        if self.freezes and not idle.freeze(box.runtime_id):
+            log.warning("the warm pool's boxes cannot be frozen here: it keeps to its size (%d)", self.size)
+            self.freezes = False
         self._ready.append(box)
 
     async def close(self) -> None:
@@ -189,5 +218,7 @@ class WarmPool:
                 await self._task
         while self._ready:
             box = self._ready.pop()
-            idle.thaw(box.runtime_id)
-            await self.node.stop(box.runtime_id, box.key)
+            try:
+                await self.node.stop(box.runtime_id, box.key)  # thawed first by the driver (Thawing)
+            except Exception:  # the others are still stopped
+                log.exception("stopping the warm pool's box %s", box.runtime_id)

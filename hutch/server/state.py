@@ -65,7 +65,7 @@ class NodeSide:
         if config.freeze_idle_after > 0:  # idle boxes frozen, thawed by their next call
             freezer = Freezer(config.freeze_idle_after, lambda key: self.egress.open_connections(key))
         # every driver call on a box thaws it first: the warm pool's waiting boxes are frozen too
-        driver = Thawing(driver, freezer or Freezer(0))
+        driver = Thawing(driver, freezer)
         ca = CertificateAuthority(config.data_dir / "ca")
         box_trust = config.data_dir / "ca" / "box"  # mounted read-only in every box at /.hutch/ca
         ca.write_box_trust(box_trust, self.base_root / "etc/ssl/certs/ca-certificates.crt", list(config.trust_ca))
