@@ -2,6 +2,10 @@
 running commands in parallel.
 
     .venv/bin/python -m bench.scale [--boxes 200] [--burst 50] [--agents 20] [--commands 50]
+                                    [--freeze-idle-after S]
+
+With --freeze-idle-after, the idle boxes' server freezes them (hutch.node.idle): how many the host
+then holds, and what the frozen boxes cost it.
 """
 
 from __future__ import annotations
@@ -159,13 +163,20 @@ def bursts(rootfs: Path, size: int) -> tuple[dict[str, dict[str, float]], dict[s
     return figures, extra
 
 
-def measure(boxes: int = 200, burst_size: int = 50, agent_count: int = 20,
-            commands: int = 50) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]], dict[str, float]]:
+def measure(boxes: int = 200, burst_size: int = 50, agent_count: int = 20, commands: int = 50,
+            freeze_after: float = 0.0) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]], dict[str, float]]:
     rootfs = base_image.build(DEFAULT_CACHE_DIR)
     figures, burst_extra = bursts(rootfs, burst_size)
-    with bench_env(rootfs) as (kw, _raw):
+    with bench_env(rootfs, extra_args=("--freeze-idle-after", str(freeze_after))) as (kw, _raw):
         extra, idle = idle_boxes(kw, boxes)
         extra.update(burst_extra)
+        time.sleep(freeze_after + 5)  # frozen by now, if they freeze
+        before, t = host_cpu_seconds(), time.perf_counter()
+        time.sleep(10)
+        extra["host_cores_busy_with_the_idle_boxes"] = (host_cpu_seconds() - before) / (time.perf_counter() - t)
+        started = time.perf_counter()
+        idle[0].commands.run("true")
+        extra["first_command_of_an_idle_box_ms"] = (time.perf_counter() - started) * 1000
         for sb in idle:
             sb.kill()
         latencies, throughput, errors = agents(kw, agent_count, commands)
@@ -181,8 +192,9 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=50)
     ap.add_argument("--agents", type=int, default=20)
     ap.add_argument("--commands", type=int, default=50)
+    ap.add_argument("--freeze-idle-after", type=float, default=0.0, metavar="S")
     a = ap.parse_args()
-    figures, pairs, extra = measure(a.boxes, a.burst, a.agents, a.commands)
+    figures, pairs, extra = measure(a.boxes, a.burst, a.agents, a.commands, a.freeze_idle_after)
     report("scale", a.commands, figures, pairs, extra)
 
 
