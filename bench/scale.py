@@ -82,6 +82,13 @@ def host_cpu_seconds() -> float:
     return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
 
 
+def host_cores_busy(seconds: float) -> float:
+    """How many of the host's cores were busy, on average, over the next `seconds`."""
+    before, started = host_cpu_seconds(), time.perf_counter()
+    time.sleep(seconds)
+    return (host_cpu_seconds() - before) / (time.perf_counter() - started)
+
+
 def burst(kw: dict[str, str], size: int) -> list[float]:
     latencies: list[float] = []
     made: list[Sandbox] = []
@@ -155,9 +162,7 @@ def bursts(rootfs: Path, size: int) -> tuple[dict[str, dict[str, float]], dict[s
         figures[f"burst_{size}_creates_to_first_exec"] = stats(burst(kw, size))
         live = [Sandbox.create(name=f"live-{i}", **kw) for i in range(size)]
         time.sleep(5)
-        before, t = host_cpu_seconds(), time.perf_counter()
-        time.sleep(10)
-        extra[f"host_cores_busy_with_{size}_live_idle_boxes"] = (host_cpu_seconds() - before) / (time.perf_counter() - t)
+        extra[f"host_cores_busy_with_{size}_live_idle_boxes"] = host_cores_busy(10)
         for sb in live:
             sb.kill()
     return figures, extra
@@ -171,9 +176,7 @@ def measure(boxes: int = 200, burst_size: int = 50, agent_count: int = 20, comma
         extra, idle = idle_boxes(kw, boxes)
         extra.update(burst_extra)
         time.sleep(freeze_after + 5)  # frozen by now, if they freeze
-        before, t = host_cpu_seconds(), time.perf_counter()
-        time.sleep(10)
-        extra["host_cores_busy_with_the_idle_boxes"] = (host_cpu_seconds() - before) / (time.perf_counter() - t)
+        extra["host_cores_busy_with_the_idle_boxes"] = host_cores_busy(10)
         started = time.perf_counter()
         idle[0].commands.run("true")
         extra["first_command_of_an_idle_box_ms"] = (time.perf_counter() - started) * 1000

@@ -47,7 +47,7 @@ Dial = Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
 
 def freezer_file(runtime_id: str) -> tuple[Path, str, str]:
     """The box's freezer file and what freezes and thaws it (cgroup v2, else v1)."""
-    if (metrics.CGROUP_ROOT / "cgroup.controllers").exists():
+    if metrics.cgroup_v2():
         return metrics.CGROUP_ROOT / "hutch" / runtime_id / "cgroup.freeze", "1", "0"
     return metrics.CGROUP_ROOT / "freezer" / "hutch" / runtime_id / "freezer.state", "FROZEN", "THAWED"
 
@@ -176,10 +176,6 @@ class Freezer:
         if box.frozen:
             thaw(runtime_id)
             box.frozen = False
-
-    def is_frozen(self, runtime_id: str) -> bool:
-        box = self._boxes.get(runtime_id)
-        return box is not None and box.frozen
 
     def start(self, held: Callable[[], dict[str, str]]) -> None:
         if self.after > 0 and self._task is None:

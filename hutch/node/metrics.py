@@ -49,14 +49,15 @@ def _stat_field(text: str | None, name: str) -> int | None:
     return None
 
 
-def _unified() -> bool:
+def cgroup_v2() -> bool:
+    """Whether the host's cgroups are v2 (one unified tree), not v1."""
     return (CGROUP_ROOT / "cgroup.controllers").exists()
 
 
 def read_cgroup(runtime_id: str, unified: bool | None = None) -> tuple[int, int, int] | None:
     """(CPU time in ns, memory in bytes, of which page cache) of a box's cgroup; None when it has
     none (it ended, or the host gave it none)."""
-    unified = _unified() if unified is None else unified
+    unified = cgroup_v2() if unified is None else unified
     rel = Path("hutch") / runtime_id
     if unified:
         base = CGROUP_ROOT / rel
@@ -78,7 +79,7 @@ def read_cgroup(runtime_id: str, unified: bool | None = None) -> tuple[int, int,
 
 def cpu_limit(runtime_id: str, unified: bool | None = None) -> float:
     """The CPUs a box's cgroup may use (its quota), or the host's where it has no quota."""
-    unified = _unified() if unified is None else unified
+    unified = cgroup_v2() if unified is None else unified
     rel = Path("hutch") / runtime_id
     if unified:
         quota, _, period = (_read(CGROUP_ROOT / rel / "cpu.max") or "max").strip().partition(" ")
@@ -94,7 +95,7 @@ def remove_cgroup(runtime_id: str) -> None:
     """The box's cgroup directories, once the box is gone (runsc leaves them when its sandbox
     was killed from outside). Only an empty cgroup can be removed; a live one stays."""
     rel = Path("hutch") / runtime_id
-    dirs = [CGROUP_ROOT / rel] if _unified() else [d / rel for d in CGROUP_ROOT.iterdir() if not d.is_symlink()]
+    dirs = [CGROUP_ROOT / rel] if cgroup_v2() else [d / rel for d in CGROUP_ROOT.iterdir() if not d.is_symlink()]
     for d in dirs:
         with contextlib.suppress(OSError):
             os.rmdir(d)
@@ -110,7 +111,7 @@ class Usage:
     def sample(self, boxes: Iterable[Watched]) -> None:
         """One round over `boxes` (blocking reads: run it on a thread). A box with no sample for as
         long as samples are kept is forgotten (killed while paused, or resumed on another node)."""
-        unified = _unified()
+        unified = cgroup_v2()
         stale = time.time() - KEPT * INTERVAL_SECONDS
         for key in [k for k, ring in self._samples.items() if not ring or ring[-1].timestamp < stale]:
             self.forget(key)

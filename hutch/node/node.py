@@ -39,7 +39,7 @@ from hutch.node.api import (
     UsageSample,
 )
 from hutch.node.driver import Driver, DriverError
-from hutch.node.idle import Freezer, thaw
+from hutch.node.idle import Freezer
 from hutch.node.runsc import Runsc, RunscConfig, tail_of
 from hutch.node.spec import AgentRuntime, Limits, box_spec
 
@@ -220,7 +220,7 @@ class Node:
     async def _reap_forever(self) -> None:
         """Where SIGCHLD cannot be handled (a loop off the main thread): look every 20 ms."""
         while True:
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(REAP_DELAY)
             self.reap()
 
     def start_reaping(self) -> None:
@@ -670,8 +670,7 @@ class Node:
         async def take(runtime_id: str, key: str) -> bool:
             box = Box(runtime_id, self.boxes_dir / key)
             box.on_disk = mounts.is_mount(box.disk_dir)
-            thaw(runtime_id)  # a server that was killed may have left it frozen (hutch.node.idle)
-            state = await self._state(runtime_id)
+            state = await self._state(runtime_id)  # thawed first (Thawing): a killed server may have left it frozen
             ok = state is not None and state.get("status") == "running"
             if ok and state:
                 self._watch(runtime_id, int(state.get("pid") or 0))

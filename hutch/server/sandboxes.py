@@ -472,8 +472,7 @@ class Sandboxes:
             shutil.rmtree(image, ignore_errors=True)
             raise
         (image / boxfiles.MARKER).touch()
-        if self.config.fleet is None:
-            (image / CHECKPOINT_DONE).touch()  # whole before the box goes: a server that stops now keeps it
+        (image / CHECKPOINT_DONE).touch()  # whole before the box goes: a server that stops now keeps it
         await self.node.stop(rec.runtime_id, rec.box_key)
 
     async def _boot_files(self, rec: SandboxRecord, rootfs: Path, limits: Limits, image: Path) -> BoxRef:
@@ -592,7 +591,7 @@ class Sandboxes:
                 raise ApiError(Code.INVALID_STATE, f"sandbox {rec.id} is being resumed elsewhere; connect again")
             started = time.perf_counter()
             try:
-                if (image / boxfiles.MARKER).exists():
+                if self.files_only(rec):
                     box = await self._boot_files(rec, rootfs, limits, image)
                 else:
                     box = await self.node.restore(rec.box_key, rootfs, limits, image)

@@ -7,7 +7,8 @@ from typing import Literal
 import sqlalchemy as sa
 
 from hutch.store.database import Database, hold, hold_all
-from hutch.store.records import HOLDS_CHECKPOINT, SNAPSHOT_JSON, SnapshotRecord
+from hutch.store.records import SNAPSHOT_JSON, SnapshotRecord
+from hutch.store.sandboxes import disk_held
 from hutch.store.schema import sandboxes, snapshots, teams
 
 Refusal = Literal["name", "count", "bytes", "all_bytes"]
@@ -34,12 +35,8 @@ class SnapshotQueries(Database):
                 return "count"
             if size + rec.size_bytes > team_max_bytes:
                 return "bytes"
-            if all_bytes is not None:
-                paused = c.execute(sa.select(sa.func.coalesce(sa.func.sum(sandboxes.c.checkpoint_bytes), 0))
-                                   .where(sandboxes.c.status.in_(HOLDS_CHECKPOINT))).scalar_one()
-                every = c.execute(sa.select(sa.func.coalesce(sa.func.sum(s.size_bytes), 0))).scalar_one()
-                if paused + every + rec.size_bytes > all_bytes:
-                    return "all_bytes"
+            if all_bytes is not None and disk_held(c) + rec.size_bytes > all_bytes:
+                return "all_bytes"
             c.execute(snapshots.insert().values(**SNAPSHOT_JSON.row(rec)))
         return None
 

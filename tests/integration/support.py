@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from hutch import Sandbox, SandboxError
-from hutch.node.idle import thaw
+from hutch.node.idle import freezer_file, thaw
 from hutch.node.runsc import find_runsc
 from hutch.server.config import ServerConfig
 from hutch.store import SandboxRecord, Store
@@ -45,7 +45,24 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def logged(box: Sandbox, host: str | None = None, count: int = 1, limit: int = 100) -> list[Any]:
+def pooled(url: str) -> int:
+    """How many boxes the server's warm pool holds now (its /health)."""
+    return int(httpx.get(f"{url}/health").json()["warm_pool"])
+
+
+def frozen(runtime_id: str) -> bool:
+    """What the host's freezer says of the box (read by the test, never through the box)."""
+    path, frozen_word, _ = freezer_file(runtime_id)
+    return path.read_text().strip() == frozen_word
+
+
+def thawed(runtime_id: str) -> bool:
+    """Not frozen, nor on its way (cgroup v1's FREEZING)."""
+    path, _, thawed_word = freezer_file(runtime_id)
+    return path.read_text().strip() == thawed_word
+
+
+def logged(box: Sandbox, host: str | None = None, count: int = 1, limit: int = 100, what: str | None = None) -> list[Any]:
     """The box's network log rows (newest first, for `host` if given) once there are `count`: a
     connection's row is written when it closes, which the proxy sees a moment after the box's
     command has ended."""
@@ -55,7 +72,7 @@ def logged(box: Sandbox, host: str | None = None, count: int = 1, limit: int = 1
         rows[:] = [e for e in box.get_network_log(limit=limit).entries if host is None or e.host == host]
         return len(rows) >= count
 
-    wait_for(enough, 30, f"{count} network log rows" + (f" for {host}" if host else ""))
+    wait_for(enough, 30, what or f"{count} network log rows" + (f" for {host}" if host else ""))
     return rows
 
 

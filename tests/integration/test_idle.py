@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from hutch import Sandbox
-from hutch.node import idle, metrics
-from tests.integration.support import Server, make_server, retire, runsc_cli, wait_for
+from hutch.node import metrics
+from tests.integration.support import Server, frozen, make_server, retire, runsc_cli, wait_for
 
 AFTER = 2  # seconds idle before a box is frozen, for these tests
 COUNTER = "nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 1; done' >/dev/null 2>&1 &"
@@ -26,12 +26,6 @@ def freezing() -> Iterator[Server]:
         yield server
     finally:
         retire(server)
-
-
-def frozen(runtime_id: str) -> bool:
-    """What the host's freezer says of the box (read by the test, never through the box)."""
-    path, frozen_word, _ = idle.freezer_file(runtime_id)
-    return path.read_text().strip() == frozen_word
 
 
 def cpu_ns(runtime_id: str) -> int:

@@ -8,31 +8,35 @@ import time
 from functools import partial
 from typing import Any
 
-import httpx
-
 from hutch import EnvStep, Sandbox, Template, WorkdirStep
 from hutch.node.idle import freezer_file, thaw
-from tests.integration.support import Env, in_background, make_server, retire, runsc_cli, wait_for
+from tests.integration.support import Env, Server, frozen, in_background, make_server, pooled, retire, runsc_cli, thawed, wait_for
 
 
-def _pool(env: Env) -> int:
-    return int(httpx.get(f"{env.url}/health").json()["warm_pool"])
+def _waiting(server: Server) -> set[str]:
+    """The runtime ids of the pool's boxes: runsc's containers that no sandbox record names."""
+    owned = {r.runtime_id for r in server.store().list_sandboxes(None) if r.runtime_id}
+    return set(runsc_cli(server, "list", "--quiet").split()) - owned
+
+
+def _all_frozen(runtime_ids: set[str]) -> bool:
+    return all(frozen(r) for r in runtime_ids)  # cgroup v1 is FREEZING on its way: waited on
 
 
 def test_a_create_claims_from_the_pool_and_the_pool_refills(env: Env) -> None:
-    wait_for(lambda: _pool(env) == 2, timeout=30, what="a full pool")
+    wait_for(lambda: pooled(env.url) == 2, timeout=30, what="a full pool")
     sb = Sandbox.create(name="from-pool")
     try:
-        assert _pool(env) == 1, "the create took a pooled box"
+        assert pooled(env.url) == 1, "the create took a pooled box"
         assert sb.commands.run("id -un").stdout == "user\n"
-        wait_for(lambda: _pool(env) == 2, timeout=30, what="the pool to refill")
+        wait_for(lambda: pooled(env.url) == 2, timeout=30, what="the pool to refill")
     finally:
         sb.kill()
 
 
 def test_a_claimed_box_carries_nothing_of_an_earlier_one(env: Env) -> None:
     for round_ in range(3):
-        wait_for(lambda: _pool(env) == 2, timeout=30, what="a full pool")
+        wait_for(lambda: pooled(env.url) == 2, timeout=30, what="a full pool")
         sb = Sandbox.create(name=f"claim-{round_}", env_vars={"ROUND": str(round_)})
         try:
             r = sb.commands.run("ls /tmp/left-behind* 2>/dev/null; pgrep -f '^left-behind'; echo $ROUND")
@@ -63,11 +67,10 @@ def test_an_empty_pool_only_means_a_cold_boot(env: Env) -> None:
 
 
 def test_a_pooled_box_that_died_is_never_handed_out(env: Env) -> None:
-    wait_for(lambda: _pool(env) == 2, timeout=30, what="a full pool")
-    owned = {r.runtime_id for r in env.server.store().list_sandboxes(None) if r.runtime_id}
-    pooled = set(runsc_cli(env.server, "list", "--quiet").split()) - owned
-    assert len(pooled) == 2
-    for runtime_id in pooled:  # every process of it dies, as in a crash (thawed first: a frozen one cannot)
+    wait_for(lambda: pooled(env.url) == 2, timeout=30, what="a full pool")
+    waiting = _waiting(env.server)
+    assert len(waiting) == 2
+    for runtime_id in waiting:  # every process of it dies, as in a crash (thawed first: a frozen one cannot)
         thaw(runtime_id)
         for pid in freezer_file(runtime_id)[0].with_name("cgroup.procs").read_text().split():
             os.kill(int(pid), signal.SIGKILL)
@@ -76,7 +79,7 @@ def test_a_pooled_box_that_died_is_never_handed_out(env: Env) -> None:
         assert sb.commands.run("echo fine").stdout == "fine\n"
     finally:
         sb.kill()
-    wait_for(lambda: _pool(env) == 2, timeout=30, what="the pool to refill with live boxes")
+    wait_for(lambda: pooled(env.url) == 2, timeout=30, what="the pool to refill with live boxes")
 
 
 def test_another_template_never_gets_a_pooled_box(env: Env) -> None:
@@ -85,10 +88,10 @@ def test_another_template_never_gets_a_pooled_box(env: Env) -> None:
     small = Template.create(f"small-{time.time_ns()}", memory_mib=512,
                             steps=[EnvStep(key="FROM_TEMPLATE", value="small"), WorkdirStep(workdir="/tmp")])
     small.wait_until_ready()
-    wait_for(lambda: _pool(env) == 2, timeout=30, what="a full pool")
+    wait_for(lambda: pooled(env.url) == 2, timeout=30, what="a full pool")
     sb = Sandbox.create(name="small", from_template=small)
     try:
-        assert _pool(env) == 2, "no pooled box was taken"
+        assert pooled(env.url) == 2, "no pooled box was taken"
         info = sb.get_info()
         assert info.template == small.name and info.memory_mib == 512
         assert sb.commands.run("echo $FROM_TEMPLATE; pwd").stdout == "small\n/tmp\n"
@@ -97,25 +100,16 @@ def test_another_template_never_gets_a_pooled_box(env: Env) -> None:
         small.delete()
 
 
-def _waiting(server: Any) -> set[str]:
-    owned = {r.runtime_id for r in server.store().list_sandboxes(None) if r.runtime_id}
-    return set(runsc_cli(server, "list", "--quiet").split()) - owned
-
-
-def _frozen(runtime_id: str) -> bool:
-    path, frozen, _ = freezer_file(runtime_id)
-    return path.read_text().strip() in (frozen, "FREEZING")  # cgroup v1 says FREEZING on its way
-
-
 def test_waiting_boxes_are_frozen_and_a_burst_grows_the_pool_for_the_next() -> None:
     server = make_server("--warm-pool", "1", "--warm-pool-max", "3")
     server.start()
     try:
         url = server.url
         kw = server.client_args()
-        wait_for(lambda: int(httpx.get(f"{url}/health").json()["warm_pool"]) == 1, timeout=60, what="a full pool")
+        wait_for(lambda: pooled(url) == 1, timeout=60, what="a full pool")
         waiting = _waiting(server)
-        assert len(waiting) == 1 and all(_frozen(r) for r in waiting), "a waiting box costs no CPU"
+        assert len(waiting) == 1
+        wait_for(lambda: _all_frozen(waiting), timeout=10, what="the waiting box frozen: it costs no CPU")
         made: list[Any] = []
         creates = [in_background(lambda: made.append(Sandbox.create(name="burst", **kw))) for _ in range(3)]
         try:
@@ -124,12 +118,12 @@ def test_waiting_boxes_are_frozen_and_a_burst_grows_the_pool_for_the_next() -> N
             assert not [e for c in creates for e in c.errors] and len(made) == 3
             assert [sb.commands.run("echo up").stdout for sb in made] == ["up\n"] * 3, "a claimed box was thawed"
             # three creates at once: the pool grows to three once creates are quiet, for the next burst
-            wait_for(lambda: int(httpx.get(f"{url}/health").json()["warm_pool"]) == 3, timeout=120,
-                     what="the pool to grow to the burst")
+            wait_for(lambda: pooled(url) == 3, timeout=120, what="the pool to grow to the burst")
             grown = _waiting(server)
-            assert len(grown) == 3 and all(_frozen(r) for r in grown)
+            assert len(grown) == 3
+            wait_for(lambda: _all_frozen(grown), timeout=10, what="the grown pool's boxes frozen")
             claimed = {r.runtime_id for r in server.store().list_sandboxes(None) if r.runtime_id}
-            assert len(claimed) == 3 and not any(_frozen(r) for r in claimed), "the claimed boxes run"
+            assert len(claimed) == 3 and all(thawed(r) for r in claimed), "the claimed boxes run"
         finally:
             for sb in made:
                 sb.kill()

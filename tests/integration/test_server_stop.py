@@ -7,11 +7,10 @@ import json
 import signal
 import subprocess
 
-import httpx
 import pytest
 
 from hutch import Sandbox
-from tests.integration.support import Server, make_server, retire, runsc_cli, wait_for
+from tests.integration.support import Server, make_server, pooled, retire, runsc_cli, wait_for
 
 
 def _running(server: Server) -> set[str]:
@@ -40,9 +39,9 @@ def test_a_stopped_server_leaves_no_pool_box(server: Server, signals: tuple[str,
     try:
         sb = Sandbox.create(name="outlives", **server.client_args())
         recorded = server.record(sb.id).runtime_id
-        wait_for(lambda: httpx.get(f"{server.url}/health").json()["warm_pool"] == 2, timeout=60, what="a full pool")
-        pooled = _running(server) - {recorded}
-        assert len(pooled) == 2
+        wait_for(lambda: pooled(server.url) == 2, timeout=60, what="a full pool")
+        waiting = _running(server) - {recorded}
+        assert len(waiting) == 2
         assert server.proc is not None
         for name in signals:
             server.proc.send_signal(getattr(signal, name))
@@ -52,7 +51,7 @@ def test_a_stopped_server_leaves_no_pool_box(server: Server, signals: tuple[str,
             pytest.fail(f"the server did not exit within 30 s of {'+'.join(signals)}")
         # A server that shut down stopped them itself; one that could not (killed, or a second signal
         # that ends it at once) leaves them to its guard, which stops them once it is gone
-        wait_for(lambda: not pooled & _running(server), timeout=60, what="the pool's boxes to be stopped")
+        wait_for(lambda: not waiting & _running(server), timeout=60, what="the pool's boxes to be stopped")
         assert _running(server) == {recorded}, "no pool box is left"
         assert recorded is not None and _status(server, recorded) == "running", "the recorded sandbox runs on"
     finally:
