@@ -93,8 +93,9 @@ def test_the_agent_reads_as_the_user_by_default_and_as_root_when_asked(planted: 
 def test_roots_reads_are_not_steered_by_links_swapped_in_meanwhile(planted: Sandbox, env: Env) -> None:
     """The user flips ~/flip between a directory (holding a decoy `secret`) and a link to /root
     while root reads ~/flip/secret and zips ~/flip's parent: root's walk never follows it."""
-    flip = ("mkdir -p ~/decoy && echo decoy > ~/decoy/secret && mkdir -p ~/z && "
-            "while true; do rm -rf ~/z/flip; ln -s /root ~/z/flip; rm -f ~/z/flip; cp -r ~/decoy ~/z/flip; done")
+    # made before the flipping starts: a zip of ~/z asked before it exists is a 404, not the race
+    planted.commands.run("mkdir -p ~/decoy ~/z && echo decoy > ~/decoy/secret")
+    flip = "while true; do rm -rf ~/z/flip; ln -s /root ~/z/flip; rm -f ~/z/flip; cp -r ~/decoy ~/z/flip; done"
     proc = planted.commands.spawn(flip)
     try:
         with _agent(env, planted) as agent:
