@@ -7,7 +7,9 @@ The test server is the tests' stand-in internet (a network namespace on this mac
 Python loop runs on the host (direct) and in a box (through the relay and the egress proxy):
 N sequential GETs on new connections, then a 64 MB download. Then HTTPS from the box, to a host it
 holds a secret for (the proxy terminates the TLS and swaps the stand-in in) beside a host it
-does not (the TLS is relayed end to end): what swapping a secret in costs.
+does not (the TLS is relayed end to end): what swapping a secret in costs. Last, the API's
+/health and another box's GETs while one box floods denied connections from 8 threads, beside
+the same before it: what a flood costs the others.
 """
 
 from __future__ import annotations
@@ -16,15 +18,21 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
-from bench.common import bench_env, main_for, stats
-from hutch import Sandbox, Secret
+import httpx
+
+from bench.common import bench_env, main_for, stats, timed
+from hutch import NetworkConfig, Sandbox, Secret
 from hutch.node import base_image
 from hutch.server.config import DEFAULT_CACHE_DIR
+from tests.integration.box_scripts import FETCHES, FLOOD_FOR, run_script
 from tests.integration.internet import EGRESS_HOSTS, certificate, stand_in_internet
 
 BIG = 64 * 2**20
+FLOOD_SECONDS = 60  # longer than the figures taken during it; the run checks it was
 LOOP = r"""
 import json, sys, time, urllib.request
 url, n, big = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -86,16 +94,49 @@ def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]],
         finally:
             sb.kill()
             secret.delete()
+        flooded = flood_figures(kw, n)
     assert direct["big_bytes"] == boxed["big_bytes"] == tls["swapped"]["big_bytes"] == BIG
     figures = {"egress_get_new_connection": stats(boxed["small"]), "direct_get_new_connection": stats(direct["small"]),
                "https_get_secret_swapped": stats(tls["swapped"]["small"]),
-               "https_get_tunnelled": stats(tls["tunnelled"]["small"])}
+               "https_get_tunnelled": stats(tls["tunnelled"]["small"]), **flooded}
     extra = {"egress_download_mb_per_s": BIG / 2**20 / boxed["big_seconds"],
              "direct_download_mb_per_s": BIG / 2**20 / direct["big_seconds"],
              "https_download_secret_swapped_mb_per_s": BIG / 2**20 / tls["swapped"]["big_seconds"],
              "https_download_tunnelled_mb_per_s": BIG / 2**20 / tls["tunnelled"]["big_seconds"]}
     return figures, [("egress_get_new_connection", "direct_get_new_connection"),
-                     ("https_get_secret_swapped", "https_get_tunnelled")], extra
+                     ("https_get_secret_swapped", "https_get_tunnelled"),
+                     ("health_during_flood", "health_quiet"), ("box_get_during_flood", "box_get_quiet")], extra
+
+
+def flood_figures(kw: dict[str, str], n: int) -> dict[str, dict[str, float]]:
+    """/health and a bystander box's GETs, quiet and then while another box floods."""
+    flooder = Sandbox.create(name="bench-flooder", network=NetworkConfig(deny_out=["0.0.0.0/0"]), **kw)
+    bystander = Sandbox.create(name="bench-bystander", **kw)
+    api = httpx.Client(base_url=kw["base_url"], timeout=30)  # one client: not its TLS context made each time
+    try:
+        def health() -> None:
+            assert api.get("/health").status_code == 200
+
+        def fetches() -> list[float]:
+            return [float(t) for t in json.loads(run_script(bystander, FETCHES, n))]
+
+        fetches()  # warm: the script is written, the interpreter's files are cached
+        quiet_health, quiet_fetch = timed(health, n), fetches()
+        flood = threading.Thread(target=run_script, args=(flooder, FLOOD_FOR, FLOOD_SECONDS, 8, FLOOD_SECONDS * 2))
+        started = time.monotonic()
+        flood.start()
+        while not any(e.rule == "rate_limited" for e in flooder.get_network_log(limit=50).entries):
+            time.sleep(0.1)  # under way once the box's refusals are past their burst
+        busy_health, busy_fetch = timed(health, n), fetches()
+        if time.monotonic() - started >= FLOOD_SECONDS:
+            raise SystemExit("the flood ended before its figures were taken: raise FLOOD_SECONDS")
+        flood.join()
+    finally:
+        api.close()
+        flooder.kill()
+        bystander.kill()
+    return {"health_quiet": stats(quiet_health), "health_during_flood": stats(busy_health),
+            "box_get_quiet": stats(quiet_fetch), "box_get_during_flood": stats(busy_fetch)}
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """Attempts on the egress proxy of a real server, made from inside boxes: a second request
 pipelined on a plain-HTTP connection, more connections than a box may hold, four boxes holding
 300 idle connections each against a server with 1,024 descriptors, a flood of denied
-connections (coalesced in the log, rate-limited past a burst, and no slower for the API and another
-box's egress than the server is without it), a TLS hello that drips, and the destinations that are refused by rule (cloud
+connections (coalesced in the log, rate-limited past a burst, with the API and another box's egress
+still answering), a TLS hello that drips, and the destinations that are refused by rule (cloud
 metadata names and IPv4-carrying IPv6 literals). Every test host is in the stand-in internet's
 namespace (tests/integration/internet.py); the refused destinations are never dialled."""
 
@@ -23,6 +23,7 @@ import pytest
 
 from hutch import NetworkConfig, Sandbox
 from hutch.egress.limits import REFUSAL_BURST, REFUSALS_PER_SECOND
+from tests.integration.box_scripts import FETCHES, FLOOD_FOR, run_script
 from tests.integration.internet import Internet
 from tests.integration.support import Env, Server, in_background, wait_for
 
@@ -97,46 +98,6 @@ for n in range(int(sys.argv[1])):
 print(json.dumps(codes))
 '''
 
-# WORKERS threads opening denied connections for SECONDS: the proxy's answer to each, by its
-# X-Hutch-Egress tag.
-FLOOD_FOR = r'''
-import json, socket, sys, threading, time
-seconds, workers = float(sys.argv[1]), int(sys.argv[2])
-tags, lock = {}, threading.Lock()
-def work(w):
-    n, end = 0, time.monotonic() + seconds
-    while time.monotonic() < end:
-        n += 1
-        try:
-            s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
-            s.sendall(b"CONNECT flood%d-%d.test:443 HTTP/1.1\r\n\r\n" % (w, n))
-            head = s.recv(4096).split(b"\r\n")
-            s.close()
-            tag = next((h.split(b":", 1)[1].strip().decode() for h in head if h.lower().startswith(b"x-hutch-egress:")),
-                       head[0].decode(errors="replace") or "closed")
-        except OSError as e:
-            tag = type(e).__name__
-        with lock:
-            tags[tag] = tags.get(tag, 0) + 1
-threads = [threading.Thread(target=work, args=(w,)) for w in range(workers)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-print(json.dumps(tags))
-'''
-
-# N sequential GETs on new connections through the proxy: the seconds each took.
-FETCHES = r'''
-import json, sys, time, urllib.request
-took = []
-for _ in range(int(sys.argv[1])):
-    t = time.perf_counter()
-    assert urllib.request.urlopen("http://example.test/", timeout=30).status == 200
-    took.append(time.perf_counter() - t)
-print(json.dumps(took))
-'''
-
 # CONNECT, then a TLS hello in one-byte records, one each half second: how long until the proxy
 # gives up on it.
 DRIP = r'''
@@ -153,14 +114,6 @@ try:
 except OSError:
     print("cut", round(time.monotonic() - start, 1))
 '''
-
-
-def run_script(box: Any, script: str, *args: object, timeout: float = 120) -> str:
-    name = f"/tmp/script-{abs(hash(script))}.py"
-    box.files.write(name, script)
-    r = box.commands.run(" ".join(["python3", name, *map(str, args)]), timeout_seconds=timeout)
-    assert r.exit_code == 0, r.stdout + r.stderr
-    return str(r.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -243,35 +196,25 @@ def test_a_flood_of_denied_connections_is_coalesced_in_the_network_log(make_box:
     assert "coalesced" in {e.rule for e in entries} and told(entries) == 300, [(e.rule, e.error) for e in entries]
 
 
-def test_a_flood_of_denied_connections_is_rate_limited_and_slows_nobody_else(env: Env, internet: Internet) -> None:
-    """Box A floods denied connections from 8 threads; the API's /health and box B's allowed
-    fetches are timed before and during it, in this run. Past a burst, A's connections are refused
-    unread (no store read: `rate_limited`): the store reads it gets are the bucket's, not the
-    flood's, and every refusal is still told in the log, coalesced."""
+def test_a_flood_of_denied_connections_is_rate_limited_and_the_others_still_answer(env: Env, internet: Internet) -> None:
+    """Box A floods denied connections from 8 threads while the API's /health and box B's allowed
+    fetches go on. Past a burst, A's connections are refused unread (no store read:
+    `rate_limited`): the store reads it gets are the bucket's, not the flood's; every request of
+    the others is answered; and every refusal is still told in the log, coalesced. How much slower
+    the others are meanwhile is a figure of bench/egress.py, not a limit here."""
     flooder = Sandbox.create(name="flooder", network=NetworkConfig(deny_out=["0.0.0.0/0"]))
     bystander = Sandbox.create(name="bystander")
     try:
-        def health(n: int) -> list[float]:
-            took = []
-            for _ in range(n):
-                start = time.perf_counter()
-                assert httpx.get(f"{env.url}/health", timeout=30).status_code == 200
-                took.append(time.perf_counter() - start)
-            return took
-
-        def fetches(n: int) -> list[float]:
-            return [float(t) for t in json.loads(run_script(bystander, FETCHES, n))]
-
-        fetches(3)  # warm: the script is written, the interpreter's files are cached
-        quiet_health, quiet_fetch = health(30), fetches(30)
         seconds = 25
         results: list[str] = []
         start = time.monotonic()
         flood = in_background(lambda: results.append(run_script(flooder, FLOOD_FOR, seconds, 8)))
         wait_for(lambda: any(e.rule in ("rate_limited", "coalesced") for e in flooder.get_network_log(limit=50).entries),
                  what="the flood under way")
-        busy_health, busy_fetch = health(30), fetches(30)
-        assert time.monotonic() - start < seconds, "measured while the flood went on"
+        for _ in range(30):
+            assert httpx.get(f"{env.url}/health", timeout=30).status_code == 200
+        assert len(json.loads(run_script(bystander, FETCHES, 30))) == 30  # each fetch asserts its 200
+        assert time.monotonic() - start < seconds, "asked while the flood went on"
         flood.join(120)
         assert not flood.errors, flood.errors
         tags = json.loads(results[0])
@@ -280,12 +223,6 @@ def test_a_flood_of_denied_connections_is_rate_limited_and_slows_nobody_else(env
         assert set(tags) <= {"deny_out:0.0.0.0/0", "rate_limited"}, tags
         # a burst, then the box's rate (the script's own seconds, and as many again for its start and end)
         assert REFUSAL_BURST <= read <= REFUSAL_BURST + REFUSALS_PER_SECOND * seconds * 2 < total, tags
-        for quiet, busy, what in ((quiet_health, busy_health, "/health"), (quiet_fetch, busy_fetch, "box B's GET")):
-            # Every one answered, each within ten times the slowest of the quiet run. Not closer:
-            # the flood's own CPU (runsc, the relay) and whatever else runs on this host share the
-            # cores with the server, whose loop is not what slows then (a tenth of a core on a
-            # 2-core host under load); what the flood must not get, store reads, is counted above.
-            assert len(busy) == len(quiet) and max(busy) <= 10 * max(quiet), (what, quiet, busy)
         wait_for(lambda: told(flooder.get_network_log(limit=1000).entries) >= total, timeout=30,
                  what="every refusal told in the log")
         rows = flooder.get_network_log(limit=1000).entries
