@@ -4,9 +4,8 @@ a frozen box thaws it first."""
 
 from __future__ import annotations
 
-import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -42,7 +41,6 @@ def test_a_frozen_box_uses_nothing_and_carries_on_where_it_was(freezing: Server)
         sb.commands.run(COUNTER)
         wait_for(lambda: sb.files.exists("/tmp/count"), what="the counter to start")
         pid = sb.commands.run("pgrep -o sh -u user -f 'while :'").stdout.strip()
-        warm = statistics.median(_timed(lambda: sb.commands.run("true")) for _ in range(5))
         before = int(sb.files.read_text("/tmp/count"))
 
         wait_for(lambda: frozen(runtime_id), timeout=30, what="the idle box to be frozen")
@@ -51,17 +49,14 @@ def test_a_frozen_box_uses_nothing_and_carries_on_where_it_was(freezing: Server)
         assert cpu_ns(runtime_id) == held, "nothing of a frozen box runs: its sentry, stubs and gofer are stopped"
         assert frozen(runtime_id)
 
-        thaws = [_timed(lambda: sb.commands.run("true"))]  # its next call thaws it
+        assert sb.commands.run("true").exit_code == 0  # its next call thaws it (what that costs: bench/idle.py)
         assert not frozen(runtime_id)
         after = int(sb.files.read_text("/tmp/count"))
         assert after >= before, "the counter went on from where it was, not from the start"
         assert sb.commands.run("pgrep -o sh -u user -f 'while :'").stdout.strip() == pid, "the same process"
         wait_for(lambda: int(sb.files.read_text("/tmp/count")) > after, timeout=10, what="the counter to go on")
-        for _ in range(2):  # the median of three thaws: a loaded host's one slow command says little
-            wait_for(lambda: frozen(runtime_id), timeout=30, what="the box to be frozen again")
-            thaws.append(_timed(lambda: sb.commands.run("true")))
-        first = statistics.median(thaws)
-        assert first - warm < 0.05, f"the first command after a thaw took {first * 1000:.0f} ms, a warm one {warm * 1000:.0f} ms"
+        wait_for(lambda: frozen(runtime_id), timeout=30, what="the box to be frozen again")
+        assert sb.commands.run("echo again").stdout == "again\n" and not frozen(runtime_id), "and thawed again"
     finally:
         sb.kill()
 
@@ -100,9 +95,3 @@ def test_a_pause_and_a_kill_of_a_frozen_box_thaw_it_first(freezing: Server) -> N
         sb.kill()
     assert time.monotonic() - started < 15, "a frozen box's kill does not wait on it"
     wait_for(lambda: runtime_id not in runsc_cli(freezing, "list", "--quiet").split(), what="the box to be gone")
-
-
-def _timed(fn: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
