@@ -7,9 +7,10 @@ same run: ratios, not absolute times, are what to compare across machines.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from bench import core, egress, idle, pause, scale, snapshots
-from bench.common import report
+from bench.common import Measurement, report
 
 
 def main() -> None:
@@ -21,9 +22,11 @@ def main() -> None:
     figures: dict[str, dict[str, float]] = {}
     pairs: list[tuple[str, str]] = []
     extra: dict[str, float] = {}
-    for step in (lambda: core.measure(n), lambda: pause.measure(n), lambda: snapshots.measure(n),
-                 lambda: egress.measure(n), lambda: idle.measure(rounds=n),
-                 lambda: scale.measure(boxes)):
+    steps: list[Callable[[], Measurement]] = [
+        lambda: core.measure(n), lambda: pause.measure(n), lambda: snapshots.measure(n),
+        lambda: egress.measure(n), lambda: idle.measure(rounds=n),
+        lambda: scale.measure(boxes)]
+    for step in steps:
         f, p, e = step()
         figures.update(f)
         pairs += p

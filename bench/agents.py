@@ -20,9 +20,10 @@ from hutch import AsyncSandbox
 from hutch.integrations.tools import TOOLS, Allow, invoke
 from hutch.node import base_image
 from hutch.server.config import DEFAULT_CACHE_DIR
+from tests.integration.support import ClientArgs
 
 
-async def _measure(n: int, kw: dict[str, str]) -> dict[str, list[float]]:
+async def _measure(n: int, kw: ClientArgs) -> dict[str, list[float]]:
     from mcp import Client, StdioServerParameters
 
     sb = await AsyncSandbox.create("bench-agents", **kw)

@@ -23,6 +23,10 @@ from hutch.node import idle
 from hutch.node.runsc import RunscConfig, find_runsc
 from hutch.node.spec import AgentRuntime, Limits, box_spec
 from hutch.server.config import ServerConfig
+from tests.integration.support import ClientArgs
+
+# what a benchmark's measure returns: its figures (min/median/p95), the (figure, floor) pairs, and single values
+Measurement = tuple[dict[str, dict[str, float]], list[tuple[str, str]], dict[str, float]]
 
 
 def stats(samples: list[float]) -> dict[str, float]:
@@ -103,13 +107,13 @@ def start_server(root: Path, warm_pool: int, extra_args: tuple[str, ...] = ()) -
 
 @contextmanager
 def bench_env(rootfs: Path, warm_pool: int = 0,
-              extra_args: tuple[str, ...] = ()) -> Iterator[tuple[dict[str, str], RawRunsc]]:
+              extra_args: tuple[str, ...] = ()) -> Iterator[tuple[ClientArgs, RawRunsc]]:
     """A server on loopback with a temporary data dir, and raw runsc beside it; all removed after."""
     root = Path(tempfile.mkdtemp(prefix="hutch-b", dir="/tmp"))
     proc, url, key = start_server(root, warm_pool, extra_args)
     raw = RawRunsc(root / "raw", rootfs)
     try:
-        yield {"api_key": key, "base_url": url}, raw
+        yield ClientArgs(api_key=key, base_url=url), raw
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
@@ -132,8 +136,7 @@ def wait_for_pool(base_url: str, size: int, timeout: float = 300.0) -> None:
         time.sleep(0.02)
 
 
-def main_for(title: str, measure: Callable[[int], tuple[dict[str, dict[str, float]], list[tuple[str, str]],
-                                                         dict[str, float]]]) -> None:
+def main_for(title: str, measure: Callable[[int], Measurement]) -> None:
     """`python -m bench.NAME [-n N]`: run one benchmark's measure(n) and print its table."""
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=20, help="runs per figure (default %(default)s)")

@@ -42,7 +42,12 @@ def socket_floor(data: bytes, n: int) -> list[float]:
     """The same bytes through a local socket pair, from one thread to another: a transfer's floor."""
     def once() -> None:
         a, b = socket.socketpair()
-        sender = threading.Thread(target=lambda: (a.sendall(data), a.close()))
+
+        def send() -> None:
+            a.sendall(data)
+            a.close()
+
+        sender = threading.Thread(target=send)
         sender.start()
         got = 0
         while chunk := b.recv(1 << 20):

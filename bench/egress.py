@@ -30,6 +30,7 @@ from hutch.node import base_image
 from hutch.server.config import DEFAULT_CACHE_DIR
 from tests.integration.box_scripts import FETCHES, FLOOD_FOR, run_script
 from tests.integration.internet import EGRESS_HOSTS, certificate, stand_in_internet
+from tests.integration.support import ClientArgs
 
 BIG = 64 * 2**20
 FLOOD_SECONDS = 60  # longer than the figures taken during it; the run checks it was
@@ -108,7 +109,7 @@ def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]],
                      ("health_during_flood", "health_quiet"), ("box_get_during_flood", "box_get_quiet")], extra
 
 
-def flood_figures(kw: dict[str, str], n: int) -> dict[str, dict[str, float]]:
+def flood_figures(kw: ClientArgs, n: int) -> dict[str, dict[str, float]]:
     """/health and a bystander box's GETs, quiet and then while another box floods."""
     flooder = Sandbox.create(name="bench-flooder", network=NetworkConfig(deny_out=["0.0.0.0/0"]), **kw)
     bystander = Sandbox.create(name="bench-bystander", **kw)

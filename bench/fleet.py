@@ -25,6 +25,7 @@ from hutch import Sandbox
 from hutch.node import base_image
 from hutch.server.config import DEFAULT_CACHE_DIR
 from tests.fleet.cluster import Fleet
+from tests.integration.support import ClientArgs
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -49,7 +50,7 @@ def histogram_mean(metrics: str, name: str, labels: str = "") -> float:
     return value("sum") / count if count else 0.0
 
 
-def run_figures(kw: dict[str, str], n: int, watched: dict[str, Callable[[], set[int]]],
+def run_figures(kw: ClientArgs, n: int, watched: dict[str, Callable[[], set[int]]],
                 prefix: str) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """Create-to-first-command and commands.run, with the CPU each watched group of processes
     (the API server, Ray's head) spent per call meanwhile."""
@@ -93,7 +94,7 @@ def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]],
         api = fleet.api(0)
         assert api.proc is not None
         api_pid = api.proc.pid
-        f, e = run_figures(dict(fleet.client_args(0)), n, {"api_server": lambda: {api_pid}, "ray_head": fleet.head_pids},
+        f, e = run_figures(fleet.client_args(0), n, {"api_server": lambda: {api_pid}, "ray_head": fleet.head_pids},
                            "fleet")
         figures.update(f)
         extra.update(e)

@@ -84,6 +84,11 @@ def cpu_percent(readers: list[Callable[[], float]], seconds: float) -> list[floa
     return [statistics.median(w[i] for w in per_window) for i in range(len(readers))]
 
 
+def processes_seconds(pids: set[int]) -> Callable[[], float]:
+    """A reader of the CPU seconds a set of processes used so far (as cpu_percent takes them)."""
+    return lambda: sum(process_seconds(x) for x in pids)
+
+
 def box_seconds(runtime_id: str) -> Callable[[], float]:
     def read() -> float:
         got = metrics.read_cgroup(runtime_id)
@@ -165,7 +170,7 @@ def raw_idle(raw: RawRunsc, seconds: float, count: int = 3) -> float:
     try:
         time.sleep(SETTLE_SECONDS / 2)
         processes = [runsc_processes(cid) for cid in ids]
-        shares = cpu_percent([lambda p=p: sum(process_seconds(x) for x in p) for p in processes], seconds)
+        shares = cpu_percent([processes_seconds(p) for p in processes], seconds)
         return statistics.median(shares)
     finally:
         for cid in ids:

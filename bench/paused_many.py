@@ -19,7 +19,10 @@ from hutch.server.config import DEFAULT_CACHE_DIR
 
 def used_memory_mib() -> float:
     info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
-    kib = lambda k: int(info[k].split()[0])
+
+    def kib(k: str) -> int:
+        return int(info[k].split()[0])
+
     return (kib("MemTotal") - kib("MemAvailable")) / 1024
 
 

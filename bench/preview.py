@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import TypedDict
 
 from bench.common import bench_env, main_for, stats
 from hutch import Sandbox
@@ -60,6 +61,13 @@ print(json.dumps({"latency": lat, "rps": sum(done) / seconds}))
 """
 
 
+class ClientResult(TypedDict):
+    """What CLIENT prints: each GET's seconds, and the requests per second of the threads."""
+
+    latency: list[float]
+    rps: float
+
+
 def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]], dict[str, float]]:
     rootfs = base_image.build(DEFAULT_CACHE_DIR)
     with socket.socket() as s:
@@ -77,17 +85,17 @@ def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]],
             url = sb.publish_preview_port(8000).url
             host = url.split("//", 1)[1]
 
-            def boxed(fresh: bool) -> dict[str, object]:
+            def boxed(fresh: bool) -> ClientResult:
                 r = sb.commands.run(f"python3 /tmp/client.py 127.0.0.1 8000 localhost {n} 4 5 {int(fresh)}",
                                     timeout_seconds=300)
                 assert r.exit_code == 0, r.stderr
-                result: dict[str, object] = json.loads(r.stdout)
+                result: ClientResult = json.loads(r.stdout)
                 return result
 
-            def proxied(fresh: bool) -> dict[str, object]:
+            def proxied(fresh: bool) -> ClientResult:
                 r = subprocess.run([sys.executable, str(client), "127.0.0.1", str(preview_port), host, str(n), "4", "5",
                                     str(int(fresh))], capture_output=True, text=True, check=True, timeout=300)
-                result: dict[str, object] = json.loads(r.stdout)
+                result: ClientResult = json.loads(r.stdout)
                 return result
 
             for _ in range(50):  # the server in the box may take a moment to listen
@@ -98,13 +106,13 @@ def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]],
         finally:
             sb.kill()
 
-    def lat(d: dict[str, object]) -> dict[str, float]:
-        return stats(d["latency"])  # type: ignore[arg-type]
+    def lat(d: ClientResult) -> dict[str, float]:
+        return stats(d["latency"])
 
     figures = {"preview_get_kept_alive": lat(through), "direct_get_kept_alive": lat(direct),
                "preview_get_new_connection": lat(through_new), "direct_get_new_connection": lat(direct_new)}
-    extra = {"preview_requests_per_s_4_clients": float(through["rps"]),  # type: ignore[arg-type]
-             "direct_requests_per_s_4_clients": float(direct["rps"])}  # type: ignore[arg-type]
+    extra = {"preview_requests_per_s_4_clients": float(through["rps"]),
+             "direct_requests_per_s_4_clients": float(direct["rps"])}
     return figures, [("preview_get_kept_alive", "direct_get_kept_alive"),
                      ("preview_get_new_connection", "direct_get_new_connection")], extra
 

@@ -21,6 +21,7 @@ from bench.common import bench_env, report, stats, wait_for_pool
 from hutch import Sandbox, SandboxError
 from hutch.node import base_image
 from hutch.server.config import DEFAULT_CACHE_DIR
+from tests.integration.support import ClientArgs
 
 
 def used_memory_mib() -> float:
@@ -47,7 +48,7 @@ def runsc_pss_mib() -> dict[str, float]:
     return totals
 
 
-def idle_boxes(kw: dict[str, str], cap: int) -> tuple[dict[str, float], list[Sandbox]]:
+def idle_boxes(kw: ClientArgs, cap: int) -> tuple[dict[str, float], list[Sandbox]]:
     """Create boxes until a create fails, creates get 2x slower than the first ten, or the cap."""
     boxes: list[Sandbox] = []
     latencies: list[float] = []
@@ -89,7 +90,7 @@ def host_cores_busy(seconds: float) -> float:
     return (host_cpu_seconds() - before) / (time.perf_counter() - started)
 
 
-def burst(kw: dict[str, str], size: int) -> list[float]:
+def burst(kw: ClientArgs, size: int) -> list[float]:
     latencies: list[float] = []
     made: list[Sandbox] = []
     lock = threading.Lock()
@@ -114,7 +115,7 @@ def burst(kw: dict[str, str], size: int) -> list[float]:
     return latencies
 
 
-def agents(kw: dict[str, str], count: int, commands: int) -> tuple[list[float], float, int]:
+def agents(kw: ClientArgs, count: int, commands: int) -> tuple[list[float], float, int]:
     boxes = [Sandbox.create(name=f"agent-{i}", **kw) for i in range(count)]
     latencies: list[float] = []
     errors = 0

@@ -37,6 +37,7 @@ from hutch import Sandbox, Snapshot, SnapshotInfo
 from hutch.node import base_image
 from hutch.node.runsc import RunscConfig
 from hutch.server.config import DEFAULT_CACHE_DIR
+from tests.integration.support import ClientArgs
 
 FORKS = 10
 Samples = defaultdict[str, list[float]]
@@ -126,7 +127,7 @@ def raw_checkpoint_and_restore(raw: RawRunsc, mib: int) -> tuple[float, float, i
 
 
 def one_round(s: Samples, sb: Sandbox, snap: SnapshotInfo, box: RawImage, raw: RawRunsc, mib: int,
-              kw: dict[str, str]) -> tuple[int, int]:
+              kw: ClientArgs) -> tuple[int, int]:
     """One sample of each single-box figure; the sizes of hutch's snapshot and of the raw image."""
     t = time.perf_counter()
     sb.commands.run("true")
@@ -149,7 +150,7 @@ def one_round(s: Samples, sb: Sandbox, snap: SnapshotInfo, box: RawImage, raw: R
     return taken.size_bytes, raw_size
 
 
-def many_round(s: Samples, snap: SnapshotInfo, box: RawImage, kw: dict[str, str]) -> None:
+def many_round(s: Samples, snap: SnapshotInfo, box: RawImage, kw: ClientArgs) -> None:
     times = first_commands(lambda: Sandbox.from_snapshot(snap, FORKS, **kw))
     s["wall"].append(max(times))
     s["each"] += times

@@ -42,8 +42,8 @@ def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]],
     with bench_env(rootfs) as (kw, _raw):
         seq = iter(range(10**6))
 
-        def create(**spec: object) -> Template:
-            t = Template.create(f"bench-{next(seq)}", **spec, **kw)  # type: ignore[arg-type]
+        def create(steps: list[RunStep] | None = None) -> Template:
+            t = Template.create(f"bench-{next(seq)}", steps=steps, **kw)  # steps=None: the default, no steps
             t.wait_until_ready()
             return t
 

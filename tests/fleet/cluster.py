@@ -50,11 +50,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TypedDict
+from typing import IO, Any
 
 import httpx
 
 from hutch.server.config import DEFAULT_CACHE_DIR, ServerConfig
+from tests.integration.support import ClientArgs
 from tests.postgres import running_postgres
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,13 +76,6 @@ STATE = Path("/run/hfleet.root")  # the directory of the fleet holding the lock:
 # Ray's health checks (read by the head's GCS): a dead node is seen in about three seconds
 RAY_HEALTH = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
               "RAY_health_check_timeout_ms": "1000", "RAY_health_check_initial_delay_ms": "1000"}
-
-
-class ClientArgs(TypedDict):
-    """The SDK's keywords that point a call at one API server (as tests.integration.support's)."""
-
-    api_key: str
-    base_url: str
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
