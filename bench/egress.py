@@ -123,10 +123,13 @@ def flood_figures(kw: ClientArgs, n: int) -> dict[str, dict[str, float]]:
 
         fetches()  # warm: the script is written, the interpreter's files are cached
         quiet_health, quiet_fetch = timed(health, n), fetches()
-        flood = threading.Thread(target=run_script, args=(flooder, FLOOD_FOR, FLOOD_SECONDS, 8, FLOOD_SECONDS * 2))
+        flood = threading.Thread(target=run_script, args=(flooder, FLOOD_FOR, FLOOD_SECONDS, 8),
+                                 kwargs={"timeout": FLOOD_SECONDS * 2})
         started = time.monotonic()
         flood.start()
         while not any(e.rule == "rate_limited" for e in flooder.get_network_log(limit=50).entries):
+            if not flood.is_alive() or time.monotonic() - started > FLOOD_SECONDS:
+                raise SystemExit("the flood did not get under way")
             time.sleep(0.1)  # under way once the box's refusals are past their burst
         busy_health, busy_fetch = timed(health, n), fetches()
         if time.monotonic() - started >= FLOOD_SECONDS:

@@ -207,14 +207,13 @@ def test_a_flood_of_denied_connections_is_rate_limited_and_the_others_still_answ
     try:
         seconds = 25
         results: list[str] = []
-        start = time.monotonic()
         flood = in_background(lambda: results.append(run_script(flooder, FLOOD_FOR, seconds, 8)))
         wait_for(lambda: any(e.rule in ("rate_limited", "coalesced") for e in flooder.get_network_log(limit=50).entries),
                  what="the flood under way")
         for _ in range(30):
             assert httpx.get(f"{env.url}/health", timeout=30).status_code == 200
         assert len(json.loads(run_script(bystander, FETCHES, 30))) == 30  # each fetch asserts its 200
-        assert time.monotonic() - start < seconds, "asked while the flood went on"
+        assert flood.thread.is_alive(), "asked while the flood went on"
         flood.join(120)
         assert not flood.errors, flood.errors
         tags = json.loads(results[0])
