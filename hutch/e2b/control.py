@@ -150,7 +150,8 @@ class Control:
         token = c.st.sandboxes.access(rec).access_token
         return {**self.listed(c, rec), "envdAccessToken": token, "trafficAccessToken": token, "domain": _domain(c),
                 "allowInternetAccess": not _denies_everything(network),
-                "network": {"allowOut": network.get("allow_out", []), "denyOut": network.get("deny_out", [])},
+                "network": {"allowOut": network.get("allow_out", []), "denyOut": network.get("deny_out", []),
+                            "allowPublicTraffic": False},  # a box's ports always need its traffic token
                 # a paused hutch box resumes on its next data-plane call, so auto-resume is always on
                 "lifecycle": {"onTimeout": on_timeout, "autoResume": on_timeout == "pause"}}
 
@@ -281,7 +282,7 @@ class Control:
 
 
 DENY_ALL = ("0.0.0.0/0", "::/0")
-NETWORK_KEYS = {"allowOut", "denyOut"}
+NETWORK_KEYS = {"allowOut", "denyOut", "allowPublicTraffic"}
 
 
 def _denies_everything(network: dict[str, list[str]]) -> bool:
@@ -306,6 +307,12 @@ def _network(body: dict[str, Any]) -> NetworkConfig | None:
     net: dict[str, Any] = given or {}
     if unknown := sorted(k for k in set(net) - NETWORK_KEYS if net[k] is not None):
         raise ApiError(Code.INVALID_REQUEST, f"network.{unknown[0][:64]} is not supported by hutch")
+    public = net.get("allowPublicTraffic")
+    if public is not None and not isinstance(public, bool):
+        raise ApiError(Code.INVALID_REQUEST, "network.allowPublicTraffic must be true or false")
+    if public:  # false is what hutch does anyway: a box's ports answer only with its traffic token
+        raise ApiError(Code.INVALID_REQUEST, "network.allowPublicTraffic=true is not supported by hutch: a sandbox's "
+                                             "ports always need its traffic access token (E2b-Traffic-Access-Token)")
     allow, deny = _rules(net, "allowOut"), _rules(net, "denyOut")
     access = body.get("allow_internet_access", body.get("allowInternetAccess"))
     if access is not None and not isinstance(access, bool):

@@ -3,9 +3,10 @@
 The code-interpreter template starts it as the box user with the template's own python3 (Debian's,
 which has jupyter_client and ipykernel); hutch's envd facade reaches it through the box's agent
 when a request carries `E2b-Sandbox-Port: 49999`, having checked the box's token. It listens on
-loopback only.
+every address of the box, as E2B's does, which is loopback alone (a box has no network card).
 
-    GET  /health                    200 "OK" once the default Python context runs
+    GET  /health                    200 "OK" once the default Python context runs (a default
+                                    JavaScript one is listed too, its kernel started when first used)
     POST /execute                   {code, context_id?, language?, env_vars?}: NDJSON, as it comes
     POST /contexts                  {language?, cwd?}: a new context (its own kernel)
     GET  /contexts                  every context
@@ -17,7 +18,9 @@ An execution streams `number_of_executions`, `stdout`/`stderr` (text, timestamp)
 (name, value, traceback), with `keepalive` lines in quiet spells. A client that goes away (its
 timeout, say) interrupts the kernel. Output is bounded per message and per execution.
 
-The kernel protocol is jupyter_client's; this module only maps it to E2B's shapes.
+Languages: Python (ipykernel) always; bash (bash_kernel), JavaScript and TypeScript (Deno's
+kernel) and R (IRkernel), where the root has them (the code-interpreter root does). The kernel protocol is
+jupyter_client's; this module only maps it to E2B's shapes.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import datetime
 import json
 import os
 import queue
+import re
 import select
 import socket
 import sys
@@ -38,10 +42,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 PORT = 49999
-HOST = "127.0.0.1"
+HOST = "0.0.0.0"
 DEFAULT_CWD = "/home/user"
-LANGUAGES = {"python": "python3"}  # E2B's language name -> kernel name (Debian packages no other kernel)
-ALIASES = {"py": "python", "python3": "python"}
+# E2B's language names -> the kernel that runs each, where the root has it: Deno's runs both
+# JavaScript and TypeScript (E2B runs TypeScript in its JavaScript kernel too), in a default
+# context for each name
+LANGUAGES = {"python": "python3", "bash": "bash", "javascript": "deno", "typescript": "deno", "deno": "deno",
+             "r": "ir"}
+ALIASES = {"py": "python", "python3": "python", "js": "javascript", "ts": "typescript"}
+SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what bash can export
+# bash's own, which a bash context may not be given: the prompt bash_kernel reads its output by,
+# the idle timeout that ends the shell, the read-only ones
+BASH_OWN = frozenset({"PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND", "TMOUT", "UID", "EUID", "PPID", "BASHOPTS",
+                      "SHELLOPTS", "BASH_VERSINFO", "BASHPID", "GROUPS"})
+BASH_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 @%+=:,./_-")
 MAX_BODY = 2 * 2**20  # hutch's facade holds requests to 1 MiB before they get here
 MAX_TEXT = 1 * 2**20  # one stdout/stderr message, a traceback, a result's text
 MAX_LINE = 16 * 2**20  # one NDJSON line (a result with its images)
@@ -114,6 +128,8 @@ class Context:
     def __init__(self, language: str, cwd: str) -> None:
         self.id, self.language, self.cwd = str(uuid.uuid4()), language, cwd
         self.lock = threading.Lock()
+        self.starting = threading.Lock()
+        self.removed = False
         self.km: Any = None
         self.kc: Any = None
 
@@ -121,24 +137,46 @@ class Context:
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
 
     def start(self) -> None:
+        """Start the kernel unless it was (a lazy context's first use starts it); a context
+        removed meanwhile is not found, rather than given a kernel nothing would stop."""
+        with self.starting:
+            if self.removed:
+                raise BadRequest(404, f"Context {self.id} not found")
+            if self.km is None:
+                self._start()
+
+    def remove(self) -> None:
+        with self.starting:
+            self.removed = True
+        self.stop()
+
+    def _start(self) -> None:
         from jupyter_client.manager import KernelManager  # type: ignore[import-not-found]
 
         if not (os.path.isdir(self.cwd) and os.access(self.cwd, os.X_OK)):
             raise ValueError(f"the working directory {self.cwd!r} does not exist or the box user cannot enter it")
-        with KERNELS:  # jupyter_client's sync calls run an event loop of their own: one at a time
-            self.km = KernelManager(kernel_name=LANGUAGES[self.language])
-            # debugpy's warning about frozen modules would open every kernel's log
-            self.km.start_kernel(cwd=self.cwd, env={**os.environ, "PYDEVD_DISABLE_FILE_VALIDATION": "1"},
-                                 extra_arguments=KERNEL_ARGUMENTS)
-            self.kc = self.km.client()
-            self.kc.start_channels()
-        try:
-            self.kc.wait_for_ready(timeout=START_TIMEOUT)
+        kernel = LANGUAGES[self.language]
+        km, kc = KernelManager(kernel_name=kernel), None
+        try:  # kept only once it answers: a kernel that failed to start is started anew next time
+            with KERNELS:  # jupyter_client's sync calls run an event loop of their own: one at a time
+                # debugpy's warning about frozen modules would open every kernel's log
+                km.start_kernel(cwd=self.cwd, env={**os.environ, "PYDEVD_DISABLE_FILE_VALIDATION": "1"},
+                                extra_arguments=KERNEL_ARGUMENTS if kernel == "python3" else [])
+                kc = km.client()
+                kc.start_channels()
+            kc.wait_for_ready(timeout=START_TIMEOUT)
         except BaseException:
-            self.stop()
+            with KERNELS, contextlib.suppress(Exception):
+                if kc is not None:
+                    kc.stop_channels()
+                km.shutdown_kernel(now=True)
             raise
+        self.km, self.kc = km, kc
 
     def restart(self) -> None:
+        if self.km is None:  # never started: a start is its restart
+            self.start()
+            return
         with KERNELS:
             self.km.restart_kernel(now=True)
         self.kc.wait_for_ready(timeout=START_TIMEOUT)
@@ -152,11 +190,12 @@ class Context:
 
     def alive(self) -> bool:
         with KERNELS:
-            return bool(self.km.is_alive())
+            return self.km is not None and bool(self.km.is_alive())
 
     def interrupt(self) -> None:
         with KERNELS, contextlib.suppress(Exception):
-            self.km.interrupt_kernel()
+            if self.km is not None:
+                self.km.interrupt_kernel()
 
     # --- executions -----------------------------------------------------------------------------
 
@@ -167,15 +206,12 @@ class Context:
                 return
         try:
             if env:
-                self._silent(f"import os as _o, sys as _s; _s._hutch_env = {{k: _o.environ.get(k) for k in {list(env)!r}}}; "
-                             f"_o.environ.update({env!r})")
+                self._silent(set_env(self.language, env))
             try:
                 self._run(code, emit, gone)
             finally:
                 if env:
-                    self._silent("import os as _o, sys as _s\nfor _k, _v in _s.__dict__.pop('_hutch_env', {}).items():\n"
-                                 "    _o.environ.pop(_k, None) if _v is None else _o.environ.__setitem__(_k, _v)\n"
-                                 "del _o, _s")
+                    self._silent(restore_env(self.language, list(env)))
         finally:
             self.lock.release()
 
@@ -276,6 +312,69 @@ class Context:
 KERNELS = threading.Lock()
 
 
+def env_refusal(language: str, env: dict[str, str]) -> str | None:
+    """Why these env vars cannot be set in a kernel of `language` (None: they can)."""
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            return f"env var {name[:64]!r}: a name is not empty and holds no '=', and neither holds a NUL"
+        if LANGUAGES[language] == "bash" and (not SHELL_NAME.fullmatch(name) or name in BASH_OWN
+                                             or name.startswith("_hutch")):
+            return f"env var name {name[:64]!r} is not one a bash context can export"
+    return None
+
+
+def _bash_word(value: str) -> str:
+    """`value` as a bash $'...' word of printable ASCII alone: bash_kernel types each cell into a
+    terminal, where a control character would be a key press (^A, a tab's completion), not data."""
+    return "$'" + "".join(chr(b) if chr(b) in BASH_SAFE else f"\\x{b:02x}" for b in value.encode()) + "'"
+
+
+def set_env(language: str, env: dict[str, str]) -> str:
+    """A silent cell that sets `env` (env_refusal found nothing to refuse) in the kernel and keeps
+    what it replaced, for restore_env."""
+    kernel = LANGUAGES[language]
+    if kernel == "bash":  # `|| :`: under the user's `set -e`, a declare -p of an unset name would end the shell
+        return (f"_hutch_env=$(declare -p {' '.join(env)} 2>/dev/null || :); export "
+                + " ".join(f"{k}={_bash_word(v)}" for k, v in env.items()))
+    if kernel == "ir":  # a JSON string is an R string literal (the box's locale is UTF-8)
+        names = ", ".join(json.dumps(k, ensure_ascii=False) for k in env)
+        values = ", ".join(f"{json.dumps(k, ensure_ascii=False)} = {json.dumps(v, ensure_ascii=False)}"
+                           for k, v in env.items())
+        return f".hutch_env <- Sys.getenv(c({names}), unset = NA, names = TRUE); invisible(do.call(Sys.setenv, list({values})))"
+    if kernel == "deno":  # JSON is a JavaScript literal
+        return (f"globalThis._hutch_env = Object.fromEntries({json.dumps(list(env))}.map((k) => [k, Deno.env.get(k)])); "
+                f"for (const [k, v] of Object.entries({json.dumps(env)})) Deno.env.set(k, v);")
+    return (f"import os as _o, sys as _s; _s._hutch_env = {{k: _o.environ.get(k) for k in {list(env)!r}}}; "
+            f"_o.environ.update({env!r})")
+
+
+def restore_env(language: str, names: list[str]) -> str:
+    """A silent cell that puts back what set_env replaced (unset what was not set)."""
+    kernel = LANGUAGES[language]
+    if kernel == "bash":
+        return f'unset -v {" ".join(names)}; eval "$_hutch_env"; unset -v _hutch_env'
+    if kernel == "ir":
+        return ("for (.k in names(.hutch_env)) if (is.na(.hutch_env[[.k]])) Sys.unsetenv(.k) else "
+                "do.call(Sys.setenv, setNames(list(.hutch_env[[.k]]), .k)); rm(.hutch_env, .k)")
+    if kernel == "deno":
+        return ("for (const [k, v] of Object.entries(globalThis._hutch_env ?? {})) "
+                "v === undefined ? Deno.env.delete(k) : Deno.env.set(k, v); delete globalThis._hutch_env;")
+    return ("import os as _o, sys as _s\nfor _k, _v in _s.__dict__.pop('_hutch_env', {}).items():\n"
+            "    _o.environ.pop(_k, None) if _v is None else _o.environ.__setitem__(_k, _v)\n"
+            "del _o, _s")
+
+
+def installed_languages() -> list[str]:
+    """The languages whose kernel is installed in this root (Python's always is)."""
+    from jupyter_client.kernelspec import KernelSpecManager  # type: ignore[import-not-found]
+
+    specs = KernelSpecManager().find_kernel_specs()
+    return [lang for lang, kernel in LANGUAGES.items() if lang == "python" or kernel in specs]
+
+
+AVAILABLE: list[str] = ["python"]  # installed_languages(), at start
+
+
 class KernelDied(Exception):
     """The kernel process is gone (it exited, or the box's memory limit killed it)."""
 
@@ -291,25 +390,27 @@ class Contexts:
         with self.lock:
             return [c.view() for c in self.all.values()]
 
-    def create(self, language: str, cwd: str) -> Context:
+    def create(self, language: str, cwd: str, lazy: bool = False) -> Context:
+        """A new context; its kernel started now, or (lazy) at its first use."""
         with self.lock:
             if len(self.all) >= MAX_CONTEXTS:
                 raise OverflowError(f"a sandbox holds at most {MAX_CONTEXTS} contexts: remove one")
         ctx = Context(language, cwd)
-        ctx.start()
+        if not lazy:
+            ctx.start()
         with self.lock:
             self.all[ctx.id] = ctx
         return ctx
 
-    def default_for(self, language: str) -> Context:
+    def default_for(self, language: str, lazy: bool = False) -> Context:
         with self.defaults_lock:
             with self.lock:
                 ctx = self.all.get(self.default.get(language, ""))
             if ctx is None:
-                ctx = self.create(language, DEFAULT_CWD)
+                ctx = self.create(language, DEFAULT_CWD, lazy)
                 with self.lock:
                     self.default[language] = ctx.id
-            return ctx
+        return ctx
 
     def get(self, context_id: str) -> Context | None:
         with self.lock:
@@ -322,7 +423,7 @@ class Contexts:
                 del self.default[lang]
         if ctx is None:
             return False
-        ctx.stop()
+        ctx.remove()
         return True
 
 
@@ -339,9 +440,9 @@ def language_of(name: object) -> str:
         raise BadRequest(400, "language must be a string")
     lang = name.strip().lower()
     lang = ALIASES.get(lang, lang)
-    if lang not in LANGUAGES:
+    if lang not in AVAILABLE:
         raise BadRequest(400, f"language {name[:64]!r} is not available in this sandbox (it has: "
-                              f"{', '.join(LANGUAGES)})")
+                              f"{', '.join(AVAILABLE)})")
     return lang
 
 
@@ -469,6 +570,9 @@ class Handler(BaseHTTPRequestHandler):
             ctx = found
         else:
             ctx = self.contexts.default_for(language_of(body.get("language")))
+        if (refusal := env_refusal(ctx.language, env)) is not None:
+            raise BadRequest(400, refusal)
+        ctx.start()  # a lazy context's first use (a kernel that will not start: a 500 with its reason)
         self.send_response(200)
         self.send_header("Content-Type", "application/x-ndjson")
         self.send_header("Transfer-Encoding", "chunked")
@@ -496,11 +600,14 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main() -> None:
+    AVAILABLE[:] = installed_languages()
     contexts = Contexts()
     Handler.contexts = contexts
     server = ThreadingHTTPServer((HOST, PORT), Handler)
     server.daemon_threads = True
     contexts.default_for("python")  # before /health answers: a ready box runs code at once
+    if "javascript" in AVAILABLE:  # listed as E2B's is; Deno's kernel (~280 MB) only once it is used
+        contexts.default_for("javascript", lazy=True)
     print(f"code interpreter listening on {HOST}:{PORT}", file=sys.stderr, flush=True)
     server.serve_forever(poll_interval=3600.0)  # it never shuts down: no timer to wake the box twice a second
 

@@ -3,7 +3,8 @@ namespace, so everything here is deleted at the end): a pandas DataFrame also di
 E2B's `e2b/data` (its columns as lists, timestamps in ISO form), which the SDK gives as
 `Result.data`, and a matplotlib figure as E2B's `e2b/chart` (interpreter_charts.py, beside this
 file), the SDK's `Result.chart`. Only IPython's formatter API is used; pandas and matplotlib are
-looked at only if the cell has imported them already, so other results cost nothing.
+looked at only if the cell has imported them already, so other results cost nothing. A PIL
+image's show() and save() display it, as in E2B's kernels.
 """
 
 # No `from __future__` import: it would leave a name in the user's namespace.
@@ -57,5 +58,33 @@ def _hutch_install_formatters() -> None:
         shell.display_formatter.formatters["e2b/chart"] = ChartFormatter(parent=shell.display_formatter)
 
 
+
+
+def _hutch_display_images() -> None:
+    """As E2B's kernels: a PIL image's show(), and its save() to a path, display it (a box has no
+    image viewer), so the image comes back as a PNG result."""
+    import os
+    from typing import Any
+
+    try:
+        from PIL.Image import Image  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    from IPython.display import display  # type: ignore[import-not-found]
+
+    save = Image.save
+
+    def show(self: Any, title: str | None = None) -> None:
+        display(self)
+
+    def saved(self: Any, fp: Any, format: str | None = None, **params: Any) -> None:
+        if isinstance(fp, (str, os.PathLike)):
+            display(self)
+        save(self, fp, format, **params)
+
+    Image.show, Image.save = show, saved
+
+
 _hutch_install_formatters()
-del _hutch_install_formatters
+_hutch_display_images()
+del _hutch_install_formatters, _hutch_display_images

@@ -33,9 +33,10 @@ EXIT_GRACE = 0.1  # output still read after the command exits, from what it left
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TTY_GID = 5  # Debian's "tty" group, which owns terminals
 _PROXY = f"http://127.0.0.1:{p.PROXY_PORT}"
-# The box's only way out (see relay.py), in the spellings curl, pip, git, requests and urllib read.
+# The box's only way out (see relay.py), in the spellings curl, pip, git, requests and urllib read;
+# not for the box itself (0.0.0.0 too, which is the box's own loopback: it has no network card).
 PROXY_ENV = {"HTTP_PROXY": _PROXY, "HTTPS_PROXY": _PROXY, "http_proxy": _PROXY, "https_proxy": _PROXY,
-             "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1"}
+             "NO_PROXY": "localhost,127.0.0.1,::1,0.0.0.0", "no_proxy": "localhost,127.0.0.1,::1,0.0.0.0"}
 
 # Where TLS clients find what to trust: the box's bundle, which holds hutch's egress CA (it signs
 # what the box sees of the hosts it holds secrets for), in the spellings OpenSSL, requests, curl,

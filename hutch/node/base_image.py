@@ -1,6 +1,7 @@
 """Builds the system templates' roots once: the base (Debian bookworm, minbase, python3 and the
 usual tools) and the code interpreter's (the base's packages plus Debian's IPython kernel, numpy,
-pandas and matplotlib; its in-box server is hutch/guest/interpreter.py, mounted with the agent).
+pandas and matplotlib, and bash and Deno kernels from wheels fetched here at build time; its
+in-box server is hutch/guest/interpreter.py, mounted with the agent).
 
 A root is cached by a hash of its recipe, so every data dir on a host shares one copy and a
 changed recipe builds a new one beside the old.
@@ -9,9 +10,13 @@ changed recipe builds a new one beside the old.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shlex
 import shutil
 import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,26 +40,69 @@ RECIPE_VERSION = "1"
 
 
 @dataclass(frozen=True)
+class Wheel:
+    """A pinned wheel (a pip requirement line, `name==version` and its hashes) fetched by the host's
+    pip at build time and installed in the root without its dependencies (Debian's, in the recipe's
+    packages), with the Jupyter kernelspec it brings written by the recipe (nothing fetched runs as
+    the host's root). Never fetched when a box starts."""
+
+    requirement: str
+    kernel: str  # the kernelspec's name, under /usr/local/share/jupyter/kernels
+    kernelspec: tuple[tuple[str, object], ...]  # its kernel.json's items (a tuple: a Recipe is hashable)
+
+    @property
+    def name(self) -> str:
+        return self.requirement.split("==")[0]
+
+    def spec_json(self) -> str:
+        text = json.dumps(dict(self.kernelspec), sort_keys=True)
+        assert "'" not in text, "written in single quotes by a hook"
+        return text
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str  # the cache directory's prefix
     packages: tuple[str, ...]
     customize: tuple[str, ...]
     version: str
     excluded: tuple[str, ...] = ()  # paths dpkg leaves out (beside the docs every root leaves out)
+    wheels: tuple[Wheel, ...] = ()  # what Debian does not package
 
     def key(self) -> str:
-        text = "\n".join([self.version, SUITE, *self.packages, *self.customize, *self.excluded])
+        text = "\n".join([self.version, SUITE, *self.packages, *self.customize, *self.excluded,
+                          *[line for w in self.wheels for line in (w.requirement, w.kernel, w.spec_json())]])
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 BASE = Recipe("base", tuple(PACKAGES), tuple(CUSTOMIZE), RECIPE_VERSION)
-# Debian's own builds (no wheel is fetched, at install time or when a box starts); bookworm has no
-# bash or JavaScript kernel, so Python is the one language. matplotlib's fonttools depends on scipy
-# and sympy, scipy on pythran and so on Boost's headers: 130 MB and 15,000 files nothing here
-# compiles against, left out.
+# Debian's own builds (R's kernel, IRkernel, among them), and two wheels of what bookworm does not
+# package: bash_kernel (pure Python over Debian's pexpect and filetype) and Deno (one binary, whose
+# own Jupyter kernel runs JavaScript and TypeScript; Node's kernels, ijavascript and tslab, need the
+# zeromq add-on built or fetched from GitHub). Deno's hashes are its x86_64 and aarch64 wheels'.
+# matplotlib's fonttools depends on scipy and sympy, scipy on pythran and so on Boost's headers:
+# 130 MB and 15,000 files nothing here compiles against, left out.
+# As in E2B's image, code can `pip install` (LLM-written code often does): Debian's PEP 668 marker
+# goes, and the box user's site directory is made, so a kernel that was running sees what it
+# installs there (Python adds it to sys.path at start only if it exists).
+PIP_FOR_THE_BOX_USER = (
+    'rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED',
+    f'chroot "$1" runuser -u {protocol.BOX_USER} -- env HOME=/home/{protocol.BOX_USER} '
+    """sh -c 'mkdir -p "$(python3 -m site --user-site)"'""",
+)
+BASH_KERNEL = Wheel("bash_kernel==0.10.0 --hash=sha256:da28513230f5307c7a49e87352366304dc52b66faa207d6caed1b2bdec03c1fa",
+                    "bash", tuple({"argv": ["/usr/bin/python3", "-m", "bash_kernel", "-f", "{connection_file}"],
+                                   "display_name": "Bash", "language": "bash", "env": {"PS1": "$"}}.items()))
+DENO = Wheel("deno==2.9.8 --hash=sha256:b1d1318e7deda8efd593aefa8b565a827fe71cf83aeff09d3a5ceb047444ca18 "
+             "--hash=sha256:3e286918a36f436134336c5c6ef37dfe3a27f16ea22cd6af452ab7daa4ef1da4",
+             "deno", tuple({"argv": ["/usr/local/bin/deno", "jupyter", "--kernel", "--conn", "{connection_file}"],
+                            "display_name": "Deno", "language": "typescript",
+                            "env": {"NO_COLOR": "1"}}.items()))  # as E2B's Deno kernelspec: plain errors and values
 CODE_INTERPRETER = Recipe("code-interpreter", (*PACKAGES, "python3-ipykernel", "python3-jupyter-client",
-                                               "python3-numpy", "python3-pandas", "python3-matplotlib"),
-                          tuple(CUSTOMIZE), "1", excluded=("/usr/include/boost/*",))
+                                               "python3-numpy", "python3-pandas", "python3-matplotlib",
+                                               "python3-pexpect", "python3-filetype", "r-base-core", "r-cran-irkernel"),
+                          (*CUSTOMIZE, *PIP_FOR_THE_BOX_USER), "1", excluded=("/usr/include/boost/*",),
+                          wheels=(BASH_KERNEL, DENO))
 
 
 def debian_mirror() -> str | None:
@@ -92,12 +140,13 @@ def build(cache_dir: Path, progress: Callable[[str], None] = print, recipe: Reci
     work = root.parent.with_name(root.parent.name + ".partial")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    wheels = _fetch_wheels(recipe, work / "wheels", progress)
     argv = [
         "mmdebstrap", "--variant=minbase", f"--include={','.join(recipe.packages)}",
         "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*", "--dpkgopt=path-include=/usr/share/locale/locale.alias",
         *[f"--dpkgopt=path-exclude={path}" for path in recipe.excluded],
-        *[f"--customize-hook={hook}" for hook in recipe.customize],
+        *[f"--customize-hook={hook}" for hook in (*recipe.customize, *_wheel_hooks(wheels))],
         SUITE, str(work / "rootfs"), *([mirror] if (mirror := debian_mirror()) else []),
     ]
     progress(f"building the {recipe.name} template ({SUITE}, {'about 30 s' if recipe is BASE else 'a minute or two'}) "
@@ -114,7 +163,47 @@ def build(cache_dir: Path, progress: Callable[[str], None] = print, recipe: Reci
         shutil.rmtree(work, ignore_errors=True)
         raise RuntimeError("mmdebstrap failed:\n" + "\n".join(tail))
     roots.scrub(work / "rootfs")  # mmdebstrap's /dev nodes: a box's /dev is its own tmpfs
+    shutil.rmtree(work / "wheels", ignore_errors=True)
     shutil.rmtree(root.parent, ignore_errors=True)
     work.rename(root.parent)
     progress(f"{recipe.name} template ready: {root}")
     return root
+
+
+def _fetch_wheels(recipe: Recipe, into: Path, progress: Callable[[str], None]) -> list[tuple[Wheel, Path]]:
+    """Each of the recipe's wheels, by the host's pip (its proxy and certificates), checked against
+    its hashes. One pip cannot fetch fails the build, as a failed mmdebstrap does (a root built
+    without it would be cached for good under the recipe's key)."""
+    fetched = []
+    for n, wheel in enumerate(recipe.wheels):
+        here = into / str(n)
+        here.mkdir(parents=True)
+        with tempfile.NamedTemporaryFile("w", suffix=".txt") as requirements:
+            requirements.write(wheel.requirement + "\n")
+            requirements.flush()
+            got = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                                  "--require-hashes", "-r", requirements.name, "-d", str(here)],
+                                 capture_output=True, text=True)
+        files = sorted(here.glob("*.whl"))
+        if got.returncode != 0 or len(files) != 1:
+            shutil.rmtree(into.parent, ignore_errors=True)
+            raise RuntimeError(f"pip could not fetch {wheel.name}: "
+                               f"{(got.stderr.strip().splitlines() or ['?'])[-1][:300]}")
+        progress(f"  fetched {files[0].name}")
+        fetched.append((wheel, files[0]))
+    return fetched
+
+
+def _wheel_hooks(fetched: list[tuple[Wheel, Path]]) -> list[str]:
+    """mmdebstrap hooks that install the fetched wheels in the root ($1) and write their kernelspecs."""
+    if not fetched:
+        return []
+    clean = 'env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root chroot "$1"'  # not the host's pip settings
+    inside = [shlex.quote(f"/tmp/wheels/{path.name}") for _, path in fetched]
+    specs = [(f'"$1/usr/local/share/jupyter/kernels/{wheel.kernel}"', wheel.spec_json()) for wheel, _ in fetched]
+    return ['mkdir "$1/tmp/wheels"',
+            *[f'cp {shlex.quote(str(path))} "$1/tmp/wheels/"' for _, path in fetched],
+            f'{clean} python3 -m pip install --quiet --no-index --no-deps --no-cache-dir --break-system-packages '
+            + " ".join(inside),
+            *[f"mkdir -p {where} && printf '%s' '{text}' > {where}/kernel.json" for where, text in specs],
+            'rm -rf "$1/tmp/wheels"']

@@ -264,7 +264,8 @@ class _SandboxBase(Generic[SandboxT]):
                  on_result: OnResult | None = None, on_error: OnError | None = None,
                  envs: dict[str, str] | None = None, timeout: float | None = None) -> Flow[Execution]:
         """Run code in a kernel that keeps its state between calls: the default context of
-        `language` (Python), or `context`'s. Returns its results (the last expression's value is
+        `language` ("python", the default; "bash"; "javascript" or "js", "typescript" or "ts", both
+        Deno's; "r"), or `context`'s. Returns its results (the last expression's value is
         the main one, `execution.text`), its stdout/stderr and the error it raised (None if none).
         Output, results and the error go to the callbacks as they come (on the async SDK they may
         be coroutine functions). `envs` hold for this run only. Past `timeout` seconds the kernel
@@ -276,7 +277,8 @@ class _SandboxBase(Generic[SandboxT]):
     @call
     def create_code_context(self, *, cwd: str | None = None, language: str | None = None,
                             timeout: float | None = None) -> Flow[CodeContext]:
-        """A new context: its own kernel, so its own variables, started in `cwd` (default /home/user).
+        """A new context: its own kernel of `language` (as run_code's), so its own variables, started
+        in `cwd` (default /home/user).
         `timeout` (seconds), here and on the other context calls: as on `files`' calls."""
         return _code.create_context(self._dp, cwd, language, timeout)
 

@@ -335,7 +335,8 @@ class SpawnCommand(Strict):
 
 class RunCode(Strict):
     """Code for the box's code interpreter (a box of hutch/code-interpreter): a context's kernel
-    runs it, the default context of `language` (Python) unless `context_id` names one."""
+    runs it, the default context of `language` (python, the default; bash; javascript or js and
+    typescript or ts, Deno's; r) unless `context_id` names one."""
 
     code: Annotated[str, StringConstraints(max_length=2**20)]
     language: Annotated[str, StringConstraints(max_length=64)] | None = None

@@ -53,9 +53,12 @@ log = logging.getLogger("hutch.server")
 BASE_TEMPLATE = "hutch/base"
 BASE_TEMPLATE_ID = str(uuid.uuid5(uuid.NAMESPACE_URL, "hutch/base"))
 # The code interpreter (base_image.CODE_INTERPRETER), under E2B's name and hutch's: its start command
-# is hutch/guest/interpreter.py (mounted with the agent), ready once its /health answers.
+# is hutch/guest/interpreter.py (mounted with the agent), ready once its /health answers. One killed
+# by a signal (by hand, or the box's memory limit) is started again a second later, as E2B's systemd
+# does; one that exits ends the start command, so a box that cannot run it fails its create at once.
 CODE_INTERPRETER_TEMPLATES = ("code-interpreter-v1", "hutch/code-interpreter")
-CODE_INTERPRETER_START = f"exec /usr/bin/python3 {protocol.AGENT_DIR}/interpreter.py"
+CODE_INTERPRETER_START = (f"while :; do /usr/bin/python3 {protocol.AGENT_DIR}/interpreter.py; s=$?; "
+                          "[ $s -gt 128 ] || exit $s; sleep 1; done")
 CODE_INTERPRETER_READY = "curl -sf --max-time 5 -o /dev/null http://127.0.0.1:49999/health"
 BUILD_BOX_PREFIX = "build-"  # the host directory names of build boxes (their egress policy)
 DEFAULT_DISK_MIB = 4096

@@ -107,7 +107,8 @@ export class Execution {
 }
 
 export interface RunCodeOptions extends CallOptions {
-  /** The default context of this language (default "python"); not with `context`. */
+  /** The default context of this language ("python", the default; "bash"; "javascript" or "js" and
+   * "typescript" or "ts", Deno's; "r"); not with `context`. */
   language?: string;
   /** A context (or its id) from `createCodeContext`: its kernel, its variables. */
   context?: CodeContext | string;

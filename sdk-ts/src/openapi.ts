@@ -1460,7 +1460,8 @@ export interface components {
         /**
          * RunCode
          * @description Code for the box's code interpreter (a box of hutch/code-interpreter): a context's kernel
-         *     runs it, the default context of `language` (Python) unless `context_id` names one.
+         *     runs it, the default context of `language` (python, the default; bash; javascript or js and
+         *     typescript or ts, Deno's) unless `context_id` names one.
          */
         RunCode: {
             /** Code */

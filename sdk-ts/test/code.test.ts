@@ -93,7 +93,7 @@ describe("runCode", { skip }, () => {
       (e: unknown) => e instanceof NotFoundError && e.code === "context_not_found" && e.statusCode === 404);
     await assert.rejects(sandbox.runCode("1", { context: ctx, language: "python" }),
       (e: unknown) => e instanceof ValidationError && e.code === "invalid_argument");
-    await assert.rejects(sandbox.createCodeContext({ language: "bash" }), // the interpreter's refusal, typed
+    await assert.rejects(sandbox.createCodeContext({ language: "cobol" }), // the interpreter's refusal, typed
       (e: unknown) => e instanceof ValidationError && e.code === "invalid_request" && /not available/.test(e.message));
   });
 

@@ -19,7 +19,7 @@ from hutch import NotFoundError, RunStep, Sandbox, Template
 from hutch.node import base_image
 from hutch.server.config import DEFAULT_CACHE_DIR
 from hutch.server.templates import CODE_INTERPRETER_READY, CODE_INTERPRETER_START
-from tests.integration.support import Env, needs_installed
+from tests.integration.support import Env, needs_installed, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = Path(__file__).resolve().parent / "e2b_clients" / "code_interpreter.py"
@@ -110,13 +110,59 @@ def test_run_code_results_logs_charts_errors_and_contexts(env: Env) -> None:
     assert out["context"] == {"language": "python", "cwd": "/tmp"}
     assert out["ctx_cwd"]["text"] == "/tmp"
     assert out["ctx_isolated"]["error"]["name"] == "NameError"  # a context has its own kernel
-    assert out["listed"] == ["/home/user", "/tmp"]
+    assert out["listed"] == ["/home/user", "/home/user", "/tmp"]  # the default Python and JavaScript ones, and ctx
     assert out["after_restart"]["error"]["name"] == "NameError"  # a fresh kernel
-    assert out["listed_after_remove"] == 1 and out["removed_run"].startswith("NotFoundException")
+    assert out["listed_after_remove"] == 2 and out["removed_run"].startswith("NotFoundException")
     assert out["died"]["error"]["name"] == "ContextRestarting"  # a kernel that died, as Jupyter tells it
     assert out["after_death"]["text"] == "alive again"
-    assert out["bash"].startswith("SandboxException: 400") and "not available" in out["bash"]
+    for shown in ("pil_show", "pil_save"):  # a PIL image shown or saved comes back, as in E2B's kernels
+        assert [r["formats"] for r in out[shown]["results"]] == [["text", "png"]], out[shown]
+        assert out[shown]["results"][0]["png"].startswith(PNG_MAGIC)
+    assert out["pil_save"]["stdout"] == ["saved\n"]
+    assert out["cobol"].startswith("SandboxException: 400") and "not available" in out["cobol"]
     assert out["files"] is True
+
+
+def test_bash_javascript_typescript_and_r_contexts(env: Env) -> None:
+    out = run_client(env, "languages")
+    assert out["public"].startswith("SandboxException: 400") and "traffic access token" in out["public"]
+    assert out["listed_at_start"] == ["javascript", "python"]  # E2B's two defaults (Deno's started when used)
+    assert out["health_on_any_address"] == "200"  # as E2B's own tests ask it, past the egress proxy
+
+    def said(name: str) -> str:  # bash_kernel streams a terminal's output in the pieces it reads
+        return "".join(out[name]["stdout"])
+
+    assert said("bash") == "hi\n" and out["bash"]["error"] is None  # bash_kernel's context
+    assert said("bash_state") == "from-the-first given from-create\n"  # its state kept, envs for the call
+    assert said("bash_env_after") == "unset\n"
+    assert said("bash_override") == "over\n" and said("bash_restored") == "from-create\n"  # put back after the call
+    assert said("bash_odd") == f"{out['bash_odd_length']}\nkept\n"  # as given: nothing run, no key pressed
+    bash_error = out["bash_error"]
+    assert bash_error["error"] is not None and bash_error["error"]["value"] == "2"  # the exit code, as bash_kernel tells it
+    assert "No such file or directory" in said("bash_error")  # a terminal's: stderr comes as stdout
+    assert out["bash_context"] == {"language": "bash", "cwd": "/tmp"}
+    assert said("bash_ctx_run") == "/tmp\napart\n"  # its own shell, in its own directory
+    # Deno's kernel, for JavaScript and TypeScript
+    assert out["js"]["stdout"] == ["Hello, World!\n"] and out["js"]["error"] is None
+    assert out["js_state"]["text"] == "42"
+    assert out["js_await"]["text"] == "Hello World!"  # top-level await; a string's text is the string, as E2B's
+    assert out["js_import"]["stdout"] == ["function\n"]
+    assert out["js_env"]["text"] == "bar from-create" and out["js_env_after"]["text"] == "default"
+    assert out["js_override"]["text"] == "over" and out["js_restored"]["text"] == "from-create"
+    assert (out["js_error"]["error"]["name"], out["js_error"]["error"]["value"]) == ("TypeError", "bad value")
+    assert out["ts"]["stdout"] == ["Hello, World!\n"] and out["ts"]["error"] is None
+    assert out["js_context"] == {"language": "javascript", "cwd": "/tmp"}
+    assert out["js_ctx_run"]["text"] == "/tmp undefined"  # a kernel of its own
+    # IRkernel, Debian's: a value is a display (no main result), as in E2B's
+    def shown(name: str) -> str:
+        return str(out[name]["results"][0]["text"])
+
+    assert out["r"]["stdout"] == ['[1] "Hello, World!"\n']
+    assert shown("r_env") == '[1] "bär"' and shown("r_env_after") == '[1] "default"'
+    assert shown("r_cwd") == '[1] "/home/user"'
+    assert shown("r_override") == '[1] "over"' and shown("r_restored") == '[1] "from-create"'
+    assert out["contexts"] == [["bash", "/home/user"], ["bash", "/tmp"], ["javascript", "/home/user"],
+                               ["python", "/home/user"], ["r", "/home/user"], ["typescript", "/home/user"]]
 
 
 def test_the_async_sandbox_as_lettas_run_code_calls_it(env: Env) -> None:
@@ -174,7 +220,18 @@ def test_the_template_is_hutchs_too(env: Env) -> None:
         assert {"type": "result", "is_main_result": True, "text": "42"} in lines
         assert lines[-1] == {"type": "end_of_execution"}
         owners = box.commands.run("ps -eo user:12,args | grep -E 'interpreter.py|ipykernel' | grep -v grep").stdout
-        assert len(owners.splitlines()) == 2 and all(line.startswith("user ") for line in owners.splitlines())
+        procs = owners.splitlines()  # the start command's loop, the server, its Python kernel: the box user's
+        assert len(procs) == 3 and all(line.startswith("user ") for line in procs), procs
+        # killed, it is started again (a fresh default context), as E2B's systemd restarts its server
+        server = "pgrep -f '^/usr/bin/python3 .*interpreter.py'"
+        killed = box.commands.run(server).stdout.strip()
+        assert killed and box.commands.run(f"kill -KILL {killed}").exit_code == 0
+        wait_for(lambda: box.commands.run(server).stdout.strip() not in ("", killed), timeout=60,
+                 what="another interpreter server")
+        wait_for(lambda: box.commands.run(CODE_INTERPRETER_READY).exit_code == 0, timeout=60,
+                 what="the interpreter to answer again")
+        r = box.commands.run("curl -s -X POST http://127.0.0.1:49999/execute -d '{\"code\": \"6*7\"}'")
+        assert {"type": "result", "is_main_result": True, "text": "42"} in [json.loads(line) for line in r.stdout.splitlines()]
     finally:
         box.kill()
 

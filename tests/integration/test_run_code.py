@@ -1,11 +1,13 @@
 """hutch's own SDK against the code interpreter of a hutch/code-interpreter box: `run_code` (sync and
-async) with its results, logs and errors, contexts, a chart, a timeout, a box without the
-interpreter, and the MCP server's run_code tool. Three boxes in all."""
+async) with its results, logs and errors, contexts (a bash one too), a chart, a timeout, a pip
+install, a box without the interpreter, and the MCP server's run_code tool. Three boxes in all."""
 
 from __future__ import annotations
 
 import asyncio
+import io
 import time
+import zipfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -81,8 +83,11 @@ def test_contexts(box: Sandbox) -> None:
     assert gone.value.code == "context_not_found"
     with pytest.raises(ValidationError):
         box.run_code("1", context=ctx, language="python")
+    shell = box.create_code_context(language="bash")
+    assert shell.language == "bash" and box.run_code("echo $((6 * 7))", context=shell).logs.stdout == ["42\n"]
+    box.remove_code_context(shell)
     with pytest.raises(ValidationError) as bad:  # the interpreter's refusal, typed
-        box.create_code_context(language="bash")
+        box.create_code_context(language="cobol")
     assert bad.value.code == "invalid_request" and "not available" in bad.value.message
 
 
@@ -98,6 +103,24 @@ def test_a_timeout_interrupts_the_kernel_and_keeps_its_state(box: Sandbox) -> No
 
 def _text(result: Any) -> str:
     return str(result.content[0].text)
+
+
+def test_code_can_pip_install_for_the_box_user_and_its_kernel_imports_it(box: Sandbox) -> None:
+    """As in E2B's image: no PEP 668 refusal, and the user's site directory is on the running
+    kernel's path (a wheel made here: the box reaches no package index in a test)."""
+    wheel = io.BytesIO()
+    with zipfile.ZipFile(wheel, "w") as whl:
+        whl.writestr("hello_hutch.py", "WORD = 'installed'\n")
+        whl.writestr("hello_hutch-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: hello-hutch\nVersion: 1.0\n")
+        whl.writestr("hello_hutch-1.0.dist-info/WHEEL",
+                     "Wheel-Version: 1.0\nGenerator: hutch-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr("hello_hutch-1.0.dist-info/RECORD", "")
+    box.files.write("/tmp/hello_hutch-1.0-py3-none-any.whl", wheel.getvalue())
+    pip = box.run_code("%pip install --no-index --no-deps /tmp/hello_hutch-1.0-py3-none-any.whl")
+    assert pip.error is None and "Successfully installed hello-hutch-1.0" in "".join(pip.logs.stdout), pip.logs
+    assert box.run_code("import hello_hutch; hello_hutch.WORD").text == "installed"
+    where = box.commands.run("python3 -c 'import hello_hutch; print(hello_hutch.__file__)'").stdout
+    assert where.startswith("/home/user/.local/lib/python3"), where  # the user's, not the system's
 
 
 def test_the_mcp_run_code_tool(box: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -38,3 +38,24 @@ def test_only_another_port_leaves_envd() -> None:
     assert ports.port_of(scope((b"e2b-sandbox-port", b"49999"))) == 49999
     for never in (b"0", b"70000", b"-1", b"abc", b"\xd9\xa1"):
         assert ports.port_of(scope((b"e2b-sandbox-port", never))) == 0  # answered: not open
+
+
+def test_a_language_goes_by_e2bs_names_and_only_where_its_kernel_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(interpreter, "AVAILABLE", ["python", "javascript", "typescript"])
+    assert [interpreter.language_of(n) for n in (None, "", "py", " JS ", "ts")] == \
+        ["python", "python", "python", "javascript", "typescript"]
+    with pytest.raises(interpreter.BadRequest) as refused:
+        interpreter.language_of("bash")  # a kernel this root does not have
+    assert refused.value.status == 400 and "(it has: python, javascript, typescript)" in str(refused.value)
+
+
+def test_bash_env_values_are_printable_ascii_words_and_unsafe_names_are_refused() -> None:
+    """bash_kernel types a cell into a terminal: a value's control characters would be key presses."""
+    cell = interpreter.set_env("bash", {"A": "x\x01y\t'$(id)'\x1b[A"})
+    assert all(" " <= c <= "~" for c in cell), cell
+    assert cell.endswith("export A=$'x\\x01y\\x09\\x27\\x24\\x28id\\x29\\x27\\x1b\\x5bA'")
+    for name in ("PS1", "TMOUT", "_hutch_env", "A-B", "1A", ""):
+        assert interpreter.env_refusal("bash", {name: "v"}) is not None, name
+    assert interpreter.env_refusal("python", {"A=B": "v"}) is not None
+    assert interpreter.env_refusal("python", {"A": "v\0"}) is not None
+    assert interpreter.env_refusal("python", {"PS1": "fine in Python"}) is None

@@ -74,8 +74,60 @@ def run_sync() -> None:
     out["removed_run"] = caught(lambda: sbx.run_code("1", context=ctx))
     out["died"] = execution(sbx.run_code("import os\nos._exit(1)"))
     out["after_death"] = execution(sbx.run_code("'alive' + ' again'"))
-    out["bash"] = caught(lambda: sbx.run_code("echo hi", language="bash"))
+    pil = "import numpy\nfrom PIL import Image\nimage = Image.fromarray((numpy.ones((16, 16, 3)) * 200).astype('uint8'))\n"
+    out["pil_show"] = execution(sbx.run_code(pil + "image.show()"))
+    out["pil_save"] = execution(sbx.run_code(pil + "image.save('/tmp/test.png')\nprint('saved')"))
+    out["cobol"] = caught(lambda: sbx.run_code("DISPLAY 'hi'", language="cobol"))
     out["files"] = sbx.files.read("/home/user/.bashrc")[:0] == ""  # envd still answers beside it
+    sbx.kill()
+
+
+def languages() -> None:
+    """Bash, JavaScript and TypeScript: state, envs for one call, errors, contexts of their own."""
+    # as E2B's "secure access" tests make theirs: hutch's ports always need the token
+    sbx = Sandbox.create(timeout=300, envs={"BOX_VAR": "from-create"}, secure=True,
+                         network={"allow_public_traffic": False})
+    out["public"] = caught(lambda: Sandbox.create(timeout=60, network={"allow_public_traffic": True}))
+    out["listed_at_start"] = sorted(c.language for c in sbx.list_code_contexts())
+    out["health_on_any_address"] = sbx.commands.run('curl -s -o /dev/null -w "%{http_code}" '
+                                                    "http://0.0.0.0:49999/health").stdout
+    out["bash"] = execution(sbx.run_code("kept=from-the-first; echo hi", language="bash"))
+    out["bash_state"] = execution(sbx.run_code('echo "$kept $BV $BOX_VAR"', language="bash", envs={"BV": "given"}))
+    out["bash_env_after"] = execution(sbx.run_code('echo "${BV-unset}"', language="bash"))
+    out["bash_override"] = execution(sbx.run_code('echo "$BOX_VAR"', language="bash", envs={"BOX_VAR": "over"}))
+    out["bash_restored"] = execution(sbx.run_code('echo "$BOX_VAR"', language="bash"))
+    odd = "x'y \"z\" $(echo no) \\ end\ttab\x01\r\x1b[A"  # quotes, a substitution, a terminal's keys
+    out["bash_odd"] = execution(sbx.run_code('echo "${#ODD}"; case "$ODD" in *\'$(echo no)\'*) echo kept;; esac',
+                                             language="bash", envs={"ODD": odd}))
+    out["bash_odd_length"] = len(odd)
+    out["bash_error"] = execution(sbx.run_code("ls /nowhere", language="bash"))
+    bash_ctx = sbx.create_code_context(language="bash", cwd="/tmp")
+    out["bash_context"] = {"language": bash_ctx.language, "cwd": bash_ctx.cwd}
+    out["bash_ctx_run"] = execution(sbx.run_code('pwd; echo "${kept-apart}"', context=bash_ctx))
+    out["js"] = execution(sbx.run_code("console.log('Hello, World!')", language="js"))
+    sbx.run_code("let n = 41", language="javascript")
+    out["js_state"] = execution(sbx.run_code("n + 1", language="javascript"))
+    out["js_await"] = execution(sbx.run_code("await Promise.resolve('Hello World!')", language="js"))
+    out["js_import"] = execution(sbx.run_code("import { readFileSync } from 'node:fs'\nconsole.log(typeof readFileSync)",
+                                              language="js"))
+    out["js_env"] = execution(sbx.run_code("process.env.FOO + ' ' + process.env.BOX_VAR", language="js",
+                                           envs={"FOO": "bar"}))
+    out["js_env_after"] = execution(sbx.run_code("process.env.FOO || 'default'", language="js"))
+    out["js_override"] = execution(sbx.run_code("process.env.BOX_VAR", language="js", envs={"BOX_VAR": "over"}))
+    out["js_restored"] = execution(sbx.run_code("process.env.BOX_VAR", language="js"))
+    out["js_error"] = execution(sbx.run_code("throw new TypeError('bad value')", language="js"))
+    out["ts"] = execution(sbx.run_code("const message: string = 'Hello, World!'; console.log(message)", language="ts"))
+    js_ctx = sbx.create_code_context(language="javascript", cwd="/tmp")
+    out["js_context"] = {"language": js_ctx.language, "cwd": js_ctx.cwd}
+    out["js_ctx_run"] = execution(sbx.run_code("Deno.cwd() + ' ' + typeof n", context=js_ctx))
+    sbx.remove_code_context(js_ctx)  # each Deno kernel holds ~280 MB of the box's 1 GiB
+    out["r"] = execution(sbx.run_code('print("Hello, World!")', language="r"))
+    out["r_env"] = execution(sbx.run_code('Sys.getenv("FOO")', language="r", envs={"FOO": "bär"}))
+    out["r_env_after"] = execution(sbx.run_code('Sys.getenv("FOO", "default")', language="r"))
+    out["r_cwd"] = execution(sbx.run_code("getwd()", language="r"))
+    out["r_override"] = execution(sbx.run_code('Sys.getenv("BOX_VAR")', language="r", envs={"BOX_VAR": "over"}))
+    out["r_restored"] = execution(sbx.run_code('Sys.getenv("BOX_VAR")', language="r"))
+    out["contexts"] = sorted((c.language, c.cwd) for c in sbx.list_code_contexts())
     sbx.kill()
 
 
@@ -222,9 +274,10 @@ def from_template() -> None:
     sbx.kill()
 
 
-SCENARIOS: dict[str, Callable[[], None]] = {"run": run_sync, "timeout": timeout, "pause": pause, "killed": killed,
-                                            "wrong_token": wrong_token, "from_template": from_template, "charts": charts,
-             "async": lambda: asyncio.run(run_async())}
+SCENARIOS: dict[str, Callable[[], None]] = {
+    "run": run_sync, "languages": languages, "timeout": timeout, "pause": pause, "killed": killed,
+    "wrong_token": wrong_token, "from_template": from_template, "charts": charts,
+    "async": lambda: asyncio.run(run_async())}
 
 SCENARIOS[SCENARIO]()
 print(json.dumps(out))
