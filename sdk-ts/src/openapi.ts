@@ -1461,7 +1461,7 @@ export interface components {
          * RunCode
          * @description Code for the box's code interpreter (a box of hutch/code-interpreter): a context's kernel
          *     runs it, the default context of `language` (python, the default; bash; javascript or js and
-         *     typescript or ts, Deno's) unless `context_id` names one.
+         *     typescript or ts, Deno's; r) unless `context_id` names one.
          */
         RunCode: {
             /** Code */
