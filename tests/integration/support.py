@@ -102,6 +102,17 @@ def in_background(fn: Callable[[], object]) -> Background:
     return bg
 
 
+# A box process that counts, a tenth of a second a step, into /tmp/count (it outlives the command)
+COUNTER = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &"
+
+
+def counted(box: Any) -> int:
+    """What COUNTER has counted to, read until a whole value is seen: the counter truncates the
+    file before each write, so a read can find it empty."""
+    return int(box.commands.run("while :; do c=$(cat /tmp/count 2>/dev/null); [ -n \"$c\" ] && break; sleep 0.05; "
+                                "done; echo $c").stdout)
+
+
 def needs_installed(what: str, present: bool) -> None:
     """Skip the test unless `what`, which scripts/test installs, is present. Under CI=true the test
     fails instead: there scripts/test has run, so a missing dependency is a broken setup, and a skip

@@ -12,15 +12,10 @@ import httpx
 import pytest
 
 from hutch import AuthenticationError, NotFoundError, Sandbox, SandboxError
-from tests.integration.support import Env, in_background, make_server, wait_for
+from tests.integration.support import COUNTER, Env, counted, in_background, make_server, wait_for
 
-COUNTER = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &"
 HOLDER = ("nohup python3 -c 'import time\nsecret = sum(range(1000))\nwhile True:\n"
           "    open(\"/tmp/held\", \"w\").write(str(secret)); time.sleep(0.1)' >/dev/null 2>&1 &")
-
-
-def _count(sb: Any) -> int:
-    return int(sb.commands.run("until [ -s /tmp/count ]; do sleep 0.05; done; cat /tmp/count").stdout)
 
 
 def test_state_survives_pause_and_resume_twice(sdk: Any, box: Any) -> None:
@@ -29,7 +24,7 @@ def test_state_survives_pause_and_resume_twice(sdk: Any, box: Any) -> None:
     box.commands.run(COUNTER)
     box.commands.run(HOLDER)
     wait_for(lambda: box.commands.run("cat /tmp/held").stdout == "499500", what="the holder to write")
-    last = _count(box)
+    last = counted(box)
     for _ in range(2):
         box.pause()
         assert box.get_info().status == "paused"
@@ -39,10 +34,10 @@ def test_state_survives_pause_and_resume_twice(sdk: Any, box: Any) -> None:
         box.resume()  # twice is fine
         assert box.files.read_text("/home/user/notes.txt") == "written before"
         assert box.commands.run("cat /etc/marker").stdout == "root-file\n"
-        now = _count(box)
+        now = counted(box)
         assert now >= last, "the counter process went on from where it was"
-        wait_for(lambda: _count(box) > now, what="the counter, still running")  # noqa: B023 (waited for in this turn)
-        last = _count(box)
+        wait_for(lambda: counted(box) > now, what="the counter, still running")  # noqa: B023 (waited for in this turn)
+        last = counted(box)
         box.commands.run("rm -f /tmp/held")
         wait_for(lambda: box.commands.run("cat /tmp/held 2>/dev/null").stdout == "499500",
                  what="the python process to write its value again")
@@ -125,7 +120,7 @@ def test_concurrent_pause_connect_resume_and_kill_are_safe(env: Env) -> None:
     assert not any(isinstance(v, Exception) for v in results.values()), results
     info = sb.get_info()
     assert info.status in ("active", "paused")
-    assert _count(sb) > 0
+    assert counted(sb) > 0
     # two resumes at once restore once
     sb.pause()
     both = [threading.Thread(target=run, args=(f"resume{i}", lambda: Sandbox.connect(sb.id).resume())) for i in range(2)]
@@ -153,7 +148,7 @@ def test_timeout_auto_pauses_and_auto_delete_deletes(env: Env) -> None:
     sb = Sandbox.create(name="lifetimes", timeout_seconds=2, auto_delete_seconds=3)
     sb.commands.run(COUNTER)
     wait_for(lambda: sb.get_info().status == "paused", timeout=15, what="the timeout to pause the box")
-    assert _count(sb) > 0  # a call resumes it, state kept
+    assert counted(sb) > 0  # a call resumes it, state kept
     assert sb.get_info().status == "active"
     wait_for(lambda: sb.get_info().status == "paused", timeout=15, what="the timeout to pause it again")
     wait_for(lambda: sb.id not in {i.id for i in Sandbox.list()}, timeout=15, what="auto-delete")
@@ -201,14 +196,14 @@ def test_paused_and_active_boxes_survive_a_server_kill(tmp_path: Path) -> None:
         for sb in (active, paused):
             sb.commands.run(COUNTER)
             sb.files.write("/home/user/f", sb.name)
-        before = _count(paused)
+        before = counted(paused)
         paused.pause()
         server.stop(9)
         server.start()
         listed = {i.id: i.status for i in Sandbox.list(**kw)}
         assert listed == {active.id: "active", paused.id: "paused"}
         back = Sandbox.connect(paused.id, **kw)
-        assert back.files.read_text("/home/user/f") == "paused" and _count(back) >= before
+        assert back.files.read_text("/home/user/f") == "paused" and counted(back) >= before
         assert Sandbox.connect(active.id, **kw).files.read_text("/home/user/f") == "active"
         server.cleanup_boxes(kw["api_key"])
         assert not any((server.data_dir / "checkpoints").iterdir())

@@ -13,15 +13,7 @@ import pytest
 from hutch import ConflictError, NetworkConfig, NotFoundError, RateLimitError, Sandbox, Secret, Snapshot, ValidationError
 from hutch.sdk.codes import ServerCode
 from tests.integration.internet import Internet
-from tests.integration.support import Env, logged, make_server, retire, wait_for
-
-COUNTER = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &"
-
-
-def _count(sb: Any) -> int:
-    # read until a whole value is seen: the counter truncates the file before each write
-    return int(sb.commands.run("while :; do c=$(cat /tmp/count 2>/dev/null); [ -n \"$c\" ] && break; sleep 0.05; "
-                               "done; echo $c").stdout)
+from tests.integration.support import COUNTER, Env, counted, logged, make_server, retire, wait_for
 
 
 def _kill_all(boxes: list[Any]) -> None:
@@ -33,12 +25,12 @@ def test_boxes_from_a_snapshot_continue_its_processes_and_files_and_go_their_own
     box.files.write("/home/user/work.txt", "prepared")
     box.commands.run("echo root-made > /etc/marker", user="root")
     box.commands.run(COUNTER)
-    before = _count(box)
+    before = counted(box)
     snap = box.snapshot(name=f"prepared-{random.token_hex(4)}", metadata={"task": "t1"})
     assert snap.source_sandbox_id == box.id and snap.memory and snap.size_bytes > 0
     assert box.get_info().status == "active", "the source runs on"
-    source_after = _count(box)
-    wait_for(lambda: _count(box) > source_after, what="the source's counter to go on")
+    source_after = counted(box)
+    wait_for(lambda: counted(box) > source_after, what="the source's counter to go on")
 
     forks = sdk.from_snapshot(snap, 3, metadata={"fork": "yes"})
     try:
@@ -46,9 +38,9 @@ def test_boxes_from_a_snapshot_continue_its_processes_and_files_and_go_their_own
         for fork in forks:
             info = fork.get_info()
             assert info.status == "active" and info.metadata == {"fork": "yes"} and info.template == "hutch/base"
-            first = _count(fork)
+            first = counted(fork)
             assert first >= before, "the counter continues from the saved value, not from 0"
-            wait_for(lambda: _count(fork) > first, what="the fork's counter to run")  # noqa: B023
+            wait_for(lambda: counted(fork) > first, what="the fork's counter to run")  # noqa: B023
             assert fork.files.read_text("/home/user/work.txt") == "prepared"
             assert fork.commands.run("cat /etc/marker").stdout == "root-made\n"
         forks[0].files.write("/home/user/work.txt", "changed in fork 0")
@@ -130,8 +122,8 @@ def test_a_paused_box_can_be_snapshotted_and_stays_paused(box: Any) -> None:
         [fork] = Sandbox.from_snapshot(snap)
         try:
             assert fork.files.read_text("/tmp/state") == "paused state"
-            first = _count(fork)
-            wait_for(lambda: _count(fork) > first, what="the fork's counter")
+            first = counted(fork)
+            wait_for(lambda: counted(fork) > first, what="the fork's counter")
         finally:
             fork.kill()
         assert box.files.read_text("/tmp/state") == "paused state", "the source resumes from its own checkpoint"
@@ -232,7 +224,7 @@ def test_a_files_only_snapshot_boots_afresh_with_the_files_the_box_changed(sdk: 
     snap = box.snapshot(memory=False)
     try:
         assert not snap.memory and snap.size_bytes > 0
-        assert _count(box) > 0 and box.get_info().status == "active", "the box ran on, unpaused"
+        assert counted(box) > 0 and box.get_info().status == "active", "the box ran on, unpaused"
         [fresh] = sdk.from_snapshot(snap, env_vars={"EXTRA": "x"})
         try:
             assert fresh.files.read_text("/home/user/proj/sub/a.txt") == "kept\n"
@@ -254,7 +246,7 @@ def test_a_files_only_pause_keeps_the_files_and_its_resume_boots_the_box_afresh(
     box.commands.run("echo kept > ~/notes.txt")
     box.commands.run("rm /etc/issue", user="root")
     box.commands.run(COUNTER)
-    assert _count(box) > 0
+    assert counted(box) > 0
     box.pause(memory=False)
     assert box.get_info().status == "paused"
     assert box.files.read_text("/home/user/notes.txt") == "kept\n", "any call resumes it, with its files"
@@ -262,6 +254,6 @@ def test_a_files_only_pause_keeps_the_files_and_its_resume_boots_the_box_afresh(
     assert not box.files.exists("/etc/issue")
     assert not box.files.exists("/tmp/count"), "booted afresh: no process of before, and a new /tmp"
     box.commands.run(COUNTER)
-    first = _count(box)
+    first = counted(box)
     box.pause()  # and a pause with the memory, after it, keeps the processes again
-    assert _count(box) >= first
+    assert counted(box) >= first
