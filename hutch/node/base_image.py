@@ -16,7 +16,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,10 +48,6 @@ class Wheel:
     requirement: str
     kernel: str  # the kernelspec's name, under /usr/local/share/jupyter/kernels
     kernelspec: tuple[tuple[str, object], ...]  # its kernel.json's items (a tuple: a Recipe is hashable)
-
-    @property
-    def name(self) -> str:
-        return self.requirement.split("==")[0]
 
     def spec_json(self) -> str:
         text = json.dumps(dict(self.kernelspec), sort_keys=True)
@@ -140,13 +135,17 @@ def build(cache_dir: Path, progress: Callable[[str], None] = print, recipe: Reci
     work = root.parent.with_name(root.parent.name + ".partial")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    wheels = _fetch_wheels(recipe, work / "wheels", progress)
+    try:
+        wheels = _fetch_wheels(recipe, work / "wheels")
+    except RuntimeError:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     argv = [
         "mmdebstrap", "--variant=minbase", f"--include={','.join(recipe.packages)}",
         "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*", "--dpkgopt=path-include=/usr/share/locale/locale.alias",
         *[f"--dpkgopt=path-exclude={path}" for path in recipe.excluded],
-        *[f"--customize-hook={hook}" for hook in (*recipe.customize, *_wheel_hooks(wheels))],
+        *[f"--customize-hook={hook}" for hook in (*recipe.customize, *_wheel_hooks(recipe.wheels, wheels))],
         SUITE, str(work / "rootfs"), *([mirror] if (mirror := debian_mirror()) else []),
     ]
     progress(f"building the {recipe.name} template ({SUITE}, {'about 30 s' if recipe is BASE else 'a minute or two'}) "
@@ -170,40 +169,34 @@ def build(cache_dir: Path, progress: Callable[[str], None] = print, recipe: Reci
     return root
 
 
-def _fetch_wheels(recipe: Recipe, into: Path, progress: Callable[[str], None]) -> list[tuple[Wheel, Path]]:
-    """Each of the recipe's wheels, by the host's pip (its proxy and certificates), checked against
-    its hashes. One pip cannot fetch fails the build, as a failed mmdebstrap does (a root built
-    without it would be cached for good under the recipe's key)."""
-    fetched = []
-    for n, wheel in enumerate(recipe.wheels):
-        here = into / str(n)
-        here.mkdir(parents=True)
-        with tempfile.NamedTemporaryFile("w", suffix=".txt") as requirements:
-            requirements.write(wheel.requirement + "\n")
-            requirements.flush()
-            got = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                                  "--require-hashes", "-r", requirements.name, "-d", str(here)],
-                                 capture_output=True, text=True)
-        files = sorted(here.glob("*.whl"))
-        if got.returncode != 0 or len(files) != 1:
-            shutil.rmtree(into.parent, ignore_errors=True)
-            raise RuntimeError(f"pip could not fetch {wheel.name}: "
-                               f"{(got.stderr.strip().splitlines() or ['?'])[-1][:300]}")
-        progress(f"  fetched {files[0].name}")
-        fetched.append((wheel, files[0]))
-    return fetched
+def _fetch_wheels(recipe: Recipe, into: Path) -> list[Path]:
+    """The recipe's wheels, by the host's pip (its proxy and certificates) in one call, checked
+    against their hashes. One pip cannot fetch fails the build, as a failed mmdebstrap does (a
+    root built without it would be cached for good under the recipe's key)."""
+    if not recipe.wheels:
+        return []
+    into.mkdir(parents=True)
+    requirements = into / "requirements.txt"  # hashes can only be given in a file
+    requirements.write_text("".join(w.requirement + "\n" for w in recipe.wheels))
+    got = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                          "--require-hashes", "-r", str(requirements), "-d", str(into)], capture_output=True, text=True)
+    files = sorted(into.glob("*.whl"))
+    if got.returncode != 0 or len(files) != len(recipe.wheels):
+        raise RuntimeError(f"pip could not fetch the wheels {', '.join(w.requirement.split()[0] for w in recipe.wheels)}: "
+                           f"{(got.stderr.strip().splitlines() or ['?'])[-1][:300]}")
+    return files
 
 
-def _wheel_hooks(fetched: list[tuple[Wheel, Path]]) -> list[str]:
-    """mmdebstrap hooks that install the fetched wheels in the root ($1) and write their kernelspecs."""
-    if not fetched:
+def _wheel_hooks(wheels: tuple[Wheel, ...], files: list[Path]) -> list[str]:
+    """mmdebstrap hooks that install the fetched wheel files in the root ($1) and write the wheels'
+    kernelspecs."""
+    if not files:
         return []
     clean = 'env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root chroot "$1"'  # not the host's pip settings
-    inside = [shlex.quote(f"/tmp/wheels/{path.name}") for _, path in fetched]
-    specs = [(f'"$1/usr/local/share/jupyter/kernels/{wheel.kernel}"', wheel.spec_json()) for wheel, _ in fetched]
+    specs = [(f'"$1/usr/local/share/jupyter/kernels/{wheel.kernel}"', wheel.spec_json()) for wheel in wheels]
     return ['mkdir "$1/tmp/wheels"',
-            *[f'cp {shlex.quote(str(path))} "$1/tmp/wheels/"' for _, path in fetched],
+            *[f'cp {shlex.quote(str(path))} "$1/tmp/wheels/"' for path in files],
             f'{clean} python3 -m pip install --quiet --no-index --no-deps --no-cache-dir --break-system-packages '
-            + " ".join(inside),
+            + " ".join(shlex.quote(f"/tmp/wheels/{path.name}") for path in files),
             *[f"mkdir -p {where} && printf '%s' '{text}' > {where}/kernel.json" for where, text in specs],
             'rm -rf "$1/tmp/wheels"']

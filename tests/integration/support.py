@@ -102,15 +102,19 @@ def in_background(fn: Callable[[], object]) -> Background:
     return bg
 
 
-# A box process that counts, a tenth of a second a step, into /tmp/count (it outlives the command)
-COUNTER = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &"
+def counter(every: float = 0.1) -> str:
+    """A command leaving a box process that counts into /tmp/count every `every` seconds. Each
+    value is written beside it and renamed over it, so a read never sees a half-written file."""
+    return (f"nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; "
+            f"sleep {every}; done' >/dev/null 2>&1 &")
+
+
+COUNTER = counter()
 
 
 def counted(box: Any) -> int:
-    """What COUNTER has counted to, read until a whole value is seen: the counter truncates the
-    file before each write, so a read can find it empty."""
-    return int(box.commands.run("while :; do c=$(cat /tmp/count 2>/dev/null); [ -n \"$c\" ] && break; sleep 0.05; "
-                                "done; echo $c").stdout)
+    """What COUNTER has counted to, once it has written."""
+    return int(box.commands.run("until [ -s /tmp/count ]; do sleep 0.05; done; cat /tmp/count").stdout)
 
 
 def needs_installed(what: str, present: bool) -> None:

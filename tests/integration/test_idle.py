@@ -11,10 +11,10 @@ import pytest
 
 from hutch import Sandbox
 from hutch.node import metrics
-from tests.integration.support import Server, frozen, make_server, retire, runsc_cli, wait_for
+from tests.integration.support import Server, counter, frozen, make_server, retire, runsc_cli, wait_for
 
 AFTER = 2  # seconds idle before a box is frozen, for these tests
-COUNTER = "nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 1; done' >/dev/null 2>&1 &"
+COUNTER = counter(every=1)
 
 
 @pytest.fixture(scope="module")

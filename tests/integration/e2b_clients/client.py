@@ -59,16 +59,11 @@ async def until_async(check: Callable[[], Awaitable[bool]], seconds: float = 10)
 
 def count(sbx: Sandbox) -> int:
     """What COUNTER (below) has counted to; 0 before it first wrote."""
-    return int(sbx.commands.run(READ_COUNT).stdout)
+    return int(sbx.commands.run("cat /tmp/count 2>/dev/null || echo 0").stdout)
 
 
 async def count_async(sbx: AsyncSandbox) -> int:
-    return int((await sbx.commands.run(READ_COUNT)).stdout)
-
-
-# the counter truncates the file before each write: read until a whole value is seen
-READ_COUNT = ("while :; do [ -e /tmp/count ] || { echo 0; exit; }; c=$(cat /tmp/count); "
-              "[ -n \"$c\" ] && { echo $c; exit; }; sleep 0.05; done")
+    return int((await sbx.commands.run("cat /tmp/count 2>/dev/null || echo 0")).stdout)
 
 
 # --- commands and the control plane -----------------------------------------------------------------
