@@ -160,7 +160,8 @@ class State:
         self.audit = audit.AuditLog(self.store)
 
 
-def state(request: Request) -> State:
+async def state(request: Request) -> State:
+    # async, as hutch.server.auth's: a plain def would cost every request a worker-thread hop
     st: State = request.app.state.hutch
     return st
 

@@ -21,6 +21,9 @@ PRUNE_BATCH = 1000  # rows one transaction deletes
 PRUNE_BATCHES = 100  # batches of a table one call deletes at most (the next call goes on)
 
 
+_AUDIT_INSERT = audit_log.insert()  # two rows a command: built once, its values bound per call
+
+
 class LogQueries(Database):
     def add_network_log(self, **entry: Any) -> None:
         # the secrets swapped into its requests: none (or an empty list) is NULL, and read back as None
@@ -86,7 +89,7 @@ class LogQueries(Database):
 
     def add_audit(self, **entry: Any) -> None:
         with self._tx() as c:
-            c.execute(audit_log.insert().values(**fitted(audit_log, entry)))
+            c.execute(_AUDIT_INSERT, fitted(audit_log, entry))
 
     def audit_log(self, sandbox_id: str, limit: int, before: int | None = None) -> list[AuditLogRecord]:
         """The commands and file operations, newest first; `before` an id from an earlier page."""

@@ -13,6 +13,11 @@ from hutch.store.database import Database, conflict_insert, fitted
 from hutch.store.records import SECRET_JSON, AuditRecord, BindingRecord, SecretRecord
 from hutch.store.schema import secret_audit, secret_bindings, secrets_table
 
+# Every command reads its box's bindings (their stand-ins are in its env): built once, not per call.
+_BINDINGS_OF = (sa.select(secret_bindings, secrets_table.c.id.label("live"))
+                .select_from(secret_bindings.outerjoin(secrets_table, secrets_table.c.id == secret_bindings.c.secret_id))
+                .where(secret_bindings.c.sandbox_id.in_(sa.bindparam("ids", expanding=True))))
+
 
 class SecretQueries(Database):
     def insert_secret(self, rec: SecretRecord) -> bool:
@@ -74,13 +79,9 @@ class SecretQueries(Database):
     def bindings_of(self, sandbox_ids: Sequence[str]) -> dict[str, list[BindingRecord]]:
         """The bindings of several sandboxes in one query (a list of sandboxes shows them all),
         each sandbox's by env var name."""
-        b, s = secret_bindings.c, secrets_table.c
-        q = (sa.select(secret_bindings, s.id.label("live")).select_from(
-            secret_bindings.outerjoin(secrets_table, s.id == b.secret_id))
-             .where(b.sandbox_id.in_(sandbox_ids)))
         found: dict[str, list[BindingRecord]] = {}
         with self._tx() as c:
-            for r in c.execute(q):
+            for r in c.execute(_BINDINGS_OF, {"ids": list(sandbox_ids)}):
                 rec = BindingRecord(**{k: v for k, v in r._mapping.items() if k != "live"}, revoked=r.live is None)
                 found.setdefault(rec.sandbox_id, []).append(rec)
         for recs in found.values():

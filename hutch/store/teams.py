@@ -21,6 +21,10 @@ def hash_secret(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+# Every control-plane call looks its key up: the statement is built once, not per call.
+_KEY_TEAM = sa.select(api_keys.c.key_hash, api_keys.c.team_id).where(api_keys.c.key_hash == sa.bindparam("digest"))
+
+
 class TeamQueries(Database):
     def create_team(self, name: str) -> str:
         team_id = str(uuid.uuid4())
@@ -44,8 +48,7 @@ class TeamQueries(Database):
     def team_for_api_key(self, raw: str) -> str | None:
         digest = hash_secret(raw)
         with self._tx() as c:
-            row = c.execute(sa.select(api_keys.c.key_hash, api_keys.c.team_id)
-                            .where(api_keys.c.key_hash == digest)).first()
+            row = c.execute(_KEY_TEAM, {"digest": digest}).first()
         # the lookup is by hash, so timing tells nothing of the key; compare anyway, in constant time
         if row is None or not hmac.compare_digest(row.key_hash, digest):
             return None

@@ -18,6 +18,14 @@ from hutch.store.database import Database, conflict_insert
 from hutch.store.records import BUILD_JSON, LIVE_STATUSES, TEMPLATE_JSON, BuildRecord, BuildStatus, TemplateRecord
 from hutch.store.schema import sandboxes, snapshots, template_builds, templates
 
+_REF: sa.BindParameter[str] = sa.bindparam("ref")
+# Every command reads its box's template (its env, workdir, user): built once, not per call.
+_BY_ID = sa.select(templates).where(templates.c.id == _REF)
+_BY_REF = (sa.select(templates)  # the team's own or a system one; an id before a name that looks like one
+           .where(sa.or_(templates.c.id == _REF, templates.c.name == _REF),
+                  sa.or_(templates.c.team_id == sa.bindparam("team_id"), templates.c.team_id.is_(None)))
+           .order_by(sa.case((templates.c.id == _REF, 0), else_=1)))
+
 
 class TemplateQueries(Database):
     def put_template(self, rec: TemplateRecord) -> None:
@@ -46,15 +54,8 @@ class TemplateQueries(Database):
 
     def get_template(self, ref: str, team_id: str | None = None) -> TemplateRecord | None:
         """By id or name: the team's own, or a system template. With no team, by id only."""
-        q = sa.select(templates)
-        if team_id is None:
-            q = q.where(templates.c.id == ref)
-        else:  # an id before a name that looks like one
-            q = q.where(sa.or_(templates.c.id == ref, templates.c.name == ref),
-                        sa.or_(templates.c.team_id == team_id, templates.c.team_id.is_(None))
-                        ).order_by(sa.case((templates.c.id == ref, 0), else_=1))
         with self._tx() as c:
-            row = c.execute(q).first()
+            row = c.execute(_BY_ID if team_id is None else _BY_REF, {"ref": ref, "team_id": team_id}).first()
         return TEMPLATE_JSON.record(TemplateRecord, row) if row else None
 
     def list_templates(self, team_id: str) -> list[TemplateRecord]:
