@@ -36,6 +36,7 @@ from hutch.node.api import (
     ProcessDesc,
     Tunnel,
 )
+from hutch.node.uds_transport import UnixTransport
 
 T = TypeVar("T")
 
@@ -371,8 +372,7 @@ class AgentClient:
         self._dial = dial or (lambda: asyncio.open_unix_connection(self.socket))
         self._prefix = httpx.URL(base_url).path.rstrip("/")
         self._http: httpx.AsyncClient | None = httpx.AsyncClient(
-            # plain HTTP: no CA bundle to load
-            transport=transport or httpx.AsyncHTTPTransport(uds=socket, verify=False),
+            transport=transport or UnixTransport(socket),
             base_url=base_url, timeout=DEFAULT_TIMEOUT, headers=self._headers)
 
     async def aclose(self) -> None:

@@ -35,6 +35,7 @@ import httpx
 
 from hutch.node import metrics
 from hutch.node.driver import Driver
+from hutch.node.uds_transport import UnixTransport
 
 log = logging.getLogger("hutch.idle")
 
@@ -128,7 +129,7 @@ class Meter:
 
     def channel(self, uds: str) -> tuple[httpx.AsyncBaseTransport, Dial]:
         """The transport and the tunnel dialer for an agent client of the socket at `uds`."""
-        transport = _Transport(httpx.AsyncHTTPTransport(uds=uds, verify=False), self)  # plain HTTP: no CA
+        transport = _Transport(UnixTransport(uds), self)
 
         async def dial() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
             self.used()
