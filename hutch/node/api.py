@@ -228,9 +228,9 @@ class BoxAgent(Protocol):
         ...
 
     async def write_file(self, path: str, body: AsyncIterator[bytes], root: bool,
-                         metadata: dict[str, str] | None = None) -> int:
+                         metadata: dict[str, str] | None = None, length: int | None = None) -> int:
         """Write `body` to `path` (as root, or the box user), with E2B's metadata (`user.e2b.*`
-        xattrs, replacing any the file had); the size written."""
+        xattrs, replacing any the file had); the size written. `length`: the body's, if known."""
         ...
 
     async def read_file(self, path: str, root: bool) -> Download: ...

@@ -16,9 +16,10 @@ from hutch.store import SandboxRecord
 
 
 async def write_file(st: State, rec: SandboxRecord, who: str, path: str, body: AsyncIterator[bytes],
-                     user: str | None, metadata: dict[str, str] | None = None) -> dict[str, Any]:
+                     user: str | None, metadata: dict[str, str] | None = None, *,
+                     length: int | None = None) -> dict[str, Any]:
     async with st.audit.record(rec, who, "file_write", path + audit.acting(user)):
-        return await st.data.write_file(rec, path, body, user, metadata)
+        return await st.data.write_file(rec, path, body, user, metadata, length=length)
 
 
 async def read_file(st: State, rec: SandboxRecord, who: str, path: str,

@@ -395,6 +395,15 @@ def test_files_are_written_and_read_as_bytes(box: Any, server: Script) -> None:
     assert box.files.read_text("/home/user/a.txt") == "héllo"
 
 
+def test_a_large_file_goes_whole_with_its_length(box: Any, server: Script) -> None:
+    data = bytes(range(256)) * (3 * flow.SEND_PIECE // 256) + b"tail!"  # past the sync front's pieces
+    server.on("PUT", f"{DATA}/files", httpx.Response(204))
+    box.files.write("/home/user/big", data)
+    (put,) = server.sent("PUT", f"{DATA}/files")
+    assert put.headers["content-length"] == str(len(data)) and "transfer-encoding" not in put.headers
+    assert put.content == data
+
+
 def test_file_content_that_is_not_text_or_bytes_is_refused_before_any_request(box: Any, server: Script) -> None:
     asked = len(server.seen)
     with pytest.raises(ValidationError) as err:

@@ -21,7 +21,9 @@ router = APIRouter(prefix="/data/v1/sandboxes/{sandbox_id}")
 async def write_file(request: Request, rec: BoxDep, st: StateDep, who: ActorDep,
                      path: Annotated[str, Query(max_length=4096)],
                      user: Literal["user", "root"] | None = None) -> Any:
-    return await boxops.write_file(st, rec, who, path, request.stream(), user)
+    declared = request.headers.get("content-length")  # uvicorn holds the body to it
+    length = int(declared) if declared and declared.isdigit() else None
+    return await boxops.write_file(st, rec, who, path, request.stream(), user, length=length)
 
 
 @router.get("/files", response_class=StreamingResponse,
