@@ -32,6 +32,7 @@ class Handler(socketserver.StreamRequestHandler):
     close_connection = False
     _body_left = False  # the request has a body not yet read to its end
     _head_sent = False
+    _body: Iterator[bytes] | None = None  # this request's body reader, once asked for
 
     def handle(self) -> None:
         while not self.close_connection:
@@ -53,6 +54,7 @@ class Handler(socketserver.StreamRequestHandler):
                 return
             self._body_left = self.headers.get("content-length", "0") != "0" or "transfer-encoding" in self.headers
             self._head_sent = False
+            self._body = None
             try:
                 method()
             except (ConnectionError, BrokenPipeError):
@@ -92,7 +94,14 @@ class Handler(socketserver.StreamRequestHandler):
         raise BadRequest("too many headers")
 
     def body(self) -> Iterator[bytes]:
-        """The request body in pieces, from Content-Length or chunked transfer encoding."""
+        """The request body in pieces, from Content-Length or chunked transfer encoding. One
+        reader per request: a handler that stops midway (a full disk) and answers goes on from
+        where it stopped when the rest is discarded, not from the body's start."""
+        if self._body is None:
+            self._body = self._read_body()
+        return self._body
+
+    def _read_body(self) -> Iterator[bytes]:
         if self.headers.get("transfer-encoding", "").lower() == "chunked":
             while True:
                 size = int(self.rfile.readline(MAX_LINE).split(b";")[0].strip() or b"0", 16)

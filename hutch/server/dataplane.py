@@ -270,7 +270,11 @@ class DataPlane:
                 seen += len(chunk)
                 if seen > limit:
                     raise ApiError(Code.PAYLOAD_TOO_LARGE, f"files are limited to {limit} bytes")
+                if length is not None and seen > length:
+                    raise ApiError(Code.INVALID_REQUEST, f"the body is longer than its Content-Length ({length})")
                 yield chunk
+            if length is not None and seen != length:
+                raise ApiError(Code.INVALID_REQUEST, f"the body ended before its Content-Length ({length})")
 
         root = _as_root(user)
         size = await self._call(rec, lambda agent: agent.write_file(path, capped(), root, metadata, length))

@@ -380,3 +380,31 @@ def test_a_request_is_never_sent_twice(sock: Path, kept: bool) -> None:
         assert server.connections == 1
 
     serve(sock, reply, main)
+
+
+# --- limits and early answers ---------------------------------------------------------------------
+
+def test_connections_to_one_peer_are_capped_and_each_gives_its_place_back(sock: Path) -> None:
+    async def main(server: Server) -> None:
+        async with client(UnixTransport(str(sock), max_connections=1)) as http:
+            async with http.stream("GET", "/") as held:  # its connection is in use until it is closed
+                with pytest.raises(httpx.PoolTimeout):
+                    await http.get("/", timeout=httpx.Timeout(5.0, pool=0.2))
+            assert held.is_closed
+            assert (await http.get("/")).content == b"x"  # an abandoned reply gave its place back
+            async with http.stream("GET", "/") as read:
+                assert await read.aread() == b"x"
+            assert (await http.get("/")).content == b"x"  # so did one read to its end
+
+    serve(sock, answering(ok(b"x")), main)
+
+
+def test_a_reply_cut_short_gives_its_place_back(sock: Path) -> None:
+    async def main(server: Server) -> None:
+        async with client(UnixTransport(str(sock), max_connections=1)) as http:
+            for _ in range(3):  # a leaked place would make the second one wait for ever
+                with pytest.raises(httpx.RemoteProtocolError):
+                    await http.get("/", timeout=httpx.Timeout(5.0, pool=0.5))
+
+    serve(sock, answering(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n12345", close=True), main)
+

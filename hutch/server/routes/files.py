@@ -21,8 +21,8 @@ router = APIRouter(prefix="/data/v1/sandboxes/{sandbox_id}")
 async def write_file(request: Request, rec: BoxDep, st: StateDep, who: ActorDep,
                      path: Annotated[str, Query(max_length=4096)],
                      user: Literal["user", "root"] | None = None) -> Any:
-    declared = request.headers.get("content-length")  # uvicorn holds the body to it
-    length = int(declared) if declared and declared.isdigit() else None
+    declared = request.headers.get("content-length") or ""  # uvicorn holds the body to it
+    length = int(declared) if declared.isascii() and declared.isdigit() and len(declared) <= 20 else None
     return await boxops.write_file(st, rec, who, path, request.stream(), user, length=length)
 
 
