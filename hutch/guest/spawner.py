@@ -212,7 +212,12 @@ def _serve(sock: socket.socket) -> None:
                     spawned.wait()
             try:
                 pid, status = os.wait()
-            except ChildProcessError:  # (cannot happen while one runs; a wait that lost a race)
+            except ChildProcessError:  # none is left to wait for: those listed are gone unseen
+                with spawned:
+                    lost = list(running)
+                    running.clear()
+                for pid in lost:
+                    reply({"exit": pid, "code": 255})
                 continue
             with spawned:  # a spawn holds it until its command is in `running`
                 proc = running.pop(pid, None)

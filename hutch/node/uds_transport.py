@@ -163,10 +163,11 @@ class UnixTransport(httpx.AsyncBaseTransport):
         except h11.LocalProtocolError as e:  # a body longer or shorter than its content-length, a bad header
             raise httpx.LocalProtocolError(str(e), request=request) from None
 
-    def _release(self, conn: _Conn, ended: bool) -> None:
-        """Back to the pool if its exchange ended cleanly and there is room; else closed."""
+    def _release(self, conn: _Conn) -> None:
+        """Back to the pool if its exchange ended cleanly (h11 has both sides DONE only once the
+        answer was read to its end) and there is room; else closed."""
         # bytes past the response, already in h11's buffer, would be read as the next request's answer
-        self._done(conn, reuse=ended and conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE
+        self._done(conn, reuse=conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE
                    and not conn.h11.trailing_data[0])
 
     def _done(self, conn: _Conn, reuse: bool) -> None:
@@ -187,7 +188,6 @@ class _Body(httpx.AsyncByteStream):
     def __init__(self, transport: UnixTransport, conn: _Conn, timeout: float | None, request: httpx.Request) -> None:
         self._transport, self._timeout, self._request = transport, timeout, request
         self._conn: _Conn | None = conn
-        self._ended = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         conn = self._conn
@@ -199,7 +199,6 @@ class _Body(httpx.AsyncByteStream):
                 if isinstance(event, h11.Data):
                     yield bytes(event.data)
                 elif isinstance(event, h11.EndOfMessage):
-                    self._ended = True
                     return
                 else:
                     raise httpx.RemoteProtocolError("the peer sent something other than a body", request=self._request)
@@ -212,4 +211,4 @@ class _Body(httpx.AsyncByteStream):
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            self._transport._release(conn, self._ended)
+            self._transport._release(conn)

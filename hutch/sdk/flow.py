@@ -91,7 +91,7 @@ Flow = Generator[Instruction, Any, T]
 
 RETRY_STATUSES = {429, 502, 503, 504}
 RETRIES = 3
-SEND_PIECE = 2**20  # how a large body is handed to the sync transport (see _sync_request)
+SEND_PIECE = 2**20  # how a large body is handed to the sync transport (see _request)
 
 
 def send(call: Call) -> Flow[Reply]:
@@ -187,9 +187,18 @@ class _Driver:
         self.flow.close()
 
 
-def _request(client: httpx.Client | httpx.AsyncClient, call: Call) -> httpx.Request:
-    return client.build_request(call.method, call.url, headers=call.headers, params=call.params, json=call.json,
-                                content=call.content, timeout=call.timeout or client.timeout)
+def _request(client: httpx.Client | httpx.AsyncClient, call: Call, pieced: bool = False) -> httpx.Request:
+    """The call as httpx's request. `pieced` (the sync front): a large body is handed over in
+    pieces, as httpcore's sync write slices off what each send took and keeps the rest, a copy of
+    the rest every time (a 100 MB upload cost its client 0.7 s of CPU). The length still goes as
+    Content-Length, so nothing is chunked."""
+    data, headers = call.content, call.headers
+    content: bytes | Iterator[bytes] | None = data
+    if pieced and data is not None and len(data) > SEND_PIECE:
+        content = (data[i:i + SEND_PIECE] for i in range(0, len(data), SEND_PIECE))
+        headers = {**headers, "Content-Length": str(len(data))}
+    return client.build_request(call.method, call.url, headers=headers, params=call.params, json=call.json,
+                                content=content, timeout=call.timeout or client.timeout)
 
 
 def iter_sync(client: httpx.Client, flow: Flow[T]) -> Generator[Any, None, T]:
@@ -219,23 +228,11 @@ def _carry_out_sync(client: httpx.Client, driver: _Driver, step: Instruction) ->
     return None
 
 
-def _sync_request(client: httpx.Client, call: Call) -> httpx.Request:
-    """`_request`, with a large body handed over in pieces: httpcore's sync write slices off what
-    each send took and keeps the rest, a copy of the rest every time (a 100 MB upload cost its
-    client 0.7 s of CPU). The length still goes as Content-Length, so nothing is chunked."""
-    data = call.content
-    if data is None or len(data) <= SEND_PIECE:
-        return _request(client, call)
-    pieces = (data[i:i + SEND_PIECE] for i in range(0, len(data), SEND_PIECE))
-    return client.build_request(call.method, call.url, headers={**call.headers, "Content-Length": str(len(data))},
-                                params=call.params, content=pieces, timeout=call.timeout or client.timeout)
-
-
 def _send_sync(client: httpx.Client, driver: _Driver, call: Call) -> Reply:
     if driver.response is not None:  # a new request ends the stream the flow held
         driver.response.close()
         driver.response = driver.lines = None
-    response = client.send(_sync_request(client, call), stream=call.stream)
+    response = client.send(_request(client, call, pieced=True), stream=call.stream)
     if not call.stream:
         return Reply(response.status_code, response.headers, response.content)
     if response.status_code >= 400:
