@@ -17,19 +17,17 @@ components for links while a call runs:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import json
 import os
-import platform
 import select
-import shutil
 import stat
 import struct
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from types import ModuleType
 from typing import Any
 
 try:
@@ -51,11 +49,22 @@ _KEEP = 0xFFFFFFFF  # (uid_t)-1: leave this id as it is
 _libc: Any = None
 
 
+def _ctypes() -> ModuleType:
+    """ctypes, imported at the first call that needs it: at boot it cost ~15 ms of every box's."""
+    import ctypes
+
+    return ctypes
+
+
 def _c() -> Any:
     global _libc
     if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc = _ctypes().CDLL(None, use_errno=True)
     return _libc
+
+
+def _errno() -> int:
+    return int(_ctypes().get_errno())
 
 
 class UnsafePath(OSError):
@@ -74,7 +83,7 @@ class CredentialsLost(BaseException):
 
 def _syscall(nr: int, *args: Any) -> None:
     if _c().syscall(nr, *args) != 0:
-        e = ctypes.get_errno()
+        e = _errno()
         raise OSError(e, os.strerror(e))
 
 
@@ -84,7 +93,7 @@ def acting_as(uid: int, gid: int) -> Iterator[None]:
     if uid == 0:
         yield
         return
-    setresuid, setresgid, setgroups = _SYSCALLS[platform.machine()]
+    setresuid, setresgid, setgroups = _SYSCALLS[os.uname().machine]
     groups = os.getgroups()
     _syscall(setgroups, 0, None)
     try:
@@ -95,7 +104,7 @@ def acting_as(uid: int, gid: int) -> Iterator[None]:
         try:
             _syscall(setresuid, _KEEP, 0, _KEEP)
             _syscall(setresgid, _KEEP, 0, _KEEP)
-            _syscall(setgroups, len(groups), (ctypes.c_uint * len(groups))(*groups) if groups else None)
+            _syscall(setgroups, len(groups), (_ctypes().c_uint * len(groups))(*groups) if groups else None)
         except OSError as e:
             raise CredentialsLost(f"could not take root back: {e}") from None
 
@@ -449,6 +458,8 @@ def remove(path: str, trust_all: bool) -> None:
         if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
             # rmtree opens every directory relative to the last and checks it is what lstat saw:
             # links inside are removed, never followed
+            import shutil  # here: it is slow to import, and boots must be fast
+
             shutil.rmtree(name, dir_fd=fd)
         else:
             os.unlink(name, dir_fd=fd)
@@ -504,7 +515,7 @@ class Watch:
         self.parts, self.recursive = parts_of(path), recursive
         self.fd = _c().inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if self.fd < 0:
-            e = ctypes.get_errno()
+            e = _errno()
             raise OSError(e, f"inotify: {os.strerror(e)}")
         self.dirs: dict[int, list[str]] = {}  # watch descriptor -> the directory, relative to the root
         self.writes: dict[int, str] = {}  # rename cookie -> "w"/"c", of a temp file moved away
@@ -531,7 +542,7 @@ class Watch:
         wd = _c().inotify_add_watch(self.fd, f"/proc/self/fd/{dir_fd}".encode(), _MASK | IN_ONLYDIR)
         if wd < 0:
             if top:
-                e = ctypes.get_errno()
+                e = _errno()
                 raise OSError(e, os.strerror(e))
             return  # unreadable, or gone: not followed
         self.dirs[wd] = rel

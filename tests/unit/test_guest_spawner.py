@@ -1,0 +1,114 @@
+"""The agent's spawner on this host, as root like the agent: a helper forked once that runs the box
+user's commands and answers each one's pid and exit on a socket of that command's own, which the
+pump waits on with the output."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hutch.guest import launch as L
+from hutch.guest import protocol as p
+from hutch.guest.spawner import Spawner
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the helper drops to the box user: needs root")
+
+
+class Events:
+    """A pump's sink: what it sent, by kind."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, event: dict[str, Any]) -> None:
+        self.sent.append(event)
+
+    def text(self, kind: str) -> str:
+        return "".join(e["d"] for e in self.sent if e["t"] == kind)
+
+
+@pytest.fixture
+def spawner() -> Iterator[Spawner]:
+    s = Spawner(p.BOX_UID, p.BOX_GID)
+    yield s
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(s.pid, signal.SIGKILL)
+
+
+def run(spawner: Spawner, cmd: str, timeout: float | None = None) -> tuple[int, bool, Events]:
+    env, _home = L.command_env(False, None)
+    launched = L.launch(spawner, ["/bin/sh", "-c", cmd], "/", env, as_root=False)
+    events = Events()
+    code, timed_out = L.pump(launched, events, timeout)
+    return code, timed_out, events
+
+
+def test_a_command_runs_as_the_box_user_and_reports_its_output_and_exit(spawner: Spawner) -> None:
+    code, timed_out, events = run(spawner, "id -u; echo oops >&2; exit 3")
+    assert (code, timed_out) == (3, False)
+    assert events.text("stdout") == f"{p.BOX_UID}\n" and events.text("stderr") == "oops\n"
+
+
+def test_concurrent_commands_each_get_their_own_exit(spawner: Spawner) -> None:
+    codes: dict[int, int] = {}
+
+    def one(n: int) -> None:
+        codes[n] = run(spawner, f"exit {n}")[0]
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(1, 13)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert codes == {n: n for n in range(1, 13)}
+
+
+def test_a_command_that_closes_its_output_is_still_waited_for(spawner: Spawner) -> None:
+    """Its output ends long before it does: the call ends with its exit, not with its output."""
+    code, timed_out, events = run(spawner, "echo bye; exec >&- 2>&-; sleep 0.5; exit 4")
+    assert (code, timed_out, events.text("stdout")) == (4, False, "bye\n")
+
+
+def test_what_a_command_leaves_running_does_not_hold_its_call(spawner: Spawner) -> None:
+    env, _home = L.command_env(False, None)
+    launched = L.launch(spawner, ["/bin/sh", "-c", "sleep 60 & echo started"], "/", env, as_root=False)
+    try:
+        events = Events()
+        assert L.pump(launched, events, None) == (0, False)
+        assert events.text("stdout") == "started\n"
+    finally:
+        L.kill_group(launched.pid)
+
+
+def test_a_timeout_kills_the_command(spawner: Spawner) -> None:
+    code, timed_out, _events = run(spawner, "sleep 60", timeout=0.3)
+    assert timed_out and code == 128 + signal.SIGKILL
+
+
+def test_a_command_that_cannot_start_is_an_error_and_the_helper_goes_on(spawner: Spawner) -> None:
+    env, _home = L.command_env(False, None)
+    with pytest.raises(FileNotFoundError):
+        L.launch(spawner, ["/bin/sh", "-c", "true"], "/no/such/dir", env, as_root=False)
+    assert run(spawner, "echo fine")[2].text("stdout") == "fine\n"
+
+
+def test_commands_of_a_helper_that_died_report_255_and_the_next_spawn_starts_a_new_one(spawner: Spawner) -> None:
+    env, _home = L.command_env(False, None)
+    launched = L.launch(spawner, ["/bin/sh", "-c", "sleep 60"], "/", env, as_root=False)
+    first = spawner.pid
+    try:
+        assert launched.poll() is None
+        os.kill(first, signal.SIGKILL)  # as the box user may: it owns the helper
+        assert launched.wait() == 255
+    finally:
+        L.kill_group(launched.pid)
+        for fd in launched.outputs:
+            os.close(fd)
+    code, _timed_out, events = run(spawner, "echo alive")
+    assert (code, events.text("stdout")) == (0, "alive\n") and spawner.pid != first
