@@ -4,10 +4,10 @@
 
 Starts its own `hutch serve` on loopback, then for N runs each measures: create-to-first-exec,
 `commands.run("true")`, spawning and attaching to a process and a line through its stdin and
-back, a 10 MB file write and read; and as floors, raw `runsc run` of `true` (same root, same
-flags), raw `runsc exec true` in a running box, a `posix_spawn` of `/bin/true` (and of
-`sh -c true`) timed inside a box, and 10 MB through `runsc exec cat`. Prints min/median/p95 and
-writes JSON to bench/results/.
+back, `get_info` and a small file read, a 10 MB file write and read; and as floors, raw `runsc
+run` of `true` (same root, same flags), raw `runsc exec true` in a running box, a `posix_spawn` of
+`/bin/true` (and of `sh -c true`) timed inside a box, and 10 MB through `runsc exec cat`. Prints
+min/median/p95 and writes JSON to bench/results/.
 """
 
 from __future__ import annotations
@@ -114,6 +114,8 @@ def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]],
         figures["raw_runsc_exec_true"] = stats(timed(lambda: raw.exec(idle, "/bin/true"), n))
         figures["host_subprocess_true"] = stats(timed(lambda: subprocess.run(["/bin/sh", "-c", "true"], check=True), n))
         figures["get_info"] = stats(timed(sb.get_info, n))
+        sb.files.write("/home/user/small.txt", b"small file " * 10)
+        figures["file_read_small"] = stats(timed(lambda: sb.files.read("/home/user/small.txt"), n))
         figures.update(process_figures(sb, n))
 
         figures["file_write_10mb"] = stats(timed(lambda: sb.files.write("/tmp/f.bin", MB10), n))

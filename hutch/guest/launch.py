@@ -195,7 +195,7 @@ def pump(cmd: Launched, sink: Sink, timeout: float | None) -> tuple[int, bool]:
         for key, _ in sel.select(wait):
             if key.data is None:  # the exit is known (or its reporter is gone): read it
                 sel.unregister(key.fileobj)
-                code, exited_at = cmd.wait(), now
+                code, exited_at = cmd.wait(), time.monotonic()  # not `now`: the select may have slept long
                 continue
             try:
                 data = os.read(key.fd, CHUNK)

@@ -13,20 +13,30 @@ Standard library only.
 from __future__ import annotations
 
 import contextlib
+import errno
 import marshal
 import os
+import select
+import signal
 import socket
 import struct
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 _LEN = struct.Struct("!I")
+_ANSWER = struct.Struct("!Bq")  # an answer, helper to agent: its kind (below) and a pid, errno or exit code
+_PID, _ERRNO, _EXIT = 1, 2, 3
+EXIT_READ_SECONDS = 1.0  # how long an exit's answer may take to arrive whole once it has begun
+PID_MAX = 4194304  # the kernel's ceiling on pids
+HELPER_DEATH_SECONDS = 1.0  # how long a helper's socket may stay open after a sign of its death
 
 
 def _send(sock: socket.socket, msg: dict[str, Any], fds: list[int] | None = None) -> None:
-    data = marshal.dumps(msg)  # both ends are the same interpreter; marshal costs no import
+    """A request, agent to helper: the helper trusts the agent, so marshal (no import) will do."""
+    data = marshal.dumps(msg)
     payload = _LEN.pack(len(data)) + data
     if fds:
         socket.send_fds(sock, [payload], fds)
@@ -58,6 +68,27 @@ def _recv(sock: socket.socket, with_fds: int = 0) -> tuple[dict[str, Any], list[
     return msg, fds
 
 
+def _answer(to: socket.socket, kind: int, value: int) -> None:
+    """An answer, helper to agent, on a command's socket."""
+    with contextlib.suppress(OSError):  # an agent that stopped listening has nothing to hear
+        to.sendall(_ANSWER.pack(kind, value))
+
+
+def _read_answer(sock: socket.socket, deadline: float) -> tuple[int, int]:
+    """The helper's next answer on a command's socket. The helper is the box user's to command, so
+    an answer is a fixed few bytes read by a deadline, never a message to parse. EOFError if the
+    helper closed the socket first; TimeoutError at the deadline."""
+    buf = b""
+    while len(buf) < _ANSWER.size:
+        sock.settimeout(max(0.0, deadline - time.monotonic()) or 1e-6)
+        part = sock.recv(_ANSWER.size - len(buf))
+        if not part:
+            raise EOFError
+        buf += part
+    kind, value = _ANSWER.unpack(buf)
+    return kind, value
+
+
 def exit_code(returncode: int) -> int:
     """A shell's view of how a process ended: its status, or 128 plus the signal that killed it."""
     return 128 - returncode if returncode < 0 else returncode
@@ -79,13 +110,14 @@ class Spawned:
     once, how it ended. The helper's end closes if the helper dies, so such a command reports 255
     rather than being waited for forever. Read by one thread, the one pumping its output."""
 
-    def __init__(self, pid: int, sock: socket.socket, orphaned: Callable[[], None]) -> None:
-        self.pid, self._sock, self._orphaned = pid, sock, orphaned
+    def __init__(self, pid: int, sock: socket.socket, unanswered: Callable[[], None]) -> None:
+        self.pid, self._sock, self._unanswered = pid, sock, unanswered
         self.fd = sock.fileno()  # readable once the exit is known: a pump selects on it
         self._code: int | None = None
 
     def poll(self) -> int | None:
-        """The exit code once it has ended, else None; never blocks."""
+        """The exit code once it has ended, else None. Waits only on an answer begun, or on a sign
+        that the helper died."""
         if self._code is None:
             try:
                 self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
@@ -97,12 +129,20 @@ class Spawned:
         return self._code
 
     def wait(self) -> int:
+        """The exit code, waiting for the command to end. Anything but a whole, sensible answer soon
+        after the socket became readable (a helper that died, or that the box user made lie) is 255."""
         if self._code is None:
+            readable = select.poll()
+            readable.register(self._sock, select.POLLIN)
+            readable.poll()
             try:
-                self._code = int(_recv(self._sock)[0]["exit"])
-            except (EOFError, OSError, KeyError, TypeError, ValueError):
-                self._code = 255  # the helper died first
-                self._orphaned()
+                kind, value = _read_answer(self._sock, time.monotonic() + EXIT_READ_SECONDS)
+            except EOFError:
+                kind = value = -1
+                self._unanswered()
+            except OSError:
+                kind = value = -1
+            self._code = value if kind == _EXIT and 0 <= value <= 255 else 255
             self._sock.close()
         return self._code
 
@@ -110,11 +150,11 @@ class Spawned:
 class Spawner:
     """The agent's handle on the helper. Thread-safe.
 
-    The helper runs as the box user, so that user can kill or stop it. Each spawn hands the helper
-    a socket of its own besides the command's stdio: the helper answers the pid on it, then the
-    exit, so no thread of the agent's stands between a command and the one waiting for it. When a
-    helper dies, its commands report 255 and the next spawn starts a new one; a helper that stops
-    answering fails the spawn after a while.
+    The helper runs as the box user, so that user can kill, stop or replace it. Each spawn hands the
+    helper a socket of its own besides the command's stdio: the helper answers the pid on it, then
+    the exit, so no thread of the agent's stands between a command and the one waiting for it.
+    When a helper dies its commands report 255, and the next spawn starts a new one; a helper that
+    does not answer a spawn in time is killed, and so is replaced at the next.
     """
 
     REPLY_TIMEOUT = 10.0
@@ -123,19 +163,21 @@ class Spawner:
         self.uid, self.gid = uid, gid
         self._lock = threading.Lock()
         self.sock: socket.socket | None = None
+        self.pid = 0
         self._start()
 
     def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         pid = os.fork()
-        if pid == 0:  # the helper: drop privileges for good, then serve
-            ours.close()
-            release_host_stdio()
+        if pid == 0:  # the helper: keep only its socket, drop privileges for good, then serve
             try:
+                ours.close()
+                release_host_stdio()
+                _keep_only(theirs.detach())
                 os.setgroups([])
                 os.setgid(self.gid)
                 os.setuid(self.uid)
-                _serve(theirs)
+                _serve(socket.socket(fileno=_HELPER_FD))
             finally:
                 os._exit(0)
         theirs.close()
@@ -151,19 +193,10 @@ class Spawner:
                 self.sock = None
             sock.close()
 
-    def _forget(self, sock: socket.socket) -> None:
-        """That helper is gone (a socket it held closed unanswered): the next spawn starts a new one.
-        Its own socket may close after the one that showed it, so a spawn meanwhile could still
-        send to it."""
-        with self._lock:
-            if self.sock is sock:
-                self.sock = None
-                sock.close()
-
-    def _request(self, msg: dict[str, Any], fds: list[int]) -> socket.socket:
+    def _request(self, msg: dict[str, Any], fds: list[int]) -> tuple[socket.socket, int]:
         """Hand the helper a request, starting a new helper if there is none; returns the helper's
-        socket. A send the helper's closed end refused reached nobody, so it is sent once more, to a
-        new helper."""
+        socket and pid. A send the helper's closed end refused reached nobody, so it is sent once
+        more, to a new helper."""
         with self._lock:
             for _attempt in range(2):
                 if self.sock is None:
@@ -171,11 +204,35 @@ class Spawner:
                 assert self.sock is not None
                 try:
                     _send(self.sock, msg, fds)
-                    return self.sock
+                    return self.sock, self.pid
                 except (BrokenPipeError, ConnectionResetError):
                     self.sock.close()
                     self.sock = None
             raise OSError("the spawner ended")
+
+    def _gone(self, sock: socket.socket) -> None:
+        """A command's socket closed unanswered, as when its helper dies. If the helper's own socket
+        closes too (soon: the kernel releases a dead process's sockets in no set order), the helper
+        is dead, and the next spawn starts a new one rather than failing on it; a helper that
+        merely dropped one command (out of descriptors) is left be."""
+        with contextlib.suppress(OSError, ValueError):  # ValueError: closed by _bury meanwhile
+            closed = select.poll()
+            closed.register(sock, select.POLLIN)  # the helper never writes on it: readable is closed
+            if closed.poll(HELPER_DEATH_SECONDS * 1000):
+                with self._lock:
+                    if self.sock is sock:
+                        self.sock = None
+                        sock.close()
+
+    def _replace(self, sock: socket.socket, pid: int) -> None:
+        """That helper does not answer (stopped, or the box user's own by now): kill it, so that its
+        requests cannot run later, and let the next spawn start a new one."""
+        with self._lock:
+            if self.sock is sock:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                self.sock = None
+                sock.close()
 
     def spawn(self, argv: list[str], cwd: str, env: dict[str, str], stdio: list[int], ctty: bool = False) -> Spawned:
         """Start a command in a new session. Raises OSError as Popen would.
@@ -183,22 +240,43 @@ class Spawner:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             with theirs:  # the helper holds the only other copy once it has it
-                helper = self._request({"argv": argv, "cwd": cwd, "env": env, "ctty": ctty}, [*stdio, theirs.fileno()])
-            ours.settimeout(self.REPLY_TIMEOUT)
+                helper, pid = self._request({"argv": argv, "cwd": cwd, "env": env, "ctty": ctty},
+                                            [*stdio, theirs.fileno()])
             try:
-                reply, _ = _recv(ours)
+                kind, value = _read_answer(ours, time.monotonic() + self.REPLY_TIMEOUT)
             except TimeoutError:
+                self._replace(helper, pid)
                 raise OSError("the spawner does not answer") from None
-            except (EOFError, OSError):
-                self._forget(helper)
+            except EOFError:
+                self._gone(helper)
+                raise OSError("the spawner ended") from None
+            except OSError:
                 raise OSError("the spawner ended") from None
             ours.settimeout(None)
-            if "errno" in reply:
-                raise OSError(reply["errno"], reply["message"], reply.get("filename"))
-            return Spawned(int(reply["pid"]), ours, lambda: self._forget(helper))
+            if kind == _ERRNO:
+                code = value if 0 < value < 4096 else errno.EIO
+                raise OSError(code, os.strerror(code))
+            if kind != _PID or not 1 < value <= PID_MAX:  # pid 1 is PID 1's: never signalled for a command
+                raise OSError(errno.EIO, "the spawner answered nonsense")
+            return Spawned(value, ours, lambda: self._gone(helper))
         except BaseException:
             ours.close()
             raise
+
+
+_HELPER_FD = 3  # the helper's socket, past stdio
+
+
+def _keep_only(fd: int) -> None:
+    """In a new helper: move its socket to _HELPER_FD and close every other descriptor it inherited
+    from the agent (other commands' pipes and terminals, their sockets, the host's connections),
+    none of which the box user's process may hold."""
+    if fd != _HELPER_FD:
+        os.dup2(fd, _HELPER_FD)
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) > _HELPER_FD:
+            with contextlib.suppress(OSError):  # the listing's own, closed by now
+                os.close(int(name))
 
 
 def take_terminal() -> None:
@@ -224,9 +302,9 @@ def _serve(sock: socket.socket) -> None:
     running: dict[int, tuple[subprocess.Popen[bytes], socket.socket]] = {}
     spawned = threading.Condition()
 
-    def report(to: socket.socket, msg: dict[str, Any]) -> None:
-        with contextlib.suppress(OSError):  # an agent that stopped listening has nothing to hear
-            _send(to, msg)
+    def ended(to: socket.socket, code: int) -> None:
+        _answer(to, _EXIT, code)
+        to.close()
 
     def reap() -> None:
         while True:
@@ -240,16 +318,14 @@ def _serve(sock: socket.socket) -> None:
                     lost = list(running.values())
                     running.clear()
                 for _proc, to in lost:
-                    report(to, {"exit": 255})
-                    to.close()
+                    ended(to, 255)
                 continue
             with spawned:  # a spawn holds it until its pid is answered: the exit comes after
                 entry = running.pop(pid, None)
             if entry is not None:
                 proc, to = entry
                 proc.returncode = os.waitstatus_to_exitcode(status)
-                report(to, {"exit": exit_code(proc.returncode)})
-                to.close()
+                ended(to, exit_code(proc.returncode))
 
     threading.Thread(target=reap, daemon=True).start()
     while True:
@@ -266,10 +342,10 @@ def _serve(sock: socket.socket) -> None:
             with spawned:
                 proc = popen(req["argv"], req["cwd"], req["env"], stdio, req.get("ctty", False))
                 running[proc.pid] = (proc, to)
-                report(to, {"pid": proc.pid})
+                _answer(to, _PID, proc.pid)
                 spawned.notify()
-        except OSError as e:
-            report(to, {"errno": e.errno or 0, "message": e.strerror or str(e), "filename": e.filename})
+        except (OSError, ValueError, TypeError) as e:  # ValueError: a NUL in the command, cwd or env
+            _answer(to, _ERRNO, (e.errno or errno.EIO) if isinstance(e, OSError) else errno.EINVAL)
             to.close()
         finally:
             for fd in stdio:

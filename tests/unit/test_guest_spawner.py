@@ -7,15 +7,16 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from hutch.guest import launch as L
 from hutch.guest import protocol as p
-from hutch.guest.spawner import Spawner
+from hutch.guest.spawner import _ANSWER, _EXIT, _PID, Spawner, _recv
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the helper drops to the box user: needs root")
 
@@ -112,3 +113,75 @@ def test_commands_of_a_helper_that_died_report_255_and_the_next_spawn_starts_a_n
             os.close(fd)
     code, _timed_out, events = run(spawner, "echo alive")
     assert (code, events.text("stdout")) == (0, "alive\n") and spawner.pid != first
+
+
+def test_output_just_after_an_exit_that_follows_a_silence_is_relayed(spawner: Spawner) -> None:
+    """What a command left behind may still write for a moment after it exits (EXIT_GRACE), counted
+    from the exit, not from when the pump last woke (here half a second before)."""
+    code, _timed_out, events = run(spawner, "sleep 0.5; (echo late) & exit 0")
+    assert (code, events.text("stdout")) == (0, "late\n")
+
+
+class FakeHelper:
+    """Stands in for the helper, which runs as the box user and so may be that user's own program:
+    it takes each request, lets go of the command's stdio, and answers on the command's socket
+    whatever `answer` writes."""
+
+    def __init__(self, spawner: Spawner, answer: Callable[[socket.socket], None]) -> None:
+        ours, self.theirs = socket.socketpair()
+        spawner.sock = ours
+        self.answer = answer
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                _req, fds = _recv(self.theirs, with_fds=4)
+            except (EOFError, OSError):
+                return
+            for fd in fds[:3]:
+                os.close(fd)
+            self.answer(socket.socket(fileno=fds[3]))
+
+
+def launch_true(spawner: Spawner) -> L.Launched:
+    env, _home = L.command_env(False, None)
+    return L.launch(spawner, ["/bin/sh", "-c", "true"], "/", env, as_root=False)
+
+
+def test_a_helper_that_does_not_answer_fails_the_spawn_by_its_deadline_and_is_replaced(spawner: Spawner) -> None:
+    spawner.REPLY_TIMEOUT = 0.5
+    kept: list[socket.socket] = []
+
+    def part_then_nothing(to: socket.socket) -> None:
+        kept.append(to)
+        to.sendall(b"\x01")
+
+    FakeHelper(spawner, part_then_nothing)
+    with pytest.raises(OSError, match="does not answer"):
+        launch_true(spawner)
+    assert run(spawner, "echo replaced")[2].text("stdout") == "replaced\n"
+
+
+def test_a_helper_that_names_pid_1_or_garbage_fails_the_spawn(spawner: Spawner) -> None:
+    for answer in (_ANSWER.pack(_PID, 1), _ANSWER.pack(9, 1234), _ANSWER.pack(_PID, -5)):
+        def say(to: socket.socket, answer: bytes = answer) -> None:
+            to.sendall(answer)
+            to.close()
+
+        FakeHelper(spawner, say)
+        with pytest.raises(OSError, match="nonsense"):
+            launch_true(spawner)
+
+
+def test_a_lying_or_stalling_exit_report_is_255(spawner: Spawner) -> None:
+    """Past its pid, a helper that reports an impossible exit, or a part of one and then nothing,
+    ends the command's call with 255 rather than an error or a pump stuck for ever."""
+    kept: list[socket.socket] = []
+    for tail in (_ANSWER.pack(_EXIT, 10**12), _ANSWER.pack(_EXIT, -1), b"\x03\x00"):
+        def pid_then(to: socket.socket, tail: bytes = tail) -> None:
+            kept.append(to)  # held open: a part of an answer is all it gets
+            to.sendall(_ANSWER.pack(_PID, 999999) + tail)
+
+        FakeHelper(spawner, pid_then)
+        assert L.pump(launch_true(spawner), Events(), None) == (255, False)
