@@ -29,6 +29,7 @@ CHUNK = 256 * 1024
 PING_SECONDS = 10.0
 POLL_SECONDS = 0.05  # how often a running command's exit is looked for
 EXIT_GRACE = 0.1  # output still read after the command exits, from what it left running
+KILL_GRACE = 2.0  # how long a command killed at its deadline has to be reported gone
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TTY_GID = 5  # Debian's "tty" group, which owns terminals
 _PROXY = f"http://127.0.0.1:{p.PROXY_PORT}"
@@ -180,6 +181,9 @@ def pump(cmd: Launched, sink: Sink, timeout: float | None) -> tuple[int, bool]:
         if deadline is not None and now >= deadline and not timed_out:
             timed_out = True
             kill_group(pid)
+        if deadline is not None and timed_out and exited_at is None and now >= deadline + KILL_GRACE:
+            code = 255  # killed, and its exit never reported (a stopped spawner): the call ends anyway
+            break
         if exited_at is None and cmd.exit_fd is None and (code := poll()) is not None:
             exited_at = now
         if exited_at is not None and now - exited_at >= EXIT_GRACE:
@@ -189,7 +193,8 @@ def pump(cmd: Launched, sink: Sink, timeout: float | None) -> tuple[int, bool]:
             last_sent = now
         wait = POLL_SECONDS
         if cmd.exit_fd is not None:  # its exit wakes the select: wake otherwise only for what falls due
-            due = [last_sent + PING_SECONDS, *([deadline] if deadline is not None and not timed_out else []),
+            due = [last_sent + PING_SECONDS,
+                   *([] if deadline is None else [deadline + KILL_GRACE if timed_out else deadline]),
                    *([exited_at + EXIT_GRACE] if exited_at is not None else [])]
             wait = max(0.0, min(due) - now)
         for key, _ in sel.select(wait):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import marshal
 import os
 import select
@@ -38,10 +39,8 @@ def _send(sock: socket.socket, msg: dict[str, Any], fds: list[int] | None = None
     """A request, agent to helper: the helper trusts the agent, so marshal (no import) will do."""
     data = marshal.dumps(msg)
     payload = _LEN.pack(len(data)) + data
-    if fds:
-        socket.send_fds(sock, [payload], fds)
-    else:
-        sock.sendall(payload)
+    sent = socket.send_fds(sock, [payload], fds) if fds else 0
+    sock.sendall(payload[sent:])  # a short write's rest, or all of it
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -171,6 +170,7 @@ class Spawner:
         pid = os.fork()
         if pid == 0:  # the helper: keep only its socket, drop privileges for good, then serve
             try:
+                gc.freeze()  # the agent's objects it inherited are never collected here: their fds are closed
                 ours.close()
                 release_host_stdio()
                 _keep_only(theirs.detach())
@@ -181,6 +181,7 @@ class Spawner:
             finally:
                 os._exit(0)
         theirs.close()
+        ours.settimeout(self.REPLY_TIMEOUT)  # a helper that stops reading must not hold _lock for ever
         self.pid, self.sock = pid, ours
         threading.Thread(target=self._bury, args=(pid, ours), daemon=True).start()
 
@@ -206,6 +207,11 @@ class Spawner:
                     _send(self.sock, msg, fds)
                     return self.sock, self.pid
                 except (BrokenPipeError, ConnectionResetError):
+                    self.sock.close()
+                    self.sock = None
+                except TimeoutError:  # it stopped reading, maybe midway through a request: a new one
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(self.pid, signal.SIGKILL)
                     self.sock.close()
                     self.sock = None
             raise OSError("the spawner ended")
@@ -344,7 +350,7 @@ def _serve(sock: socket.socket) -> None:
                 running[proc.pid] = (proc, to)
                 _answer(to, _PID, proc.pid)
                 spawned.notify()
-        except (OSError, ValueError, TypeError) as e:  # ValueError: a NUL in the command, cwd or env
+        except Exception as e:  # ValueError: a NUL in the command; SubprocessError: a terminal refused
             _answer(to, _ERRNO, (e.errno or errno.EIO) if isinstance(e, OSError) else errno.EINVAL)
             to.close()
         finally:

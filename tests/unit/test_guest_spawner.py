@@ -5,10 +5,12 @@ pump waits on with the output."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -144,23 +146,72 @@ class FakeHelper:
             self.answer(socket.socket(fileno=fds[3]))
 
 
+@pytest.fixture
+def decoy() -> Iterator[int]:
+    """A process of our own, in a session of its own, for a fake helper to name: what the agent
+    does to the pid it is told (a kill at a deadline) lands on nothing else of this host."""
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        time.sleep(60)
+        os._exit(0)
+    yield pid
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):  # a test that waited for it itself
+        os.waitpid(pid, 0)
+
+
 def launch_true(spawner: Spawner) -> L.Launched:
     env, _home = L.command_env(False, None)
     return L.launch(spawner, ["/bin/sh", "-c", "true"], "/", env, as_root=False)
 
 
 def test_a_helper_that_does_not_answer_fails_the_spawn_by_its_deadline_and_is_replaced(spawner: Spawner) -> None:
+    """An answer trickled a byte at a time, each in less than the deadline: the deadline is the
+    whole answer's. The helper that gave it is killed, and the next spawn has a new one."""
     spawner.REPLY_TIMEOUT = 0.5
-    kept: list[socket.socket] = []
+    stand_in = os.fork()  # the fake helper's process, for the spawner to kill
+    if stand_in == 0:
+        time.sleep(60)
+        os._exit(0)
+    spawner.pid = stand_in
 
-    def part_then_nothing(to: socket.socket) -> None:
-        kept.append(to)
-        to.sendall(b"\x01")
+    def trickle(to: socket.socket) -> None:
+        def go() -> None:
+            with contextlib.suppress(OSError):
+                for byte in _ANSWER.pack(_PID, 4242):
+                    to.sendall(bytes([byte]))
+                    time.sleep(0.2)
+        threading.Thread(target=go, daemon=True).start()
 
-    FakeHelper(spawner, part_then_nothing)
+    FakeHelper(spawner, trickle)
     with pytest.raises(OSError, match="does not answer"):
         launch_true(spawner)
+    assert os.waitpid(stand_in, 0)[1] == signal.SIGKILL
     assert run(spawner, "echo replaced")[2].text("stdout") == "replaced\n"
+
+
+def test_a_command_the_spawner_cannot_start_is_an_error_and_the_helper_lives(spawner: Spawner) -> None:
+    helper = spawner.pid
+    env, _home = L.command_env(False, None)
+    with pytest.raises(OSError) as refused:
+        L.launch(spawner, ["/bin/sh", "-c", "echo \0"], "/", env, as_root=False)
+    assert refused.value.errno == errno.EINVAL
+    assert run(spawner, "echo fine")[2].text("stdout") == "fine\n" and spawner.pid == helper
+
+
+def test_a_command_killed_at_its_deadline_whose_exit_never_comes_still_ends_its_call(spawner: Spawner,
+                                                                                      decoy: int) -> None:
+    kept: list[socket.socket] = []
+
+    def pid_only(to: socket.socket) -> None:
+        kept.append(to)
+        to.sendall(_ANSWER.pack(_PID, decoy))
+
+    FakeHelper(spawner, pid_only)
+    assert L.pump(launch_true(spawner), Events(), 0.2) == (255, True)
+    assert os.waitpid(decoy, 0)[1] == signal.SIGKILL  # the kill at the deadline went to the named group
 
 
 def test_a_helper_that_names_pid_1_or_garbage_fails_the_spawn(spawner: Spawner) -> None:
@@ -174,14 +225,14 @@ def test_a_helper_that_names_pid_1_or_garbage_fails_the_spawn(spawner: Spawner) 
             launch_true(spawner)
 
 
-def test_a_lying_or_stalling_exit_report_is_255(spawner: Spawner) -> None:
+def test_a_lying_or_stalling_exit_report_is_255(spawner: Spawner, decoy: int) -> None:
     """Past its pid, a helper that reports an impossible exit, or a part of one and then nothing,
     ends the command's call with 255 rather than an error or a pump stuck for ever."""
     kept: list[socket.socket] = []
     for tail in (_ANSWER.pack(_EXIT, 10**12), _ANSWER.pack(_EXIT, -1), b"\x03\x00"):
         def pid_then(to: socket.socket, tail: bytes = tail) -> None:
             kept.append(to)  # held open: a part of an answer is all it gets
-            to.sendall(_ANSWER.pack(_PID, 999999) + tail)
+            to.sendall(_ANSWER.pack(_PID, decoy) + tail)
 
         FakeHelper(spawner, pid_then)
         assert L.pump(launch_true(spawner), Events(), None) == (255, False)
