@@ -51,4 +51,5 @@ async def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main())))
+    print(json.dumps(asyncio.run(main())), flush=True)
+    os._exit(0)  # not the interpreter's own exit: see code_interpreter.py
