@@ -27,7 +27,7 @@ except ImportError:  # in the box: run as a script beside its modules, without t
 
 CHUNK = 256 * 1024
 PING_SECONDS = 10.0
-POLL_SECONDS = 0.05  # how often a running command's exit is looked for
+POLL_SECONDS = 0.05  # how often a running root command's exit is looked for (the spawner's report theirs)
 EXIT_GRACE = 0.1  # output still read after the command exits, from what it left running
 KILL_GRACE = 2.0  # how long a command killed at its deadline has to be reported gone
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -79,7 +79,7 @@ def _read_answer(sock: socket.socket, deadline: float) -> tuple[int, int]:
     helper closed the socket first; TimeoutError at the deadline."""
     buf = b""
     while len(buf) < _ANSWER.size:
-        sock.settimeout(max(0.0, deadline - time.monotonic()) or 1e-6)
+        sock.settimeout(max(0.0, deadline - time.monotonic()) or 1e-6)  # 0 would mean non-blocking
         part = sock.recv(_ANSWER.size - len(buf))
         if not part:
             raise EOFError
@@ -185,35 +185,41 @@ class Spawner:
         self.pid, self.sock = pid, ours
         threading.Thread(target=self._bury, args=(pid, ours), daemon=True).start()
 
+    def _drop(self, sock: socket.socket, kill: bool = False) -> None:
+        """Let go of the helper behind `sock` (with _lock held), killing it first with `kill` (it may
+        still run, and run what it was sent later); the next spawn starts a new one."""
+        if self.sock is sock:
+            if kill:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+            self.sock = None
+        sock.close()
+
     def _bury(self, helper: int, sock: socket.socket) -> None:
-        """Reap the helper when it ends (the thread sleeps in waitpid until then) and drop its socket."""
+        """Reap the helper when it ends (the thread sleeps in waitpid until then) and drop it."""
         with contextlib.suppress(ChildProcessError):
             os.waitpid(helper, 0)
         with self._lock:
-            if self.sock is sock:
-                self.sock = None
-            sock.close()
+            self._drop(sock)
 
-    def _request(self, msg: dict[str, Any], fds: list[int]) -> tuple[socket.socket, int]:
+    def _request(self, msg: dict[str, Any], fds: list[int]) -> socket.socket:
         """Hand the helper a request, starting a new helper if there is none; returns the helper's
-        socket and pid. A send the helper's closed end refused reached nobody, so it is sent once
-        more, to a new helper."""
+        socket. A send the helper's closed end refused reached nobody, so it is sent once more, to a
+        new helper; so is one a helper stopped taking (that helper is killed: it may have half of it)."""
         with self._lock:
             for _attempt in range(2):
-                if self.sock is None:
+                sock = self.sock
+                if sock is None:
                     self._start()
-                assert self.sock is not None
+                    sock = self.sock
+                assert sock is not None
                 try:
-                    _send(self.sock, msg, fds)
-                    return self.sock, self.pid
+                    _send(sock, msg, fds)
+                    return sock
                 except (BrokenPipeError, ConnectionResetError):
-                    self.sock.close()
-                    self.sock = None
-                except TimeoutError:  # it stopped reading, maybe midway through a request: a new one
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(self.pid, signal.SIGKILL)
-                    self.sock.close()
-                    self.sock = None
+                    self._drop(sock)
+                except TimeoutError:
+                    self._drop(sock, kill=True)
             raise OSError("the spawner ended")
 
     def _gone(self, sock: socket.socket) -> None:
@@ -226,19 +232,7 @@ class Spawner:
             closed.register(sock, select.POLLIN)  # the helper never writes on it: readable is closed
             if closed.poll(HELPER_DEATH_SECONDS * 1000):
                 with self._lock:
-                    if self.sock is sock:
-                        self.sock = None
-                        sock.close()
-
-    def _replace(self, sock: socket.socket, pid: int) -> None:
-        """That helper does not answer (stopped, or the box user's own by now): kill it, so that its
-        requests cannot run later, and let the next spawn start a new one."""
-        with self._lock:
-            if self.sock is sock:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                self.sock = None
-                sock.close()
+                    self._drop(sock)
 
     def spawn(self, argv: list[str], cwd: str, env: dict[str, str], stdio: list[int], ctty: bool = False) -> Spawned:
         """Start a command in a new session. Raises OSError as Popen would.
@@ -246,12 +240,13 @@ class Spawner:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             with theirs:  # the helper holds the only other copy once it has it
-                helper, pid = self._request({"argv": argv, "cwd": cwd, "env": env, "ctty": ctty},
-                                            [*stdio, theirs.fileno()])
+                helper = self._request({"argv": argv, "cwd": cwd, "env": env, "ctty": ctty},
+                                       [*stdio, theirs.fileno()])
             try:
                 kind, value = _read_answer(ours, time.monotonic() + self.REPLY_TIMEOUT)
-            except TimeoutError:
-                self._replace(helper, pid)
+            except TimeoutError:  # stopped, or the box user's own program by now: its requests must not run later
+                with self._lock:
+                    self._drop(helper, kill=True)
                 raise OSError("the spawner does not answer") from None
             except EOFError:
                 self._gone(helper)

@@ -117,10 +117,13 @@ def test_commands_of_a_helper_that_died_report_255_and_the_next_spawn_starts_a_n
     assert (code, events.text("stdout")) == (0, "alive\n") and spawner.pid != first
 
 
-def test_output_just_after_an_exit_that_follows_a_silence_is_relayed(spawner: Spawner) -> None:
+def test_output_just_after_an_exit_that_follows_a_silence_is_relayed(spawner: Spawner,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """What a command left behind may still write for a moment after it exits (EXIT_GRACE), counted
-    from the exit, not from when the pump last woke (here half a second before)."""
-    code, _timed_out, events = run(spawner, "sleep 0.5; (echo late) & exit 0")
+    from the exit, not from when the pump last woke: here the silence before the exit is longer
+    than the grace, and the late line comes well within it."""
+    monkeypatch.setattr(L, "EXIT_GRACE", 1.0)
+    code, _timed_out, events = run(spawner, "sleep 1.5; (sleep 0.3; echo late) & exit 0")
     assert (code, events.text("stdout")) == (0, "late\n")
 
 
