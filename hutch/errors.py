@@ -47,6 +47,7 @@ class Code(StrEnum):
     PORT_NOT_PUBLISHED = "port_not_published", 404
     CONTEXT_NOT_FOUND = "context_not_found", 404  # a code-interpreter context
     SNAPSHOT_NOT_FOUND = "snapshot_not_found", 404
+    VOLUME_NOT_FOUND = "volume_not_found", 404
 
     # the state of things
     CONFLICT = "conflict", 409
@@ -65,6 +66,9 @@ class Code(StrEnum):
     INTERPRETER_UNAVAILABLE = "interpreter_unavailable", 409  # no code interpreter answers in the box
     SNAPSHOT_EXISTS = "snapshot_exists", 409  # a team's snapshot names are unique
     SNAPSHOT_IN_USE = "snapshot_in_use", 409  # boxes are booting from it: delete it once they run
+    VOLUME_EXISTS = "volume_exists", 409  # a team's volume names are unique
+    VOLUME_IN_USE = "volume_in_use", 409  # a live box (running or paused) mounts it
+    VOLUMES_UNAVAILABLE = "volumes_unavailable", 409  # this server keeps no volumes (a fleet's, for now)
 
     # quotas
     RATE_LIMITED = "rate_limited", 429
@@ -75,6 +79,7 @@ class Code(StrEnum):
     # a pause past a budget of checkpoints (the team's paused boxes or bytes, the node's bytes): the box runs on
     CHECKPOINT_BUDGET = "checkpoint_budget", 429
     TOO_MANY_SNAPSHOTS = "too_many_snapshots", 429  # a team's snapshots, by count or by bytes
+    TOO_MANY_VOLUMES = "too_many_volumes", 429  # a team's volumes, by count or by size; or the node's disk budget
 
     # the server, the node and the box
     SERVER_ERROR = "server_error", 500

@@ -45,6 +45,10 @@ def add_serve(sub: Subparsers) -> None:
                    help="snapshots one team may keep (default %(default)s)")
     s.add_argument("--team-max-snapshot-bytes", type=byte_size, metavar="SIZE",
                    help="disk one team's snapshots may take, e.g. 20G (default: as --team-max-paused-bytes)")
+    s.add_argument("--team-max-volumes", type=int, default=100, metavar="N",
+                   help="volumes one team may keep (default %(default)s)")
+    s.add_argument("--team-max-volume-size", type=byte_size, metavar="SIZE",
+                   help="what one team's volumes may hold in all, e.g. 100G (default: half the node's disk budget)")
     s.add_argument("--checkpoint-budget-bytes", type=byte_size, metavar="SIZE",
                    help="disk every checkpoint may take in all, e.g. 200G (default: 80%% of the size of the "
                         "checkpoints' filesystem)")
@@ -219,6 +223,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                           team_max_paused_bytes=args.team_max_paused_bytes,
                           team_max_snapshots=args.team_max_snapshots,
                           team_max_snapshot_bytes=args.team_max_snapshot_bytes,
+                          team_max_volumes=args.team_max_volumes,
+                          team_max_volume_mib=(args.team_max_volume_size // 2**20
+                                               if args.team_max_volume_size is not None else None),
                           checkpoint_budget_bytes=args.checkpoint_budget_bytes, over_budget_grace=args.over_budget_grace,
                           audit_retention_days=args.audit_retention_days, egress_hosts=args.egress_hosts,
                           egress_system_dns=not args.egress_no_system_dns, trust_ca=tuple(args.trust_ca or ()),

@@ -71,6 +71,15 @@ class BoxRef:
     node: str | None = None  # the fleet node it runs on (None: this host's own)
 
 
+@dataclass(frozen=True)
+class VolumeMount:
+    """A volume a box mounts (hutch.node.volumes): at `path` in the box, read-only or not."""
+
+    volume_id: str
+    path: str
+    read_only: bool = False
+
+
 CHECKPOINT_SLACK = 32 * 2**20  # a checkpoint's disk beyond the sandbox's resident memory, which bounds its image
 
 
@@ -276,14 +285,18 @@ class NodeRuntime(Protocol):
         crash, an outside kill)."""
         ...
 
-    async def boot(self, key: str, rootfs: Path, limits: Limits, writable_root: bool = False) -> BoxRef:
-        """Boot a box from a template root; its agent answers when this returns. `key` names its
-        host directory for its whole life. With `writable_root` (a template build) its writes land
-        in `rootfs` itself, and it is never paused. Raises BoxStartError."""
+    async def boot(self, key: str, rootfs: Path, limits: Limits, writable_root: bool = False,
+                   volumes: tuple[VolumeMount, ...] = ()) -> BoxRef:
+        """Boot a box from a template root, with `volumes` mounted; its agent answers when this
+        returns. `key` names its host directory for its whole life. With `writable_root` (a
+        template build) its writes land in `rootfs` itself, and it is never paused. Raises
+        BoxStartError."""
         ...
 
-    async def restore(self, key: str, rootfs: Path, limits: Limits, image_dir: Path) -> BoxRef:
-        """Resume a paused box from its checkpoint, under a new runtime id."""
+    async def restore(self, key: str, rootfs: Path, limits: Limits, image_dir: Path,
+                      volumes: tuple[VolumeMount, ...] = ()) -> BoxRef:
+        """Resume a paused box from its checkpoint, under a new runtime id, with the volumes it
+        had mounted mounted again."""
         ...
 
     async def pause(self, runtime_id: str, image_dir: Path) -> None:

@@ -47,24 +47,51 @@ def make(image: Path, mountpoint: Path, size_mib: int, layer: bool = False) -> N
     Never noexec: gVisor maps programs a box wrote from its disk to run them. A box's disk holds
     one file (the overlay's), a build's `layer` a whole tree: inodes to match."""
     remove(image, mountpoint)  # a leftover of a box that ended badly
+    # no journal (thrown away at every stop), no reserved blocks; for a box few inodes (the
+    # overlay is one file): 1008 of 1024 MiB usable
+    inodes = ["-i", "16384"] if layer else ["-N", "64"]
+    _format(image, size_mib, ["-O", "^has_journal,^resize_inode", *inodes])
+    try:
+        attach(image, mountpoint, nosuid=not layer)
+    except BaseException:
+        remove(image, mountpoint)
+        raise
+
+
+def make_kept(image: Path, mountpoint: Path, size_mib: int) -> None:
+    """A filesystem that outlives boxes and restarts (a volume: hutch.node.volumes): journalled,
+    an inode for every 8 KiB (a package cache is many small files), mounted nosuid and nodev. A
+    failure leaves nothing."""
+    _format(image, size_mib, ["-i", "8192"])
+    try:
+        attach(image, mountpoint, nosuid=True)
+    except BaseException:
+        remove(image, mountpoint)
+        raise
+
+
+def _format(image: Path, size_mib: int, options: list[str]) -> None:
     image.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(image, "wb") as f:
         f.truncate(size_mib * 2**20)
     try:
-        # no journal (thrown away at every stop), no reserved blocks; for a box few inodes (the
-        # overlay is one file): 1008 of 1024 MiB usable
-        inodes = ["-i", "16384"] if layer else ["-N", "64"]
-        _run("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode", *inodes,
-             "-E", "nodiscard,root_owner=0:0", str(image))
-        device = _run("losetup", "--find", "--show", "--direct-io=on", str(image)).strip()
-        mountpoint.mkdir(parents=True, exist_ok=True, mode=0o700)
-        flags = mounts.MS_NODEV | MS_NOATIME | (0 if layer else mounts.MS_NOSUID)
-        if mounts.libc.mount(device.encode(), str(mountpoint).encode(), b"ext4", flags, b"discard") != 0:
-            err = ctypes.get_errno()
-            raise DiskError(err, f"mount {device} on {mountpoint}: {os.strerror(err)}")
+        _run("mkfs.ext4", "-q", "-F", "-m", "0", *options, "-E", "nodiscard,root_owner=0:0", str(image))
     except BaseException:
-        remove(image, mountpoint)
+        image.unlink(missing_ok=True)
         raise
+
+
+def attach(image: Path, mountpoint: Path, nosuid: bool = True) -> None:
+    """Mount the filesystem in `image` at `mountpoint` through a loop device with direct I/O (no
+    second copy in the page cache), with discard so the image shrinks as files go."""
+    device = _run("losetup", "--find", "--show", "--direct-io=on", str(image)).strip()
+    mountpoint.mkdir(parents=True, exist_ok=True, mode=0o700)
+    flags = mounts.MS_NODEV | MS_NOATIME | (mounts.MS_NOSUID if nosuid else 0)
+    if mounts.libc.mount(device.encode(), str(mountpoint).encode(), b"ext4", flags, b"discard") != 0:
+        err = ctypes.get_errno()
+        with contextlib.suppress(DiskError):
+            _run("losetup", "--detach", device)
+        raise DiskError(err, f"mount {device} on {mountpoint}: {os.strerror(err)}")
 
 
 def remove(image: Path, mountpoint: Path) -> None:

@@ -37,11 +37,13 @@ from hutch.node.api import (
     LimitsUnavailable,
     NoSpaceError,
     UsageSample,
+    VolumeMount,
 )
 from hutch.node.driver import Driver, DriverError
 from hutch.node.idle import Freezer
 from hutch.node.runsc import Runsc, RunscConfig, tail_of
 from hutch.node.spec import AgentRuntime, Limits, box_spec
+from hutch.node.volumes import VolumeDisks
 
 log = logging.getLogger("hutch.node")
 
@@ -162,7 +164,9 @@ class Node:
     listener (a hutch.node.api.NodeRuntime)."""
 
     def __init__(self, run_dir: Path, driver: Driver, runtime: AgentRuntime, trust_dir: Path | None = None,
-                 disks_dir: Path | None = None, egress: Egress | None = None, allow_unlimited: bool = False) -> None:
+                 disks_dir: Path | None = None, egress: Egress | None = None, allow_unlimited: bool = False,
+                 volumes: VolumeDisks | None = None) -> None:
+        self.volumes = volumes  # volumes' filesystems (hutch.node.volumes); None: boxes mount none
         self.disks_dir = disks_dir  # boxes' disk images (hutch.node.disks): on the host's disk, not in run_dir
         self.trust_dir = trust_dir  # what TLS in every box trusts (hutch.egress.ca), mounted read-only
         # Every box has a cgroup of its own, which holds its memory and pid limits and its CPU cap
@@ -288,12 +292,16 @@ class Node:
 
     # --- boot, restore ----------------------------------------------------------------------------
 
-    async def boot(self, key: str, rootfs: Path, limits: Limits, writable_root: bool = False) -> BoxRef:
-        """Boot a box from a template root. `key` names its host directory for its whole life,
-        across pauses (each run of it gets a new runtime id). With `writable_root` (a template
-        build), what the box writes lands in `rootfs` itself; such a box is never paused."""
+    async def boot(self, key: str, rootfs: Path, limits: Limits, writable_root: bool = False,
+                   volumes: tuple[VolumeMount, ...] = ()) -> BoxRef:
+        """Boot a box from a template root, with `volumes` mounted. `key` names its host directory
+        for its whole life, across pauses (each run of it gets a new runtime id). With
+        `writable_root` (a template build), what the box writes lands in `rootfs` itself; such a
+        box is never paused."""
+        mounted = await self._volume_dirs(volumes)
+
         async def start(box: Box, limits: Limits, cgroups: bool) -> None:
-            self._prepare(box, rootfs, limits)
+            self._prepare(box, rootfs, limits, volumes=mounted)
             await self._open_egress(box)
             overlay = "none" if writable_root else await self._make_disk(box, limits.disk_mib)
             await self.driver.run_detached(box.runtime_id, box.dir, box.dir / "runsc.err", box.dir / "sandbox.pid",
@@ -301,14 +309,17 @@ class Node:
 
         return (await self._start_held(key, limits, start)).ref
 
-    async def restore(self, key: str, rootfs: Path, limits: Limits, image_dir: Path) -> BoxRef:
+    async def restore(self, key: str, rootfs: Path, limits: Limits, image_dir: Path,
+                      volumes: tuple[VolumeMount, ...] = ()) -> BoxRef:
         """Bring a paused box back from its checkpoint, under a new runtime id, on the kind of
         disk it was checkpointed with (runsc restores no other): its own disk of `limits.disk_mib`,
-        or its memory (so was every box paused before boxes had disks)."""
+        or its memory (so was every box paused before boxes had disks). `volumes`: the ones it
+        had mounted (runsc restores a box only with the mounts it was saved with)."""
         on_disk = (image_dir / MEDIUM_FILE).exists() and (image_dir / MEDIUM_FILE).read_text() == "disk"
+        mounted = await self._volume_dirs(volumes)
 
         async def start(box: Box, limits: Limits, cgroups: bool) -> None:
-            self._prepare(box, rootfs, limits, wake=True)
+            self._prepare(box, rootfs, limits, wake=True, volumes=mounted)
             await self._open_egress(box)
             if on_disk:
                 size = max(limits.disk_mib, 1024)
@@ -390,7 +401,20 @@ class Node:
             await asyncio.to_thread(disks.remove, self._disk_image(box), box.disk_dir)
         shutil.rmtree(box.dir, ignore_errors=True)
 
-    def _prepare(self, box: Box, rootfs: Path, limits: Limits, wake: bool = False) -> None:
+    async def _volume_dirs(self, volumes: tuple[VolumeMount, ...]) -> list[tuple[Path, str, bool]]:
+        """Each volume's host directory (mounted now if the node restarted), its path in the box
+        and whether it is read-only: what the spec binds."""
+        if not volumes:
+            return []
+        if self.volumes is None:
+            raise BoxStartError("this node keeps no volumes")
+        try:
+            return [(await asyncio.to_thread(self.volumes.data, v.volume_id), v.path, v.read_only) for v in volumes]
+        except (OSError, disks.DiskError) as e:
+            raise BoxStartError(f"a volume could not be mounted: {e}") from e
+
+    def _prepare(self, box: Box, rootfs: Path, limits: Limits, wake: bool = False,
+                 volumes: list[tuple[Path, str, bool]] | None = None) -> None:
         """The box's host directory: its channel tmpfs and its OCI spec."""
         box.dir.mkdir(mode=0o700, exist_ok=True)
         if not mounts.is_mount(box.channel_dir):
@@ -399,7 +423,7 @@ class Node:
             (box.channel_dir / protocol.WAKE_FILE).touch()
         spec = box_spec(rootfs=rootfs, channel_dir=box.channel_dir, agent_dir=AGENT_DIR,
                         runtime=self.runtime, hostname="sandbox", limits=limits, trust_dir=self.trust_dir,
-                        cgroup=box.runtime_id)
+                        cgroup=box.runtime_id, volumes=volumes or ())
         (box.dir / "config.json").write_text(json.dumps(spec))
 
     async def _open_egress(self, box: Box) -> None:

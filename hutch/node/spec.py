@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,10 @@ class AgentRuntime:
 
 
 def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: AgentRuntime,
-             hostname: str, limits: Limits, trust_dir: Path | None = None, cgroup: str = "box") -> dict[str, Any]:
+             hostname: str, limits: Limits, trust_dir: Path | None = None, cgroup: str = "box",
+             volumes: Sequence[tuple[Path, str, bool]] = ()) -> dict[str, Any]:
+    """`volumes`: (host directory, path in the box, read-only) of each volume it mounts, mounted
+    last, so nothing of the box's own is ever mounted inside one."""
     def bind(src: Path, dst: str, mode: str) -> dict[str, Any]:
         return {"destination": dst, "type": "bind", "source": str(src), "options": ["rbind", mode]}
 
@@ -108,6 +112,7 @@ def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: Agent
             bind(agent_dir, protocol.AGENT_DIR, "ro"),
             bind(runtime.root, protocol.RUNTIME_DIR, "ro"),
             *trust,
+            *(bind(src, dst, "ro" if ro else "rw") for src, dst, ro in volumes),
         ],
         "linux": {
             "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],

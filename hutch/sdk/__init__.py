@@ -33,6 +33,7 @@ from hutch.sdk.types import (
     ExecutionError,
     FilesystemEvent,
     Logs,
+    MountedVolume,
     NetworkConfig,
     NetworkLogEntry,
     NetworkLogPage,
@@ -49,8 +50,10 @@ from hutch.sdk.types import (
     SnapshotInfo,
     TemplateInfo,
     UserStep,
+    VolumeInfo,
     WorkdirStep,
 )
+from hutch.sdk.volumes import AsyncVolume, Volume
 
 __all__ = [
     "AsyncProcess",
@@ -58,6 +61,7 @@ __all__ = [
     "AsyncSecret",
     "AsyncSnapshot",
     "AsyncTemplate",
+    "AsyncVolume",
     "AuditEntry",
     "AuditPage",
     "AuthenticationError",
@@ -74,6 +78,7 @@ __all__ = [
     "ExecutionError",
     "FilesystemEvent",
     "Logs",
+    "MountedVolume",
     "NetworkConfig",
     "NetworkLogEntry",
     "NetworkLogPage",
@@ -103,5 +108,7 @@ __all__ = [
     "TemplateInfo",
     "UserStep",
     "ValidationError",
+    "Volume",
+    "VolumeInfo",
     "WorkdirStep",
 ]

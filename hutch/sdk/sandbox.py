@@ -41,6 +41,7 @@ from hutch.sdk.types import (
     SecretBinding,
     SnapshotInfo,
 )
+from hutch.sdk.volumes import VolumeMounts, mounts_body
 
 TemplateRef: TypeAlias = str | Template | AsyncTemplate  # a Template, or a template's name or id
 SandboxT = TypeVar("SandboxT", bound="_SandboxBase[Any]")
@@ -99,6 +100,7 @@ class _SandboxBase(Generic[SandboxT]):
                metadata: dict[str, str] | None = None, env_vars: dict[str, str] | None = None,
                network: NetworkConfig | None = None, secrets: dict[str, str] | None = None,
                preview_access: str | None = None, from_snapshot: SnapshotRef | None = None,
+               volumes: VolumeMounts | None = None,
                api_key: str | None = None, base_url: str | None = None) -> Job[SandboxT]:
         """Create a sandbox and return once it is ready for commands. `from_template`: a Template,
         or a template's name or id (default hutch/base); the box takes its shape, env, workdir and
@@ -110,12 +112,16 @@ class _SandboxBase(Generic[SandboxT]):
         `from_snapshot` (a snapshot, its id or its name) boots the box from a snapshot instead:
         its processes continue from where they were saved, with the snapshot's files, template,
         shape and env (`env_vars` on top); its egress rules and secrets are the snapshot's box's
-        unless given here, with new stand-ins."""
+        unless given here, with new stand-ins.
+        `volumes` mounts volumes: {"/mnt/data": vol, "/srv/cache": {"volume": "cache", "read_only":
+        True}}, each a Volume or a volume's name or id. Many boxes may mount one volume at once; a
+        file one box has closed is whole for the next to open it."""
         session = Session(ConnectionConfig.resolve(api_key, base_url), keep=True)
         flow = sandboxes.create(session.cfg, name, from_template=template_name(from_template),
                                 timeout_seconds=timeout_seconds, auto_delete_seconds=auto_delete_seconds,
                                 metadata=metadata, env_vars=env_vars, network=network, secrets=secrets,
-                                preview_access=preview_access, from_snapshot=snapshot_ref(from_snapshot))
+                                preview_access=preview_access, from_snapshot=snapshot_ref(from_snapshot),
+                                volumes=mounts_body(volumes))
         return cls._opening(session, flow)
 
     @classcall
@@ -123,12 +129,15 @@ class _SandboxBase(Generic[SandboxT]):
                       timeout_seconds: int | None = None, auto_delete_seconds: int | None = None,
                       metadata: dict[str, str] | None = None, env_vars: dict[str, str] | None = None,
                       network: NetworkConfig | None = None, secrets: dict[str, str] | None = None,
+                      volumes: VolumeMounts | None = None,
                       api_key: str | None = None, base_url: str | None = None) -> Job[builtins.list[SandboxT]]:
         """`count` sandboxes (at most 20) booted at once from one snapshot, as `create(from_snapshot=...)`
-        makes one: all of them, or none and the error (`name` defaults to the snapshot's)."""
+        makes one: all of them, or none and the error (`name` defaults to the snapshot's). They
+        mount the volumes the snapshot's box did (the live volumes, shared), unless `volumes` says
+        otherwise; one restored with its memory needs a volume at each path its box had."""
         cfg = ConnectionConfig.resolve(api_key, base_url)
         body = _snapshots.boot_body(count, name, timeout_seconds, auto_delete_seconds, metadata, env_vars, network,
-                                    secrets)
+                                    secrets, mounts_body(volumes))
         flow = _snapshots.boot(cfg, snapshot_ref(snapshot), body)
         return Job(Session(cfg), mapped(flow, lambda boxes: [cls(info, dp, Session(cfg, keep=True))
                                                              for info, dp in boxes]))
@@ -314,11 +323,14 @@ class _SandboxBase(Generic[SandboxT]):
     def fork(self, count: int = 1, *, name: str | None = None, timeout_seconds: int | None = None,
              auto_delete_seconds: int | None = None, metadata: dict[str, str] | None = None,
              env_vars: dict[str, str] | None = None, network: NetworkConfig | None = None,
-             secrets: dict[str, str] | None = None) -> Flow[builtins.list[SandboxT]]:
+             secrets: dict[str, str] | None = None,
+             volumes: VolumeMounts | None = None) -> Flow[builtins.list[SandboxT]]:
         """`count` new boxes (at most 20), each continuing from this box as it is now (a snapshot
-        is taken for them, and not kept); this box runs on. All of them, or none and the error."""
+        is taken for them, and not kept); this box runs on. All of them, or none and the error.
+        The forks mount this box's volumes (the same live volumes: a write of one is every one's),
+        unless `volumes` puts another volume at each of those paths."""
         body = _snapshots.boot_body(count, name, timeout_seconds, auto_delete_seconds, metadata, env_vars, network,
-                                    secrets)
+                                    secrets, mounts_body(volumes))
         boxes = yield from _snapshots.fork(self._cfg, self.id, body)
         return [type(self)(info, dp, Session(self._cfg, keep=True)) for info, dp in boxes]  # type: ignore[misc]
 

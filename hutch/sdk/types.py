@@ -99,6 +99,7 @@ class SandboxInfo:
     preview_access: str = "public"  # what a port published without an access of its own gets
     preview_url_template: str = ""  # a published port's URL, "{port}" standing for the port
     node: str | None = None  # the fleet node it runs or last ran on (None on a single host)
+    volumes: list[MountedVolume] = field(default_factory=list)  # what it mounts
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SandboxInfo:
@@ -111,8 +112,37 @@ class SandboxInfo:
             network=NetworkConfig(**d["network"]) if d.get("network") else None,
             secrets=[SecretBinding.from_json(b) for b in d.get("secrets", ())],
             preview_access=d.get("preview_access", "public"), preview_url_template=d.get("preview_url_template", ""),
-            node=d.get("node"),
+            node=d.get("node"), volumes=[MountedVolume(**m) for m in d.get("volumes", ())],
         )
+
+
+@dataclass
+class MountedVolume:
+    """A volume a sandbox mounts, at `path` in the box."""
+
+    volume_id: str
+    name: str
+    path: str
+    read_only: bool
+
+
+@dataclass
+class VolumeInfo:
+    """A volume: storage that outlives boxes, which many boxes mount at once."""
+
+    id: str
+    name: str
+    size_mib: int
+    used_bytes: int | None  # what its files take now (None: not known here)
+    metadata: dict[str, str]
+    created_at: datetime
+    mounted_by: list[str]  # the live sandboxes (running or paused) that mount it
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> VolumeInfo:
+        return cls(id=d["id"], name=d["name"], size_mib=d["size_mib"], used_bytes=d.get("used_bytes"),
+                   metadata=d["metadata"], created_at=datetime.fromisoformat(d["created_at"]),
+                   mounted_by=list(d.get("mounted_by", ())))
 
 
 @dataclass

@@ -23,14 +23,25 @@ from hutch.errors import ApiError
 from hutch.server import errors
 from hutch.server.config import ServerConfig
 from hutch.server.middleware import MAX_JSON_BODY, BodyLimit
-from hutch.server.routes import code, commands, files, previews, sandboxes, secrets, snapshots, system, templates
+from hutch.server.routes import (
+    code,
+    commands,
+    files,
+    previews,
+    sandboxes,
+    secrets,
+    snapshots,
+    system,
+    templates,
+    volumes,
+)
 from hutch.server.state import State
 
 log = logging.getLogger("hutch.server")
 
 # In this order: FastAPI matches routes in the order they were added.
 ROUTERS = (sandboxes.router, secrets.router, previews.router, system.router, templates.router, commands.router,
-           files.router, code.router, snapshots.router)
+           files.router, code.router, snapshots.router, volumes.router)
 
 
 def _dump_tasks() -> None:

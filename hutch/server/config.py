@@ -41,6 +41,11 @@ class ServerConfig:
     # Snapshots, per team: how many, and how many bytes (None: the team's checkpoint budget, again)
     team_max_snapshots: int = 100
     team_max_snapshot_bytes: int | None = None
+    # Volumes, per team: how many, and their MiB in all (None: half the node's disk budget); a volume's
+    # size when its create names none
+    team_max_volumes: int = 100
+    team_max_volume_mib: int | None = None
+    volume_default_mib: int = 1024
     over_budget_grace: float = 3600.0  # seconds a box refused its timeout's pause runs on before it is stopped
     # Retention of the logs (network, commands and files, secrets' use): rows older than this go
     # (0: kept forever); and the newest entries of each box's network log that are kept.

@@ -31,6 +31,7 @@ from hutch.node.api import (
 )
 from hutch.server.models import CommandResult, FsEntry, FsEvent, LinkEnd, ProcessInfo, RunCommand, SpawnCommand, timestamp
 from hutch.server.sandboxes import Sandboxes
+from hutch.server.uploads import capped_body
 from hutch.store import SandboxRecord
 
 T = TypeVar("T")
@@ -58,7 +59,7 @@ def _process_info(d: ProcessDesc) -> ProcessInfo:
                        started_at=timestamp(d["started_at"]))
 
 
-def _entry(e: Entry) -> FsEntry:
+def entry_model(e: Entry) -> FsEntry:
     return FsEntry(name=e["name"], path=e["path"], type=e["type"], size=e["size"], mode=e["mode"],
                    permissions=e["permissions"], owner=e["owner"], group=e["group"],
                    modified_time=timestamp(e["mtime"]), symlink_target=e.get("target"),
@@ -100,7 +101,7 @@ async def _fs_events(stream: Stream[FsChange | None]) -> AsyncGenerator[FsEvent 
                 yield None
                 continue
             entry = change.get("entry")
-            yield FsEvent(name=change["name"], type=change["type"], entry=_entry(entry) if entry else None)
+            yield FsEvent(name=change["name"], type=change["type"], entry=entry_model(entry) if entry else None)
     except (AgentUnreachable, AgentProtocolError):
         pass  # the box went, or was paused, or the watch was closed: it ends
     finally:
@@ -260,24 +261,9 @@ class DataPlane:
         `length`: the body's, if the client declared it (the box reads a sized body at twice the
         rate of a chunked one)."""
         check_path(path)
-        limit = self.max_file_bytes
-        if length is not None and length > limit:
-            raise ApiError(Code.PAYLOAD_TOO_LARGE, f"files are limited to {limit} bytes")
-
-        async def capped() -> AsyncIterator[bytes]:
-            seen = 0
-            async for chunk in body:
-                seen += len(chunk)
-                if seen > limit:
-                    raise ApiError(Code.PAYLOAD_TOO_LARGE, f"files are limited to {limit} bytes")
-                if length is not None and seen > length:
-                    raise ApiError(Code.INVALID_REQUEST, f"the body is longer than its Content-Length ({length})")
-                yield chunk
-            if length is not None and seen != length:
-                raise ApiError(Code.INVALID_REQUEST, f"the body ended before its Content-Length ({length})")
-
+        capped = capped_body(body, self.max_file_bytes, length)
         root = _as_root(user)
-        size = await self._call(rec, lambda agent: agent.write_file(path, capped(), root, metadata, length))
+        size = await self._call(rec, lambda agent: agent.write_file(path, capped, root, metadata, length))
         return {"path": path, "size": size}
 
     async def read_file(self, rec: SandboxRecord, path: str,
@@ -302,7 +288,7 @@ class DataPlane:
         """The entry at `path`; a link is described, not followed."""
         check_path(path)
         root = _as_root(user)
-        return _entry(await self._call(rec, lambda agent: agent.stat(path, root)))
+        return entry_model(await self._call(rec, lambda agent: agent.stat(path, root)))
 
     async def list_dir(self, rec: SandboxRecord, path: str, depth: int = 1, user: str | None = None) -> list[FsEntry]:
         """What is under the directory `path`, `depth` levels down (links listed, not followed)."""
@@ -310,7 +296,7 @@ class DataPlane:
             raise ApiError(Code.INVALID_REQUEST, f"depth is 1-{MAX_DEPTH}, not {depth!r}")
         check_path(path)
         root = _as_root(user)
-        return [_entry(e) for e in await self._call(rec, lambda agent: agent.list_dir(path, depth, root))]
+        return [entry_model(e) for e in await self._call(rec, lambda agent: agent.list_dir(path, depth, root))]
 
     async def make_dir(self, rec: SandboxRecord, path: str, user: str | None = None) -> tuple[FsEntry, bool]:
         """mkdir -p, new directories owned by the acting user; False if it was a directory already
@@ -318,7 +304,7 @@ class DataPlane:
         check_path(path)
         root = _as_root(user)
         entry, created = await self._call(rec, lambda agent: agent.make_dir(path, root))
-        return _entry(entry), created
+        return entry_model(entry), created
 
     async def move(self, rec: SandboxRecord, source: str, destination: str, user: str | None = None) -> FsEntry:
         """Rename (within the box's filesystem); the destination's parent must exist. Answers the
@@ -326,7 +312,7 @@ class DataPlane:
         check_path(source)
         check_path(destination)
         root = _as_root(user)
-        return _entry(await self._call(rec, lambda agent: agent.move(source, destination, root)))
+        return entry_model(await self._call(rec, lambda agent: agent.move(source, destination, root)))
 
     async def remove(self, rec: SandboxRecord, path: str, user: str | None = None) -> None:
         """A file or link (not its target), or a directory with everything in it."""

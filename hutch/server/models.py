@@ -194,6 +194,52 @@ class PreviewToken(BaseModel):
     header: str  # send the token in this header
 
 
+# --- volumes --------------------------------------------------------------------------------------
+
+# a volume's name stands for it in paths (/v1/volumes/{ref}), as E2B's do: letters, digits, . _ -
+VolumeName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+VolumeRef = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f/]+$")]
+MountPath = Annotated[str, StringConstraints(min_length=2, max_length=1024, pattern=r"^/[^\x00-\x1f\x7f]*$")]
+MAX_MOUNTS = 16  # volumes one box mounts
+
+
+class VolumeMountSpec(Strict):
+    volume: VolumeRef  # the volume's id or name
+    read_only: bool = False
+
+
+Mounts = Annotated[dict[MountPath, VolumeRef | VolumeMountSpec], _few_keys(MAX_MOUNTS)]
+
+
+class CreateVolume(Strict):
+    name: Annotated[VolumeName, Field(description="unique within the team; lookups and mounts may use it")]
+    size_mib: Annotated[int, Field(ge=16, le=1024 * 1024, description="what its files may take, in MiB")] | None = None
+    metadata: Metadata | None = None
+
+
+class UpdateVolume(Strict):
+    metadata: Metadata
+
+
+class VolumeInfo(BaseModel):
+    id: str
+    name: str
+    size_mib: int
+    used_bytes: int | None  # what its files take now (None: its node cannot tell from here)
+    metadata: dict[str, str]
+    created_at: datetime
+    mounted_by: list[str]  # the live sandboxes that mount it
+
+
+class MountedVolume(BaseModel):
+    """A volume a sandbox mounts."""
+
+    volume_id: str
+    name: str
+    path: str
+    read_only: bool
+
+
 # --- sandboxes ------------------------------------------------------------------------------------
 
 class BoxSettings(Strict):
@@ -206,6 +252,8 @@ class BoxSettings(Strict):
     network: NetworkConfig | None = None
     secrets: Annotated[BoundSecrets, Field(description="env var -> secret name: the box sees a stand-in")] | None = None
     preview_access: Access | None = None  # for ports published later without an access of their own (public)
+    volumes: Annotated[Mounts, Field(description="path in the box -> a volume's id or name, or "
+                                                 "{volume, read_only}")] | None = None
 
     @model_validator(mode="after")
     def _env_once(self) -> BoxSettings:
@@ -297,6 +345,7 @@ class SandboxInfo(BaseModel):
     preview_access: Access = "public"
     preview_url_template: str = ""  # a published port's URL, with "{port}" for the port
     node: str | None = None  # the fleet node it runs or last ran on (None on a single host)
+    volumes: list[MountedVolume] = []
 
 
 class SandboxAccess(SandboxInfo):

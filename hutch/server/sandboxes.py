@@ -22,6 +22,7 @@ import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hutch.errors import ApiError, BuildFailure, Code, not_found
 from hutch.node import boxcmd, boxfiles
@@ -45,6 +46,7 @@ from hutch.server.models import (
 from hutch.server.secrets import Secrets
 from hutch.server.templates import BASE_TEMPLATE_ID
 from hutch.server.tokens import TokenSigner
+from hutch.server.volumes import Volumes, mounts_of
 from hutch.store import (
     CheckpointBudgets,
     PauseRefused,
@@ -131,6 +133,7 @@ class Sandboxes:
         self._starting = 0
         self.booting_roots: Counter[str] = Counter()  # template roots of creates not yet recorded
         self.pool: WarmPool | None = None
+        self.volumes: Volumes | None = None  # set by the composition root (hutch.server.state)
         self.preview_site = PreviewSite(config.preview_domain, None if config.preview_https else config.preview_port,
                                         config.preview_https)
         self.metrics = Metrics()
@@ -155,6 +158,7 @@ class Sandboxes:
             secrets=self.secrets.bindings(rec.id) if bindings is None else bindings,
             preview_access=rec.preview_access or "public",  # type: ignore[arg-type]
             preview_url_template=self.preview_site.url(rec.id, "{port}"), node=rec.node,
+            volumes=Volumes.mounted(rec.volumes),
         )
 
     def network_log(self, team_id: str, sandbox_id: str, limit: int, before: int | None) -> NetworkLogPage:
@@ -272,19 +276,24 @@ class Sandboxes:
         wanted = req.secrets if req.secrets is not None else {
             env: name for env, name in origin.secrets.items() if env not in rec.env_vars}
         bindings = self.secrets.new_bindings(team_id, rec.id, wanted)  # a missing secret: 404, nothing made
+        mounts = self._mounts(team_id, req, snapshot[0] if snapshot else None)
+        rec.volumes = mounts or None
         rootfs, limits = self._limits(rec)
+        held = self.volumes.hold(mounts) if self.volumes is not None else []
         self._starting += 1
         self.booting_roots[str(rootfs)] += 1  # a template delete meanwhile must not take its root
         started = time.perf_counter()
         try:
             try:
                 restoring = snapshot is not None and snapshot[0].memory
-                claimed = await self.pool.claim(rootfs, limits) if self.pool is not None and not restoring else None
+                # the pool's boxes mount no volumes
+                claimed = (await self.pool.claim(rootfs, limits)
+                           if self.pool is not None and not restoring and not mounts else None)
                 source = "snapshot" if snapshot else "warm_pool" if claimed else "boot"
                 if snapshot is not None and restoring:
-                    box = await self.node.restore(rec.id, rootfs, limits, snapshot[1])
+                    box = await self.node.restore(rec.id, rootfs, limits, snapshot[1], volumes=mounts_of(mounts))
                 else:
-                    box = claimed or await self.node.boot(rec.id, rootfs, limits)
+                    box = claimed or await self.node.boot(rec.id, rootfs, limits, volumes=mounts_of(mounts))
             except LimitsUnavailable as e:  # the node logged what its operator must do
                 raise ApiError(Code.LIMITS_UNAVAILABLE, f"the sandbox could not start: {e}") from e
             except BoxStartError as e:
@@ -297,14 +306,18 @@ class Sandboxes:
                 # the team's count and the insert in one transaction: creates at once (on any API
                 # server) cannot take more than the team's places between them
                 inserted = self.store.insert_sandbox(rec, bindings, team_max=self.config.team_max_sandboxes)
-            except BaseException:
+            except BaseException as e:
                 await self.node.stop(box.runtime_id, rec.box_key)  # never a box without a record
+                if isinstance(e, LookupError):  # a volume it mounts was deleted meanwhile
+                    raise ApiError(Code.VOLUME_NOT_FOUND, f"the sandbox could not start: {e}") from e
                 raise
             if not inserted:
                 await self.node.stop(box.runtime_id, rec.box_key)
                 raise ApiError(Code.TOO_MANY_SANDBOXES, f"a team runs at most {self.config.team_max_sandboxes} "
                                                         "sandboxes; kill or pause one")
         finally:
+            if self.volumes is not None:
+                self.volumes.let_go(held)
             self.booting_roots[str(rootfs)] -= 1
             if not self.booting_roots[str(rootfs)]:
                 del self.booting_roots[str(rootfs)]
@@ -314,6 +327,27 @@ class Sandboxes:
             await self._start_template(rec, box, template)
         self.metrics.create_seconds.labels(source).observe(time.perf_counter() - started)
         return rec
+
+    def _mounts(self, team_id: str, req: CreateSandbox, snap: SnapshotRecord | None) -> list[dict[str, Any]]:
+        """The volumes the new box mounts: the create's, else a snapshot's box's. A box restored
+        from memory must have a volume at each path its snapshot's box had (runsc restores only
+        the mounts it saved); which volume is there may differ."""
+        if req.volumes is None:
+            if snap is None or not snap.volumes:
+                return []
+            ids = [m["volume_id"] for m in snap.volumes]
+            if any(self.store.get_volume(i, team_id) is None for i in ids):
+                raise ApiError(Code.VOLUME_NOT_FOUND, "a volume the snapshot's box mounted was deleted: "
+                                                      "give the create volumes of its own")
+            return [dict(m) for m in snap.volumes]
+        if self.volumes is None:
+            raise ApiError(Code.VOLUMES_UNAVAILABLE, "this server keeps no volumes")
+        mounts = self.volumes.resolve_mounts(team_id, req.volumes)
+        if snap is not None and snap.memory and {m["path"] for m in mounts} != {m["path"] for m in snap.volumes or ()}:
+            raise ApiError(Code.INVALID_REQUEST, "a box restored from a snapshot mounts volumes at the paths its "
+                                                 "snapshot's box had: " + (", ".join(sorted(
+                                                     m["path"] for m in snap.volumes or ())) or "none"))
+        return mounts
 
     async def _lay_files(self, rec: SandboxRecord, box: BoxRef, image: Path) -> None:
         """A files-only snapshot's files, laid over the fresh box; a box that cannot take them is
@@ -478,7 +512,7 @@ class Sandboxes:
     async def _boot_files(self, rec: SandboxRecord, rootfs: Path, limits: Limits, image: Path) -> BoxRef:
         """The resume of a files-only pause: a fresh box of the template with the saved files,
         its start command run; nothing of it is left if that fails."""
-        box = await self.node.boot(rec.box_key, rootfs, limits)
+        box = await self.node.boot(rec.box_key, rootfs, limits, volumes=mounts_of(rec.volumes))
         try:
             agent = self.node.agent(box.runtime_id)
             if agent is None:
@@ -594,7 +628,7 @@ class Sandboxes:
                 if self.files_only(rec):
                     box = await self._boot_files(rec, rootfs, limits, image)
                 else:
-                    box = await self.node.restore(rec.box_key, rootfs, limits, image)
+                    box = await self.node.restore(rec.box_key, rootfs, limits, image, volumes=mounts_of(rec.volumes))
                 self.metrics.resume_seconds.observe(time.perf_counter() - started)
             except Exception as e:
                 log.error("resuming %s failed: %s", rec.id, e)

@@ -84,7 +84,7 @@ class Snapshots:
                              metadata=metadata or {}, env_vars=source.env_vars, network=source.network,
                              secrets={b.env: b.secret for b in self.sandboxes.secrets.bindings(source.id) if not b.revoked},
                              source_sandbox_id=source.id, template_id=source.template_id, rootfs=source.rootfs,
-                             disk_mib=source.disk_mib, created_at=time.time())
+                             disk_mib=source.disk_mib, created_at=time.time(), volumes=source.volumes)
         image = self.image(rec.id)
         try:
             if memory:

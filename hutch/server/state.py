@@ -25,6 +25,7 @@ from hutch.node.node import DEFAULT_DRIVER, DRIVERS, Node
 from hutch.node.pool import WarmPool
 from hutch.node.runsc import RunscConfig, find_runsc
 from hutch.node.spec import AgentRuntime
+from hutch.node.volumes import VolumeDisks
 from hutch.preview.access import PreviewKeys
 from hutch.secrets.vault import Vault
 from hutch.server import audit
@@ -38,6 +39,7 @@ from hutch.server.secrets import Secrets
 from hutch.server.snapshots import Snapshots
 from hutch.server.templates import BUILD_BOX_PREFIX, Templates
 from hutch.server.tokens import TokenSigner, load_or_create_key
+from hutch.server.volumes import Volumes
 from hutch.store import Store
 
 if TYPE_CHECKING:
@@ -73,9 +75,10 @@ class NodeSide:
         interception = Interception(ca, upstream_context(list(config.trust_ca)), secrets.reveal, secrets.record)
         self.egress = EgressProxy(Resolver(hosts, system=config.egress_system_dns), self._egress_policy,
                                   self._egress_record, HostAddresses().get, interception)
+        self.volume_disks = VolumeDisks(config.data_dir / "volumes")
         self.node = Node(config.run_dir, driver, AgentRuntime.find(self.base_root), trust_dir=box_trust,
                          disks_dir=config.data_dir / "disks", egress=self.egress,
-                         allow_unlimited=config.allow_unlimited_boxes)
+                         allow_unlimited=config.allow_unlimited_boxes, volumes=self.volume_disks)
         self.node.idle = freezer
         self.guard = Guard(binary, config.run_dir / "runsc", config.db_url)  # if this process ends unstopped
         self.guard.start()
@@ -145,6 +148,9 @@ class State:
         self.templates.register_base(base_root)
         self.sandboxes = Sandboxes(config, self.store, self.node, self.signer, self.secrets)
         self.templates.booting_roots = lambda: set(self.sandboxes.booting_roots)
+        self.volumes = Volumes(config, self.store, self.local.volume_disks if self.local else None,
+                               lambda: self.sandboxes.checkpoint_budgets().all_bytes)
+        self.sandboxes.volumes = self.volumes
         self.snapshots = Snapshots(config, self.store, self.sandboxes)
         self.previews = Previews(self.sandboxes, PreviewKeys(server_key), self.sandboxes.preview_site)
         self.pool: WarmPool | None = None

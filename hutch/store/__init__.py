@@ -1,5 +1,5 @@
-"""Durable state: teams, API keys, sandboxes, snapshots, templates, secrets, previews, logs and the
-fleet's nodes, in SQLite or PostgreSQL.
+"""Durable state: teams, API keys, sandboxes, snapshots, templates, secrets, previews, logs, volumes
+and the fleet's nodes, in SQLite or PostgreSQL.
 
 Every change is one transaction. Secrets that authenticate (API keys) are kept only as hashes.
 `Store` is composed of one query class per aggregate, all on one `Database`; `schema` holds the
@@ -31,6 +31,7 @@ from hutch.store.records import (
     SecretRecord,
     SnapshotRecord,
     TemplateRecord,
+    VolumeRecord,
 )
 from hutch.store.sandboxes import CheckpointBudgets, PauseRefused, SandboxQueries
 from hutch.store.secrets import SecretQueries
@@ -38,10 +39,11 @@ from hutch.store.sessions import ConsoleSession, SessionQueries
 from hutch.store.snapshots import SnapshotQueries
 from hutch.store.teams import API_KEY_PREFIX, E2B_KEY_PREFIX, TeamQueries, hash_secret
 from hutch.store.templates import TemplateQueries
+from hutch.store.volumes import VolumeQueries
 
 
 class Store(TeamQueries, SandboxQueries, TemplateQueries, SecretQueries, PreviewQueries, LogQueries, NodeQueries,
-            SessionQueries, SnapshotQueries):
+            SessionQueries, SnapshotQueries, VolumeQueries):
     """Every query of the durable state; `Store(url)` opens the database and brings its schema up to date."""
 
 
@@ -69,5 +71,6 @@ __all__ = [
     "SnapshotRecord",
     "Store",
     "TemplateRecord",
+    "VolumeRecord",
     "hash_secret",
 ]

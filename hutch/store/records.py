@@ -100,9 +100,10 @@ class SandboxRecord:
     checkpoint_bytes: int | None = None  # its checkpoint's size (pausing: the most it may take)
     pause_refused_at: float | None = None  # when a checkpoint budget first refused its automatic pause
     pause_memory: bool | None = None  # False: its timeout's pause keeps its files only
+    volumes: list[dict[str, Any]] | None = None  # its mounts: {"volume_id", "name", "path", "read_only"}
 
 
-SANDBOX_JSON = JsonColumns(("metadata", "env_vars", "network"))
+SANDBOX_JSON = JsonColumns(("metadata", "env_vars", "network", "volumes"))
 
 
 @dataclass
@@ -127,9 +128,25 @@ class SnapshotRecord:
     rootfs: str | None = None
     disk_mib: int | None = None
     created_at: float = field(default_factory=time.time)
+    volumes: list[dict[str, Any]] | None = None  # the source box's mounts, which its boxes mount again
 
 
-SNAPSHOT_JSON = JsonColumns(("metadata", "env_vars", "network", "secrets"))
+SNAPSHOT_JSON = JsonColumns(("metadata", "env_vars", "network", "secrets", "volumes"))
+
+
+@dataclass
+class VolumeRecord:
+    """A team's named storage; its filesystem is the node's (hutch.node.volumes)."""
+
+    id: str
+    team_id: str
+    name: str
+    size_mib: int
+    metadata: dict[str, str] = field(default_factory=dict)
+    created_at: float = field(default_factory=time.time)
+
+
+VOLUME_JSON = JsonColumns(("metadata",))
 
 
 @dataclass

@@ -11,18 +11,19 @@ import sqlalchemy as sa
 
 from hutch.store.database import Database, hold, hold_all
 from hutch.store.records import HOLDS_CHECKPOINT, LIVE_STATUSES, SANDBOX_JSON, BindingRecord, SandboxRecord, SandboxStatus
-from hutch.store.schema import sandboxes, secret_bindings, snapshots, teams
+from hutch.store.schema import sandboxes, secret_bindings, snapshots, teams, volumes
 
 COUNTED = (SandboxStatus.ACTIVE, SandboxStatus.RESUMING)  # what a team's limit counts (as the server's check does)
 
 
 def disk_held(c: sa.Connection) -> int:
-    """The bytes every team's checkpoints and snapshots hold on the node's disk (one budget: the
-    snapshots' images are on the same disk), in one query."""
+    """The bytes every team's checkpoints, snapshots and volumes (by their size) hold on the node's
+    disk (one budget: they are on the same disk), in one query."""
     paused = (sa.select(sa.func.coalesce(sa.func.sum(sandboxes.c.checkpoint_bytes), 0))
               .where(sandboxes.c.status.in_(HOLDS_CHECKPOINT)).scalar_subquery())
     kept = sa.select(sa.func.coalesce(sa.func.sum(snapshots.c.size_bytes), 0)).scalar_subquery()
-    return int(c.execute(sa.select(paused + kept)).scalar_one())
+    stored = sa.select(sa.func.coalesce(sa.func.sum(volumes.c.size_mib), 0) * 2**20).scalar_subquery()
+    return int(c.execute(sa.select(paused + kept + stored)).scalar_one())
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,15 @@ class SandboxQueries(Database):
         """The sandbox and its secret bindings, in one transaction. With `team_max`, only while its
         team runs fewer boxes than that (active or resuming): the count and the insert hold the
         team's row, so two servers cannot both take a team's last place. Returns whether it was
-        inserted."""
+        inserted. Raises LookupError, with nothing inserted, if a volume it mounts is gone (its
+        delete holds the same as this)."""
         with self._tx() as c:
+            if rec.volumes:
+                hold_all(c, sandboxes)
+                wanted = {m["volume_id"] for m in rec.volumes}
+                found = {r[0] for r in c.execute(sa.select(volumes.c.id).where(volumes.c.id.in_(wanted)))}
+                if wanted - found:
+                    raise LookupError(f"volume {sorted(wanted - found)[0]} was deleted")
             if team_max is not None:
                 hold(c, teams, teams.c.id == rec.team_id)
                 running = c.execute(sa.select(sa.func.count()).select_from(sandboxes).where(

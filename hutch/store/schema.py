@@ -60,6 +60,8 @@ sandboxes = sa.Table(
     sa.Column("checkpoint_bytes", sa.BigInteger),
     sa.Column("pause_refused_at", sa.Float),  # when a checkpoint budget first refused its automatic pause
     sa.Column("pause_memory", sa.Boolean),  # false: its timeout's pause keeps its files only (null: all of it)
+    # JSON list of its mounts [{"volume_id", "name", "path", "read_only"}], or null: none
+    sa.Column("volumes", sa.Text),
     sa.Index("ix_sandboxes_box_key", "box_key"),
 )
 network_log = sa.Table(
@@ -229,7 +231,21 @@ snapshots = sa.Table(
     sa.Column("network", sa.Text),  # the source box's egress rules, its boxes' unless their create says
     sa.Column("secrets", sa.Text, nullable=False),  # the source box's env -> secret name (stand-ins are new)
     sa.Column("memory", sa.Boolean, nullable=False),  # false: its files only (its boxes boot afresh)
+    sa.Column("volumes", sa.Text),  # the source box's mounts (as sandboxes.volumes): its boxes mount them again
     sa.Column("size_bytes", sa.BigInteger, nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.UniqueConstraint("team_id", "name", name="uq_snapshots_team_name"),
+)
+
+# --- volumes (hutch.server.volumes) ---------------------------------------------------------------
+
+volumes = sa.Table(
+    "volumes", meta,  # storage that outlives boxes; its filesystem is in the node's volumes' dir
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("team_id", sa.String(36), sa.ForeignKey("teams.id"), nullable=False, index=True),
+    sa.Column("name", sa.String(128), nullable=False),  # unique within its team
+    sa.Column("size_mib", sa.Integer, nullable=False),
+    sa.Column("metadata", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("team_id", "name", name="uq_volumes_team_name"),
 )

@@ -32,6 +32,7 @@ export const ServerCode = {
   PORT_NOT_PUBLISHED: "port_not_published",
   CONTEXT_NOT_FOUND: "context_not_found",
   SNAPSHOT_NOT_FOUND: "snapshot_not_found",
+  VOLUME_NOT_FOUND: "volume_not_found",
 
   // the state of things
   CONFLICT: "conflict",
@@ -50,6 +51,9 @@ export const ServerCode = {
   INTERPRETER_UNAVAILABLE: "interpreter_unavailable",
   SNAPSHOT_EXISTS: "snapshot_exists",
   SNAPSHOT_IN_USE: "snapshot_in_use",
+  VOLUME_EXISTS: "volume_exists",
+  VOLUME_IN_USE: "volume_in_use",
+  VOLUMES_UNAVAILABLE: "volumes_unavailable",
 
   // quotas
   RATE_LIMITED: "rate_limited",
@@ -57,6 +61,7 @@ export const ServerCode = {
   NO_CAPACITY: "no_capacity",
   CHECKPOINT_BUDGET: "checkpoint_budget",
   TOO_MANY_SNAPSHOTS: "too_many_snapshots",
+  TOO_MANY_VOLUMES: "too_many_volumes",
   TOO_MANY_TEMPLATES: "too_many_templates",
   TOO_MANY_BUILDS: "too_many_builds",
 

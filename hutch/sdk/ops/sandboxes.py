@@ -83,12 +83,13 @@ def _access(cfg: ConnectionConfig, reply: Reply) -> tuple[SandboxInfo, DataPlane
 def create(cfg: ConnectionConfig, name: str, *, from_template: str | None, timeout_seconds: int | None,
            auto_delete_seconds: int | None, metadata: dict[str, str] | None, env_vars: dict[str, str] | None,
            network: NetworkConfig | None, secrets: dict[str, str] | None,
-           preview_access: str | None, from_snapshot: str | None = None) -> Flow[tuple[SandboxInfo, DataPlane]]:
+           preview_access: str | None, from_snapshot: str | None = None,
+           volumes: dict[str, Any] | None = None) -> Flow[tuple[SandboxInfo, DataPlane]]:
     """Answers once the box is ready for commands (the server waits for its template's ready_cmd)."""
     body = {"name": name, "from_template": from_template, "timeout_seconds": timeout_seconds,
             "auto_delete_seconds": auto_delete_seconds, "metadata": metadata, "env_vars": env_vars,
             "network": network_body(network), "secrets": secrets, "preview_access": preview_access,
-            "from_snapshot": from_snapshot}
+            "from_snapshot": from_snapshot, "volumes": volumes}
     reply = yield from send(Call("POST", f"{cfg.base_url}/v1/sandboxes", cfg.headers(),
                                  json={k: v for k, v in body.items() if v is not None}))
     return _access(cfg, reply)

@@ -46,9 +46,10 @@ def delete(cfg: ConnectionConfig, ref: str) -> Flow[None]:
 
 def boot_body(count: int, name: str | None, timeout_seconds: int | None, auto_delete_seconds: int | None,
               metadata: dict[str, str] | None, env_vars: dict[str, str] | None, network: NetworkConfig | None,
-              secrets: dict[str, str] | None) -> dict[str, Any]:
+              secrets: dict[str, str] | None, volumes: dict[str, Any] | None = None) -> dict[str, Any]:
     body = {"count": count, "name": name, "timeout_seconds": timeout_seconds, "auto_delete_seconds": auto_delete_seconds,
-            "metadata": metadata, "env_vars": env_vars, "network": network_body(network), "secrets": secrets}
+            "metadata": metadata, "env_vars": env_vars, "network": network_body(network), "secrets": secrets,
+            "volumes": volumes}
     return {k: v for k, v in body.items() if v is not None}
 
 

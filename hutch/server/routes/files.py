@@ -18,13 +18,17 @@ router = APIRouter(prefix="/data/v1/sandboxes/{sandbox_id}")
 WHOLE_UP_TO = 256 * 2**10  # a file up to this size is read whole and sent in one answer
 
 
+def declared_length(request: Request) -> int | None:
+    """An upload's Content-Length, if it is a plain number (uvicorn holds the body to it)."""
+    declared = request.headers.get("content-length") or ""
+    return int(declared) if declared.isascii() and declared.isdigit() and len(declared) <= 20 else None
+
+
 @router.put("/files", response_model=FileWritten)
 async def write_file(request: Request, rec: BoxDep, st: StateDep, who: ActorDep,
                      path: Annotated[str, Query(max_length=4096)],
                      user: Literal["user", "root"] | None = None) -> Any:
-    declared = request.headers.get("content-length") or ""  # uvicorn holds the body to it
-    length = int(declared) if declared.isascii() and declared.isdigit() and len(declared) <= 20 else None
-    return await boxops.write_file(st, rec, who, path, request.stream(), user, length=length)
+    return await boxops.write_file(st, rec, who, path, request.stream(), user, length=declared_length(request))
 
 
 @router.get("/files", response_class=StreamingResponse,
