@@ -244,6 +244,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     with os.fdopen(fd, "w") as f:  # and the same team for the e2b SDK (hutch.e2b)
         f.write(f"HUTCH_BASE_URL={config.base_url}\nHUTCH_API_KEY={key}\n"
                 f"E2B_API_URL={config.base_url}/e2b\nE2B_SANDBOX_URL={config.base_url}/e2b/envd\n"
+                f"E2B_VOLUME_API_URL={config.base_url}/e2b\n"
                 f"E2B_API_KEY={e2b_key}\n")
     # The key goes to a person at a terminal, never into a log file (stdout redirected)
     shown = key if sys.stdout.isatty() else f"$(grep HUTCH_API_KEY= {env_file} | cut -d= -f2)"

@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
 from starlette.responses import JSONResponse
 
-from hutch.e2b import snapshots
+from hutch.e2b import snapshots, volumes
 from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, validation_message
 from hutch.errors import ApiError, Code
 from hutch.server.models import MAX_FORKS, CreateSandbox, NetworkConfig, UpdateSandbox
@@ -153,7 +153,8 @@ class Control:
                 "network": {"allowOut": network.get("allow_out", []), "denyOut": network.get("deny_out", []),
                             "allowPublicTraffic": False},  # a box's ports always need its traffic token
                 # a paused hutch box resumes on its next data-plane call, so auto-resume is always on
-                "lifecycle": {"onTimeout": on_timeout, "autoResume": on_timeout == "pause"}}
+                "lifecycle": {"onTimeout": on_timeout, "autoResume": on_timeout == "pause"},
+                "volumeMounts": volumes.mounted(rec.volumes)}
 
     def get(self, c: Ctx, sandbox_id: str) -> SandboxRecord:
         rec = c.st.store.get_sandbox(sandbox_id, c.team_id)
@@ -168,8 +169,8 @@ class Control:
         template = body.get("templateID") or "base"
         if not isinstance(template, str):
             raise ApiError(Code.INVALID_REQUEST, "templateID must be a string")
-        if body.get("mcp") or body.get("volumeMounts") or body.get("iam"):
-            raise ApiError(Code.INVALID_REQUEST, "mcp, volumeMounts and iam are not supported by hutch")
+        if body.get("mcp") or body.get("iam"):
+            raise ApiError(Code.INVALID_REQUEST, "mcp and iam are not supported by hutch")
         ref = BASE_TEMPLATE_ID if template == "base" else template
         snap = None  # a template's name wins over a snapshot's, as before snapshots
         if c.st.store.get_template(ref, c.team_id) is None and (snap := snapshots.find(c, template)) is None:
@@ -184,7 +185,7 @@ class Control:
             req = CreateSandbox(name=name[:128], from_template=None if snap else ref, timeout_seconds=timeout,
                                 auto_delete_seconds=None if auto_pause else 0,
                                 metadata=body.get("metadata") or None, env_vars=body.get("envVars") or None,
-                                network=_network(body), pause_memory=keep_memory)
+                                network=_network(body), pause_memory=keep_memory, volumes=volumes.mounts_of(body))
         except ValidationError as e:
             raise ApiError(Code.INVALID_REQUEST, validation_message(e)) from None
         if snap is not None:  # env vars on top of the snapshot's; its processes and files
@@ -426,3 +427,5 @@ def control_routes(app: FastAPI, get_state: StateGetter) -> None:
     @app.get("/health")
     async def health() -> Any:
         return {"status": "ok"}
+
+    volumes.volume_routes(app, get_state, ctl.ctx, _body)

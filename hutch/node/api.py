@@ -151,6 +151,11 @@ class Entry(TypedDict):
     target: NotRequired[str | None]
     link: NotRequired[LinkEnd | None]  # a link's end, every link on the way resolved
     metadata: NotRequired[dict[str, str]]  # E2B's user.e2b.* xattrs, prefix stripped
+    # what a volume's entries (hutch.node.volfiles) add, as E2B's volume API shows them
+    uid: NotRequired[int]
+    gid: NotRequired[int]
+    atime: NotRequired[float]
+    ctime: NotRequired[float]
 
 
 class ProcessDesc(TypedDict):

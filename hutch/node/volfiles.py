@@ -110,7 +110,8 @@ class VolumeFiles:
             target = os.readlink(name, dir_fd=dirfd)[:4096]  # the text only: never followed
         return Entry(name=name or "/", path=path, type=kind, size=st.st_size, mode=stat.S_IMODE(st.st_mode),
                      permissions=stat.filemode(st.st_mode), owner=_who(st.st_uid), group=_who(st.st_gid),
-                     mtime=max(0.0, min(st.st_mtime, 253402300799.0)), target=target, link=None)
+                     mtime=_time(st.st_mtime), target=target, link=None, uid=st.st_uid, gid=st.st_gid,
+                     atime=_time(st.st_atime), ctime=_time(st.st_ctime))
 
     # --- reads ------------------------------------------------------------------------------------
 
@@ -279,6 +280,26 @@ class VolumeFiles:
         finally:
             os.close(parent)
 
+    def set_attrs(self, path: str, uid: int | None = None, gid: int | None = None, mode: int | None = None) -> Entry:
+        """chown and chmod, never through a link; setuid and setgid bits are not given."""
+        parts = _parts(path)
+        with self._root() as root:
+            try:
+                fd = _openat2(root, "/".join(parts) or ".", os.O_PATH)
+            except OSError as e:
+                raise _failure(e, path) from None
+        try:
+            target = f"/proc/self/fd/{fd}"  # the inode just opened, whatever the name holds now
+            if uid is not None or gid is not None:
+                os.chown(target, -1 if uid is None else uid, -1 if gid is None else gid)
+            if mode is not None:
+                os.chmod(target, mode & 0o1777)
+        except OSError as e:
+            raise _failure(e, path) from None
+        finally:
+            os.close(fd)
+        return self.stat(path)
+
     def move(self, source: str, destination: str) -> Entry:
         src, dst = _parts(source), _parts(destination)
         if not src or not dst:
@@ -328,6 +349,10 @@ class VolumeFiles:
         finally:
             os.close(sub)
         os.rmdir(name, dir_fd=dirfd)
+
+
+def _time(t: float) -> float:
+    return max(0.0, min(t, 253402300799.0))  # a time datetime can hold, whatever a box set
 
 
 def _who(uid: int) -> str:

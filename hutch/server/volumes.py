@@ -209,6 +209,11 @@ class Volumes:
         files = await self._files(team_id, ref)
         return await self._run(files.make_dirs, path)
 
+    async def set_attrs(self, team_id: str, ref: str, path: str, uid: int | None, gid: int | None,
+                        mode: int | None) -> Entry:
+        files = await self._files(team_id, ref)
+        return await self._run(files.set_attrs, path, uid, gid, mode)
+
     async def move(self, team_id: str, ref: str, source: str, destination: str) -> Entry:
         files = await self._files(team_id, ref)
         return await self._run(files.move, source, destination)

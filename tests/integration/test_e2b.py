@@ -38,10 +38,13 @@ def python_of(line: str) -> Path:
     return python
 
 
-def run_client(env: Env, line: str, scenario: str, mode: str, arg: str = "", key: str | None = None) -> dict[str, Any]:
+def run_client(env: Env, line: str, scenario: str, mode: str, arg: str = "", key: str | None = None,
+               script: Path = CLIENT) -> dict[str, Any]:
     variables = {"PATH": "/usr/local/bin:/usr/bin:/bin", "E2B_API_KEY": key or env.server.e2b_key(),
-                 "E2B_API_URL": f"{env.url}/e2b", "E2B_SANDBOX_URL": f"{env.url}/e2b/envd"}
-    done = subprocess.run([str(python_of(line)), str(CLIENT), scenario, mode, arg], env=variables,
+                 "E2B_API_URL": f"{env.url}/e2b", "E2B_SANDBOX_URL": f"{env.url}/e2b/envd",
+                 "E2B_VOLUME_API_URL": f"{env.url}/e2b"}  # as client.env sets them
+    argv = [scenario, mode, arg] if script == CLIENT else [mode, arg]
+    done = subprocess.run([str(python_of(line)), str(script), *argv], env=variables,
                           capture_output=True, text=True, timeout=300)
     lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
     assert done.returncode == 0 and lines, f"e2b {line} {scenario} {mode} failed:\n{done.stdout}\n{done.stderr[-4000:]}"
@@ -71,6 +74,28 @@ def test_commands_and_the_control_plane(env: Env, line: str, mode: str) -> None:
     assert out["killed"] is True and out["killed_twice"] is False
     assert out["connect_gone"] == "SandboxNotFoundException"
     assert Sandbox.list(metadata={"mode": f"{line}-{mode}"}) == []  # killed for hutch too
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_e2b_volumes_are_hutch_volumes_in_e2b_shapes(env: Env, mode: str) -> None:
+    """e2b 2.63's Volume (its control plane and its content API, with the volume's token) and
+    Sandbox.create(volume_mounts=...), unmodified; what it made is a hutch volume."""
+    tag = secrets.token_hex(4)
+    out = run_client(env, "2.63.0", "volumes", mode, tag, script=CLIENT.parent / "volumes.py")
+    assert out["created"] == {"id_set": True, "name": f"e2b-{tag}", "token_set": True}
+    assert out["written"] == {"type": "file", "size": 12, "path": "/dir/a.txt"}
+    assert out["made"] == "directory" and out["made_no_force"].startswith("VolumePathNotFoundException")
+    assert out["listed"] == ["dir", "made"]
+    assert out["listed_deep"] == ["/dir", "/dir/a.txt", "/made", "/made/deep"]
+    assert out["info"] == {"type": "file"} and out["exists"] == [True, False]
+    assert out["read"] == "hello volume" and out["read_bytes"] == 12 and out["chmod"] == 0o600
+    assert out["missing"].startswith("VolumePathNotFoundException")
+    assert out["box_read"] == "hello volume" and out["api_read"] == "from-box\n", "a box and the API share it"
+    assert out["mounts"] == [{"name": f"e2b-{tag}", "path": "/mnt/vol"}]
+    assert out["destroy_in_use"].startswith("VolumeException: 409")
+    assert out["connected"] == f"e2b-{tag}" and out["in_list"] is True and out["removed"] is False
+    assert out["destroyed"] == [True, False], "destroy answers False for a volume that is gone"
+    assert out["after"].startswith("VolumeNotFoundException")
 
 
 @pytest.mark.parametrize("line", LINES)

@@ -286,3 +286,19 @@ def test_volume_quotas_are_typed_refusals(tmp_path_factory: pytest.TempPathFacto
         assert Volume.get("c", api_key=key, base_url=server.url).files.read_text("/kept") == "across a restart"
     finally:
         retire(server)
+
+
+def test_an_e2b_volume_token_opens_its_own_volume_only(env: Env, make_volume: Any) -> None:
+    a, b = make_volume(size_mib=16), make_volume(size_mib=16)
+    a.files.write("/secret", "a's")
+    api = f"{env.url}/e2b"
+    key = {"X-API-KEY": env.server.e2b_key()}
+    token_a = httpx.get(f"{api}/volumes/{a.id}", headers=key).json()["token"]
+    assert httpx.get(f"{api}/volumes/{b.id}", headers=key).json()["token"] != token_a
+    bearer = {"Authorization": f"Bearer {token_a}"}
+    assert httpx.get(f"{api}/volumecontent/{a.id}/file", params={"path": "/secret"}, headers=bearer).text == "a's"
+    for headers in (bearer, {}, {"Authorization": "Bearer x"}, key):
+        r = httpx.get(f"{api}/volumecontent/{b.id}/dir", params={"path": "/"}, headers=headers)
+        assert r.status_code == 401 and r.json()["code"] == 401
+    r = httpx.put(f"{api}/volumecontent/{a.id}/file", params={"path": "/../escape"}, headers=bearer, content=b"x")
+    assert r.status_code == 400
