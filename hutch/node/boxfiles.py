@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import shlex
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -102,20 +103,21 @@ def template_paths(rootfs: Path) -> dict[str, float]:
     return found
 
 
-def _pruned(path: str) -> bool:
-    return any(path == p or path.startswith(p + "/") for p in PRUNED)
+def _pruned(path: str, skip: tuple[str, ...] = ()) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in (*PRUNED, *skip))
 
 
-async def save(agent: BoxAgent, rootfs: Path, image: Path, limit: int) -> int:
+async def save(agent: BoxAgent, rootfs: Path, image: Path, limit: int, skip: tuple[str, ...] = ()) -> int:
     """Save what the running box changed of `rootfs` into `image`; the bytes saved. The tar is
     made on the box's own root first (it counts against the box's disk, or its memory), then
-    streamed out. Raises TooLarge past `limit` (or a list of paths past MAX_LISTING)."""
+    streamed out. Raises TooLarge past `limit` (or a list of paths past MAX_LISTING). `skip`:
+    where volumes are mounted (their files are the volume's, never the box's)."""
     async with _saving:
-        return await _save(agent, rootfs, image, limit)
+        return await _save(agent, rootfs, image, limit, skip)
 
 
-async def _save(agent: BoxAgent, rootfs: Path, image: Path, limit: int) -> int:
-    prune = " -o ".join(f"-path '{p}'" for p in PRUNED)
+async def _save(agent: BoxAgent, rootfs: Path, image: Path, limit: int, skip: tuple[str, ...]) -> int:
+    prune = " -o ".join(f"-path {shlex.quote(p)}" for p in (*PRUNED, *skip))
     await _run(agent, f"rm -rf {WORK} && mkdir -m 700 {WORK} && "
                       f"find / -xdev \\( {prune} \\) -prune -o -printf '%C@ %p\\0' > {WORK}/list", "list its files")
     listing = await _download(agent, f"{WORK}/list", MAX_LISTING, what="list of paths")
@@ -125,7 +127,7 @@ async def _save(agent: BoxAgent, rootfs: Path, image: Path, limit: int) -> int:
     for item in listing.split(b"\0"):
         stamp, _, raw = item.partition(b" ")
         path = raw.decode("utf-8", "surrogateescape")
-        if not path.startswith("/") or _pruned(path):
+        if not path.startswith("/") or _pruned(path, skip):
             continue
         seen.add(path)
         try:
@@ -135,7 +137,7 @@ async def _save(agent: BoxAgent, rootfs: Path, image: Path, limit: int) -> int:
         before = template.get(path)
         if path != "/" and (before is None or abs(ctime - before) > 1e-3):
             changed.append(path)
-    removed = [p for p in template if p not in seen and p != "/" and not _pruned(p)]
+    removed = [p for p in template if p not in seen and p != "/" and not _pruned(p, skip)]
     image.mkdir(parents=True, mode=0o700, exist_ok=True)
     (image / REMOVED).write_bytes(b"\0".join(p.encode("utf-8", "surrogateescape") for p in removed))
     await _upload(agent, f"{WORK}/changed", b"\0".join(p.encode("utf-8", "surrogateescape") for p in changed))
@@ -150,10 +152,16 @@ async def _save(agent: BoxAgent, rootfs: Path, image: Path, limit: int) -> int:
     return (image / FILES).stat().st_size + (image / REMOVED).stat().st_size
 
 
-async def restore(agent: BoxAgent, image: Path) -> None:
-    """Lay a files-only snapshot over a fresh box of its template: removals, then the saved files."""
+async def restore(agent: BoxAgent, image: Path, skip: tuple[str, ...] = ()) -> None:
+    """Lay a files-only snapshot over a fresh box of its template: removals, then the saved files;
+    nothing of it at or under `skip`, where the new box mounts volumes (their files are live)."""
     await _run(agent, f"rm -rf {WORK} && mkdir -m 700 {WORK}", "make its scratch directory")
-    await _upload(agent, f"{WORK}/removed", image / REMOVED)
+    removed = await asyncio.to_thread((image / REMOVED).read_bytes)  # written by the host (save)
+    kept = [p for p in removed.split(b"\0") if p and not _pruned(p.decode("utf-8", "surrogateescape"), skip)]
+    await _upload(agent, f"{WORK}/removed", b"\0".join(kept))
     await _upload(agent, f"{WORK}/files.tar", image / FILES)
-    await _run(agent, f"xargs -0 -r rm -rf -- < {WORK}/removed && "
-                      f"tar --numeric-owner -xpf {WORK}/files.tar -C / && rm -rf {WORK}", "take its files back")
+    # tar's member names are the paths without their leading "/"; an excluded directory's members go too
+    excluded = " ".join(f"--exclude={shlex.quote(p.lstrip('/'))}" for p in skip)
+    await _run(agent, f"xargs -0 -r rm -rf -- < {WORK}/removed && tar --numeric-owner --anchored --no-wildcards "
+                      f"{excluded} -xpf {WORK}/files.tar -C / && rm -rf {WORK}",
+               "take its files back")

@@ -105,6 +105,11 @@ def checkpoint_bound(rec: SandboxRecord) -> int:
     return (rec.memory_mib + (rec.disk_mib or 0)) * 2**20 + CHECKPOINT_SLACK
 
 
+def _mount_paths(rec: SandboxRecord) -> tuple[str, ...]:
+    """Where the box mounts volumes: a files-only save or restore leaves those paths alone."""
+    return tuple(m["path"] for m in rec.volumes or ())
+
+
 class _KeptRunning(ApiError):
     """A pause refused before anything was done to the box: it runs on."""
 
@@ -356,7 +361,7 @@ class Sandboxes:
             agent = self.node.agent(box.runtime_id)
             if agent is None:
                 raise ApiError(Code.BOOT_FAILED, "the box ended as it started")
-            await boxfiles.restore(agent, image)
+            await boxfiles.restore(agent, image, _mount_paths(rec))
         except BaseException as e:
             await asyncio.shield(self.kill(None, rec.id))
             if isinstance(e, ApiError):
@@ -498,7 +503,7 @@ class Sandboxes:
                                f"sandbox {rec.id}'s files cannot be saved here (a files-only pause is a single host's)")
         shutil.rmtree(image, ignore_errors=True)
         try:
-            await boxfiles.save(agent, rootfs, image, checkpoint_bound(rec))
+            await boxfiles.save(agent, rootfs, image, checkpoint_bound(rec), _mount_paths(rec))
         except boxfiles.TooLarge as e:
             shutil.rmtree(image, ignore_errors=True)
             raise _KeptRunning(Code.CHECKPOINT_BUDGET, f"sandbox {rec.id} was not paused: {e}; it runs on") from e
@@ -517,7 +522,7 @@ class Sandboxes:
             agent = self.node.agent(box.runtime_id)
             if agent is None:
                 raise BoxStartError("the box ended as it started")
-            await boxfiles.restore(agent, image)
+            await boxfiles.restore(agent, image, _mount_paths(rec))
             template = self.store.get_template(rec.template_id) if rec.template_id else None
             spec = template.spec if template else {}
             if spec.get("start_cmd") or spec.get("ready_cmd"):

@@ -109,7 +109,8 @@ class Snapshots:
             raise ApiError(Code.TEMPLATE_ROOT_GONE, f"the template root of sandbox {source.id} is not on this server")
         try:
             agent = await self.sandboxes.running_box(source)
-            await boxfiles.save(agent, Path(source.rootfs), image, limit)
+            await boxfiles.save(agent, Path(source.rootfs), image, limit,
+                                tuple(m["path"] for m in source.volumes or ()))
         except boxfiles.TooLarge as e:
             if e.what != "files":  # too many paths for a files-only snapshot: not the team's quota
                 raise ApiError(Code.SNAPSHOT_FAILED, f"{e}: take a full snapshot instead") from e

@@ -15,7 +15,16 @@ from typing import Any
 import httpx
 import pytest
 
-from hutch import AsyncVolume, ConflictError, NotFoundError, RateLimitError, ServerError, ValidationError, Volume
+from hutch import (
+    AsyncVolume,
+    ConflictError,
+    NotFoundError,
+    RateLimitError,
+    ServerError,
+    Snapshot,
+    ValidationError,
+    Volume,
+)
 from hutch.sdk.codes import ServerCode
 from tests.integration.support import Env, make_server, retire, wait_for
 
@@ -302,3 +311,31 @@ def test_an_e2b_volume_token_opens_its_own_volume_only(env: Env, make_volume: An
         assert r.status_code == 401 and r.json()["code"] == 401
     r = httpx.put(f"{api}/volumecontent/{a.id}/file", params={"path": "/../escape"}, headers=bearer, content=b"x")
     assert r.status_code == 400
+
+
+def test_a_files_only_pause_and_snapshot_leave_a_mounted_volume_alone(sdk: Any, make_volume: Any) -> None:
+    vol = make_volume(size_mib=32)
+    # the template has files under /home/user: mounted over, they are not the box's to save or remove
+    for name in (".bashrc", ".profile", "mine.txt"):
+        vol.files.write(f"/{name}", f"the volume's {name}")
+    box = sdk.create(name="files-only", volumes={"/home/user": vol})
+    try:
+        box.commands.run("echo own > /opt/own.txt", user="root")
+        box.pause(memory=False)
+        vol.files.write("/while-paused.txt", "written meanwhile")
+        box.resume()
+        assert box.commands.run("cat /opt/own.txt").stdout == "own\n", "the box's own files came back"
+        for name in (".bashrc", ".profile", "mine.txt"):
+            assert vol.files.read_text(f"/{name}") == f"the volume's {name}", f"{name} left alone"
+        assert box.commands.run("cat /home/user/while-paused.txt").stdout == "written meanwhile"
+        snap = box.snapshot(memory=False)
+        try:
+            [copy] = sdk.from_snapshot(snap.id, 1)
+            try:
+                assert copy.commands.run("cat /home/user/mine.txt /opt/own.txt").stdout == "the volume's mine.txtown\n"
+            finally:
+                copy.kill()
+        finally:
+            Snapshot.get(snap.id).delete()
+    finally:
+        box.kill()
