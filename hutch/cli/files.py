@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hutch.cli.shared import Subparsers
+from hutch.cli.shared import Subparsers, split_remote
 from hutch.sdk import Sandbox
 
 
@@ -17,14 +17,8 @@ def add_cp(sub: Subparsers) -> None:
     s.set_defaults(fn=cmd_cp)
 
 
-def _split(spec: str) -> tuple[str | None, str]:
-    """ID:/path as (ID, /path); anything else is a local path, (None, spec)."""
-    box, sep, path = spec.partition(":")
-    return (box, path) if sep and path.startswith("/") else (None, spec)
-
-
 def cmd_cp(args: argparse.Namespace) -> int:
-    (src_box, src), (dst_box, dst) = _split(args.src), _split(args.dst)
+    (src_box, src), (dst_box, dst) = split_remote(args.src), split_remote(args.dst)
     if (src_box is None) == (dst_box is None):
         raise SystemExit("hutch: cp copies between this machine and a sandbox: one side must be ID:/path")
     if src_box:

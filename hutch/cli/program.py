@@ -7,14 +7,26 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hutch.cli import commands, files, fleet, mcp, previews, sandboxes, secrets, server, snapshots, templates
+from hutch.cli import (
+    commands,
+    files,
+    fleet,
+    mcp,
+    previews,
+    sandboxes,
+    secrets,
+    server,
+    snapshots,
+    templates,
+    volumes,
+)
 from hutch.cli.shared import Subparsers, client_env, run_handler
 from hutch.server.config import DEFAULT_DATA_DIR
 
 # In the order `hutch --help` lists them
 COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     server.add_serve, server.add_build_base, server.add_team_create, sandboxes.add_create, templates.add_template,
-    snapshots.add_snapshot, secrets.add_secret, previews.add_preview, mcp.add_mcp, secrets.add_providers,
+    snapshots.add_snapshot, volumes.add_volume, secrets.add_secret, previews.add_preview, mcp.add_mcp, secrets.add_providers,
     sandboxes.add_ls, sandboxes.add_info, commands.add_exec, commands.add_shell, sandboxes.add_netlog,
     sandboxes.add_audit, commands.add_ps, files.add_cp, sandboxes.add_kill, fleet.add_node, fleet.add_nodes,
 )

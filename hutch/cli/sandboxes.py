@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from hutch.cli.shared import Subparsers, info_json, pairs, table
+from hutch.cli.shared import Subparsers, info_json, mounts, pairs, table
 from hutch.sdk import NetworkConfig, Sandbox
 
 
@@ -20,6 +20,8 @@ def add_create(sub: Subparsers) -> None:
     s.add_argument("--deny-out", action="append", metavar="CIDR", help="egress deny rule (repeatable)")
     s.add_argument("--secret", "-s", action="append", metavar="ENV=SECRET",
                    help="bind a secret to an env var: the box sees only a stand-in (repeatable)")
+    s.add_argument("--volume", "-v", action="append", metavar="PATH=VOLUME[:ro]",
+                   help="mount a volume (its name or id) at PATH in the box, read-only with :ro (repeatable)")
     s.set_defaults(fn=cmd_create)
 
 
@@ -61,7 +63,8 @@ def cmd_create(args: argparse.Namespace) -> int:
         if args.allow_out or args.deny_out else None
     sb = Sandbox.create(args.name, from_template=args.template, timeout_seconds=args.timeout,
                         metadata=pairs(args.metadata, "--metadata") or None, env_vars=pairs(args.env, "--env") or None,
-                        network=network, secrets=pairs(args.secret, "--secret") or None)
+                        network=network, secrets=pairs(args.secret, "--secret") or None,
+                        volumes=mounts(args.volume) or None)
     info = sb.get_info()
     sb.close()
     print(json.dumps(info_json(info)) if args.json else info.id)

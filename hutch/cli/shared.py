@@ -25,9 +25,11 @@ from hutch.sdk import (
     SecretInfo,
     SnapshotInfo,
     TemplateInfo,
+    VolumeInfo,
 )
 from hutch.sdk.codes import SdkCode
 from hutch.sdk.types import step_body
+from hutch.sdk.volumes import VolumeMounts
 
 # argparse has no public name for what add_subparsers returns
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -67,8 +69,30 @@ def pairs(items: Sequence[str] | None, what: str) -> dict[str, str]:
     return result
 
 
+def mounts(items: Sequence[str] | None) -> VolumeMounts:
+    """Repeated --volume PATH=VOLUME[:ro] arguments as a create's `volumes`: a volume by its name or
+    id, read-only with :ro (:rw, the default, may be said too)."""
+    result: VolumeMounts = {}
+    for item in items or []:
+        path, sep, volume = item.partition("=")
+        name, colon, mode = volume.partition(":")
+        if not sep or not path.startswith("/") or not name or (colon and mode not in ("ro", "rw")):
+            raise SystemExit(f"hutch: --volume must be PATH=VOLUME or PATH=VOLUME:ro (PATH absolute), not {item!r}")
+        if path in result:
+            raise SystemExit(f"hutch: --volume mounts two volumes at {path}")
+        result[path] = {"volume": name, "read_only": True} if mode == "ro" else name
+    return result
+
+
+def split_remote(spec: str) -> tuple[str | None, str]:
+    """cp's NAME:/path (a box's or a volume's) as (NAME, /path); anything else is a local path, (None, spec)."""
+    name, sep, path = spec.partition(":")
+    return (name, path) if sep and name and path.startswith("/") else (None, spec)
+
+
 def info_json(info: SandboxInfo | ProcessInfo | NetworkLogEntry | AuditEntry | PreviewPort | SecretInfo
-              | SecretAuditEntry | Provider | TemplateInfo | BuildInfo | BuildLogLine | SnapshotInfo) -> dict[str, Any]:
+              | SecretAuditEntry | Provider | TemplateInfo | BuildInfo | BuildLogLine | SnapshotInfo
+              | VolumeInfo) -> dict[str, Any]:
     """An SDK record as --json prints it: times as strings, a template's steps as the HTTP API spells them."""
     data: dict[str, Any] = json.loads(json.dumps(asdict(info), default=str))
     if isinstance(info, TemplateInfo):

@@ -25,8 +25,18 @@ import httpx
 
 from hutch.integrations._extra import missing
 from hutch.integrations.tools import RUN_CODE, command_report
-from hutch.sdk import AsyncSandbox, NetworkConfig, SandboxError, SandboxTimeoutError
+from hutch.sdk import (
+    AsyncSandbox,
+    AsyncVolume,
+    NetworkConfig,
+    SandboxError,
+    SandboxTimeoutError,
+    ValidationError,
+    VolumeInfo,
+)
+from hutch.sdk.codes import SdkCode
 from hutch.sdk.config import ConnectionConfig
+from hutch.sdk.volumes import VolumeMounts
 
 try:
     from mcp.server.mcpserver import MCPServer
@@ -57,6 +67,25 @@ def _error(e: SandboxError) -> str:
     return f"error: {e.code}: {e.message}"
 
 
+def mounts(volumes: dict[str, str] | None) -> VolumeMounts | None:
+    """sandbox_create's `volumes` ({"/mnt/data": "repo", "/srv/docs": "docs:ro"}) as the SDK takes them."""
+    if not volumes:
+        return None
+    result: VolumeMounts = {}
+    for path, ref in volumes.items():
+        name, colon, mode = ref.partition(":")  # a volume's name or id holds no ':'
+        if colon and mode not in ("ro", "rw"):
+            raise ValidationError(f"volumes[{path!r}] is a volume's name or id, with :ro to mount it read-only, "
+                                  f"not {ref!r}", code=SdkCode.INVALID_ARGUMENT)
+        result[path] = {"volume": name, "read_only": True} if mode == "ro" else name
+    return result
+
+
+def _volume(info: VolumeInfo) -> dict[str, Any]:
+    return {"id": info.id, "name": info.name, "size_mib": info.size_mib, "used_bytes": info.used_bytes,
+            "metadata": info.metadata, "mounted_by": info.mounted_by}
+
+
 async def _exec(sandbox: AsyncSandbox, command: str, cwd: str | None, timeout: int | None) -> str:
     seconds = timeout or DEFAULT_TIMEOUT
     try:
@@ -75,7 +104,9 @@ def build(cfg: ConnectionConfig | None = None, ephemeral: bool = False) -> MCPSe
     server: MCPServer[Any] = MCPServer("hutch", instructions=(
         "Run shell commands and read and write files in isolated gVisor sandboxes. Create a sandbox once, keep its id, "
         "and pass it to the other tools; pause it when you are done for now. For run_code (Python in a kernel that "
-        "keeps its state), create the sandbox from the template hutch/code-interpreter."))
+        "keeps its state), create the sandbox from the template hutch/code-interpreter. Volumes are storage that "
+        "outlives sandboxes: mount one with sandbox_create's volumes, or read and write its files with the volume_ "
+        "tools, with no sandbox."))
 
     if ephemeral:
         check_isolation(cfg)
@@ -112,21 +143,39 @@ def build(cfg: ConnectionConfig | None = None, ephemeral: bool = False) -> MCPSe
         except SandboxError as e:
             return _error(e)
 
+    async def on_volume(volume: str, use: Callable[[AsyncVolume], Awaitable[str]]) -> str:
+        """Look the volume up (by name or id), use it; an error is the model's to read."""
+        try:
+            return await use(await AsyncVolume.get(volume, **conn))
+        except SandboxError as e:
+            return _error(e)
+
     @server.tool()
     async def sandbox_create(name: str = "agent", template: str | None = None, metadata: dict[str, str] | None = None,
                              timeout_seconds: int | None = None, auto_delete_seconds: int | None = None,
-                             allow_out: list[str] | None = None, deny_out: list[str] | None = None) -> str:
+                             allow_out: list[str] | None = None, deny_out: list[str] | None = None,
+                             volumes: dict[str, str] | None = None) -> str:
         """Create a sandbox (a Debian box under gVisor). Returns its id, to pass to the other tools. allow_out /
-        deny_out restrict its network egress (domains or CIDRs; deny_out ["0.0.0.0/0"] with an allow list)."""
+        deny_out restrict its network egress (domains or CIDRs; deny_out ["0.0.0.0/0"] with an allow list).
+        volumes mounts volumes in it: a path in the box to a volume's name or id, with ":ro" to mount it
+        read-only, e.g. {"/mnt/data": "repo", "/srv/docs": "docs:ro"}."""
         network = NetworkConfig(allow_out or [], deny_out or []) if allow_out or deny_out else None
         try:
             sb = await AsyncSandbox.create(name, from_template=template, metadata=metadata,
                                            timeout_seconds=timeout_seconds, auto_delete_seconds=auto_delete_seconds,
-                                           network=network, **conn)
+                                           network=network, volumes=mounts(volumes), **conn)
         except SandboxError as e:
             return _error(e)
-        await sb.close()
-        return json.dumps({"id": sb.id, "name": sb.name, "status": sb.status})
+        made: dict[str, Any] = {"id": sb.id, "name": sb.name, "status": sb.status}
+        try:
+            if volumes:
+                made["volumes"] = [{"path": m.path, "volume": m.name, "volume_id": m.volume_id, "read_only": m.read_only}
+                                   for m in (await sb.get_info()).volumes]
+        except SandboxError:
+            made["volumes"] = volumes  # made and mounted: only the read of what it mounts failed
+        finally:
+            await sb.close()
+        return json.dumps(made)
 
     @server.tool()
     async def sandbox_exec(sandbox_id: str, command: str, cwd: str | None = None,
@@ -206,6 +255,56 @@ def build(cfg: ConnectionConfig | None = None, ephemeral: bool = False) -> MCPSe
             return sb.get_preview_url(port)
 
         return await on_box(sandbox_id, publish)
+
+    @server.tool()
+    async def volume_create(name: str, size_mib: int | None = None, metadata: dict[str, str] | None = None) -> str:
+        """Create a volume: storage that outlives sandboxes, which many sandboxes may mount at once (see
+        sandbox_create's volumes). name is unique (letters, digits, '.', '_', '-'); size_mib is what its files
+        may take (default 1024)."""
+        try:
+            vol = await AsyncVolume.create(name, size_mib=size_mib, metadata=metadata, **conn)
+        except SandboxError as e:
+            return _error(e)
+        return json.dumps(_volume(vol.info))
+
+    @server.tool()
+    async def volume_list(metadata: dict[str, str] | None = None) -> str:
+        """List volumes (id, name, size_mib, used_bytes, metadata, and the sandboxes that mount each), optionally
+        only those whose metadata has every pair given."""
+        try:
+            found = await AsyncVolume.list(metadata=metadata, **conn)
+        except SandboxError as e:
+            return _error(e)
+        return json.dumps([_volume(v.info) for v in found])
+
+    @server.tool()
+    async def volume_files_list(volume: str, path: str = "/", depth: int = 1) -> str:
+        """List a directory of a volume (by its name or id; paths start at the volume's root, "/"), depth levels
+        down (1-16), with no sandbox: each entry's path, type (file, dir, symlink, other) and size."""
+        async def listing(vol: AsyncVolume) -> str:
+            entries = await vol.files.list(path, depth)
+            return json.dumps([{"path": e.path, "type": e.type, "size": e.size} for e in entries])
+
+        return await on_volume(volume, listing)
+
+    @server.tool()
+    async def volume_files_read(volume: str, path: str) -> str:
+        """Read a text file from a volume (by its name or id; an absolute path from the volume's root), with no
+        sandbox."""
+        async def read(vol: AsyncVolume) -> str:
+            return (await vol.files.read(path)).decode("utf-8", errors="replace")
+
+        return await on_volume(volume, read)
+
+    @server.tool()
+    async def volume_files_write(volume: str, path: str, content: str) -> str:
+        """Write a text file in a volume (by its name or id; an absolute path from the volume's root; parent
+        directories are made), with no sandbox. Sandboxes that mount the volume see it at once."""
+        async def write(vol: AsyncVolume) -> str:
+            await vol.files.write(path, content)
+            return f"wrote {len(content.encode())} bytes to {vol.name}:{path}"
+
+        return await on_volume(volume, write)
 
     return server
 

@@ -218,7 +218,8 @@ async def _drive(client: Any) -> dict[str, str]:
     """The tools of a full MCP server, used as an agent would."""
     names = sorted(t.name for t in (await client.list_tools()).tools)
     assert names == sorted(["sandbox_create", "sandbox_exec", "sandbox_list", "sandbox_kill", "sandbox_pause",
-                            "sandbox_resume", "files_read", "files_write", "preview_url", "run_code"])
+                            "sandbox_resume", "files_read", "files_write", "preview_url", "run_code", "volume_create",
+                            "volume_list", "volume_files_list", "volume_files_read", "volume_files_write"])
     made = json.loads(_text(await client.call_tool("sandbox_create", {"name": "mcp", "metadata": {"via": "mcp"}})))
     sid = made["id"]
     out = {"id": sid}

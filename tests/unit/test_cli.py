@@ -8,7 +8,19 @@ from typing import Any
 
 import pytest
 
-from hutch.cli import commands, files, fleet, mcp, previews, sandboxes, secrets, server, snapshots, templates
+from hutch.cli import (
+    commands,
+    files,
+    fleet,
+    mcp,
+    previews,
+    sandboxes,
+    secrets,
+    server,
+    snapshots,
+    templates,
+    volumes,
+)
 from hutch.cli.program import build_parser, parse
 
 
@@ -54,9 +66,11 @@ EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
                        {"fn": server.cmd_team_create, "name": "acme", "e2b": True, "store": "postgresql://h/db"}),
     ("create",): (
         ["create", "--name", "n", "--template", "t", "--timeout", "60", "--metadata", "a=1", "-m", "b=2", "--env", "X=1",
-         "-e", "Y=2", "--allow-out", "10.0.0.0/8", "--deny-out", "0.0.0.0/0", "--secret", "K=s", "-s", "L=t"],
+         "-e", "Y=2", "--allow-out", "10.0.0.0/8", "--deny-out", "0.0.0.0/0", "--secret", "K=s", "-s", "L=t",
+         "--volume", "/mnt/data=repo", "-v", "/srv=cache:ro"],
         {"fn": sandboxes.cmd_create, "name": "n", "template": "t", "timeout": 60, "metadata": ["a=1", "b=2"],
-         "env": ["X=1", "Y=2"], "allow_out": ["10.0.0.0/8"], "deny_out": ["0.0.0.0/0"], "secret": ["K=s", "L=t"]}),
+         "env": ["X=1", "Y=2"], "allow_out": ["10.0.0.0/8"], "deny_out": ["0.0.0.0/0"], "secret": ["K=s", "L=t"],
+         "volume": ["/mnt/data=repo", "/srv=cache:ro"]}),
     ("template", "create"): (
         ["template", "create", "web", "--from", "docker://x", "--run", "a", "--env", "K=V", "--workdir", "/w", "--user",
          "root", "--run", "b", "--start-cmd", "s", "--ready-cmd", "r", "--ready-timeout", "30", "--vcpu", "2",
@@ -89,6 +103,14 @@ EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
                      "--count", "3"],
                     {"fn": snapshots.cmd_snapshot, "action": "boot", "target": "snap", "name": "n",
                      "metadata": ["a=1", "b=2"], "sandbox": "sb", "count": 3}),
+    ("volume", "create"): (["volume", "create", "repo", "--size", "2G", "--metadata", "a=1", "-m", "b=2"],
+                           {"fn": volumes.cmd_volume_create, "name": "repo", "size": 2048,
+                            "metadata": ["a=1", "b=2"]}),
+    ("volume", "ls"): (["volume", "ls", "--metadata", "a=1", "-m", "b=2"],
+                       {"fn": volumes.cmd_volume_ls, "metadata": ["a=1", "b=2"]}),
+    ("volume", "info"): (["volume", "info", "repo"], {"fn": volumes.cmd_volume_info, "volume": "repo"}),
+    ("volume", "rm"): (["volume", "rm", "a", "b"], {"fn": volumes.cmd_volume_rm, "volumes": ["a", "b"]}),
+    ("volume", "cp"): (["volume", "cp", "-", "repo:/x"], {"fn": volumes.cmd_volume_cp, "src": "-", "dst": "repo:/x"}),
     ("providers",): (["providers"], {"fn": secrets.cmd_providers}),
     ("ls",): (["ls", "--status", "paused", "--metadata", "a=1", "-m", "b=2"],
               {"fn": sandboxes.cmd_ls, "status": "paused", "metadata": ["a=1", "b=2"]}),
@@ -126,7 +148,7 @@ DEFAULTS: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
                              "preview_https": False, "max_builds": 2, "image_dir": None, "registry_pulls": False,
                              "allow_unlimited_boxes": False}),
     ("create",): (["create"], {"name": "cli", "template": None, "timeout": None, "metadata": None, "env": None,
-                               "allow_out": None, "deny_out": None, "secret": None}),
+                               "allow_out": None, "deny_out": None, "secret": None, "volume": None}),
     ("template", "create"): (["template", "create", "web"], {"from_": "hutch/base", "steps": None, "no_wait": False}),
     ("template", "logs"): (["template", "logs", "web"], {"build": None, "no_follow": False}),
     ("secret",): (["secret", "ls"], {"name": None, "format": "{value}", "limit": 50, "allowed_host": None}),
@@ -136,6 +158,8 @@ DEFAULTS: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
     ("netlog",): (["netlog", "sb"], {"limit": 50}),
     ("audit",): (["audit", "sb"], {"limit": 50}),
     ("snapshot",): (["snapshot", "ls"], {"target": None, "name": None, "metadata": None, "sandbox": None, "count": 1}),
+    ("volume", "create"): (["volume", "create", "repo"], {"size": None, "metadata": None}),
+    ("volume", "ls"): (["volume", "ls"], {"metadata": None}),
 }
 
 
@@ -175,11 +199,19 @@ def test_everything_after_a_double_dash_is_the_command() -> None:
 
 
 @pytest.mark.parametrize("argv", [["bogus"], ["template"], ["secret", "nope"], ["exec", "sb", "--user", "admin"],
-                                  ["preview", "sb", "eighty"], []], ids=repr)
+                                  ["preview", "sb", "eighty"], ["volume"], ["volume", "create", "v", "--size", "1.5K"],
+                                  ["volume", "create", "v", "--size", "lots"], ["volume", "cp", "a"], []], ids=repr)
 def test_bad_usage_exits_2(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as e:
         parse(argv)
     assert e.value.code == 2
+
+
+@pytest.mark.parametrize(("given", "mib"), [("1", 1), ("2048", 2048), ("512M", 512), ("2G", 2048), ("1.5g", 1536),
+                                            ("1GiB", 1024), ("1T", 2**20), ("1024K", 1)])
+def test_a_volume_size_is_mib_or_a_size_with_a_unit(given: str, mib: int) -> None:
+    assert volumes.mib_size(given) == mib
+    _check(parse(["volume", "create", "v", "--size", given]), {"size": mib})
 
 
 @pytest.mark.parametrize("words", [(), *sorted(ALL)], ids=lambda w: " ".join(w) or "hutch")

@@ -9,8 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from hutch.cli.shared import client_env, exit_status, info_json, pairs, run_handler, table
-from hutch.sdk import EnvStep, NotFoundError, RunStep, SandboxError, SandboxTimeoutError, TemplateInfo
+from hutch.cli.shared import client_env, exit_status, info_json, mounts, pairs, run_handler, split_remote, table
+from hutch.sdk import (
+    EnvStep,
+    NotFoundError,
+    RunStep,
+    SandboxError,
+    SandboxInfo,
+    SandboxTimeoutError,
+    TemplateInfo,
+    VolumeInfo,
+)
 from hutch.sdk.codes import SdkCode
 
 
@@ -20,6 +29,25 @@ def test_pairs() -> None:
     for bad in ("novalue", "=1"):
         with pytest.raises(SystemExit, match=f"hutch: --metadata must be KEY=VALUE, not '{bad}'"):
             pairs([bad], "--metadata")
+
+
+def test_volume_mounts() -> None:
+    assert mounts(None) == {}
+    assert mounts(["/mnt/data=repo", "/srv/cache=cache:ro", "/w=vol_abc:rw", "/a=b=c"]) == {
+        "/mnt/data": "repo", "/srv/cache": {"volume": "cache", "read_only": True}, "/w": "vol_abc", "/a": "b=c"}
+    for bad in ("novolume", "/mnt=", "mnt=repo", "=repo", "/mnt=repo:rx", "/mnt=:ro"):
+        with pytest.raises(SystemExit, match=f"hutch: --volume must be PATH=VOLUME or PATH=VOLUME:ro .*not '{bad}'"):
+            mounts([bad])
+    with pytest.raises(SystemExit, match="hutch: --volume mounts two volumes at /mnt"):
+        mounts(["/mnt=a", "/mnt=b:ro"])
+
+
+@pytest.mark.parametrize(("spec", "split"), [("sb:/tmp/x", ("sb", "/tmp/x")), ("repo:/", ("repo", "/")),
+                                             ("./out.bin", (None, "./out.bin")), ("-", (None, "-")),
+                                             ("a:b", (None, "a:b")), (":/x", (None, ":/x")),
+                                             ("/abs/path", (None, "/abs/path"))])
+def test_split_remote(spec: str, split: tuple[str | None, str]) -> None:
+    assert split_remote(spec) == split
 
 
 def test_table_pads_columns_and_strips_line_ends() -> None:
@@ -40,6 +68,20 @@ def test_a_templates_json_spells_its_steps_as_the_http_api() -> None:
     assert data["steps"] == [{"run": "make"}, {"env": {"key": "K", "value": "V"}}]
     assert data["created_at"] == "2026-01-02 03:04:05+00:00"
     json.dumps(data)
+
+
+def test_a_volumes_json_and_a_sandboxs_mounts() -> None:
+    info = VolumeInfo.from_json({"id": "vol_1", "name": "repo", "size_mib": 64, "used_bytes": None,
+                                 "metadata": {"k": "v"}, "created_at": "2026-01-02T03:04:05+00:00",
+                                 "mounted_by": ["sb1"]})
+    assert info_json(info) == {"id": "vol_1", "name": "repo", "size_mib": 64, "used_bytes": None, "metadata": {"k": "v"},
+                               "created_at": "2026-01-02 03:04:05+00:00", "mounted_by": ["sb1"]}
+    when = "2026-01-02T03:04:05+00:00"
+    box = SandboxInfo.from_json({"id": "sb1", "name": "n", "status": "active", "template": "hutch/base", "metadata": {},
+                                 "vcpu_count": 1, "memory_mib": 512, "created_at": when, "updated_at": when,
+                                 "volumes": [{"volume_id": "vol_1", "name": "repo", "path": "/mnt", "read_only": True}]})
+    assert json.loads(json.dumps(info_json(box)))["volumes"] == [{"volume_id": "vol_1", "name": "repo", "path": "/mnt",
+                                                                  "read_only": True}]
 
 
 @pytest.mark.parametrize(("code", "status"), [(0, 0), (5, 5), (255, 255), (-9, 1), (256, 1)])
