@@ -72,7 +72,7 @@ def pairs(items: Sequence[str] | None, what: str) -> dict[str, str]:
 def mounts(items: Sequence[str] | None) -> VolumeMounts:
     """Repeated --volume PATH=VOLUME[:ro] arguments as a create's `volumes`: a volume by its name or
     id, read-only with :ro (:rw, the default, may be said too)."""
-    result: VolumeMounts = {}
+    result: dict[str, str | dict[str, Any]] = {}
     for item in items or []:
         path, sep, volume = item.partition("=")
         name, colon, mode = volume.partition(":")

@@ -71,7 +71,7 @@ def mounts(volumes: dict[str, str] | None) -> VolumeMounts | None:
     """sandbox_create's `volumes` ({"/mnt/data": "repo", "/srv/docs": "docs:ro"}) as the SDK takes them."""
     if not volumes:
         return None
-    result: VolumeMounts = {}
+    result: dict[str, str | dict[str, Any]] = {}
     for path, ref in volumes.items():
         name, colon, mode = ref.partition(":")  # a volume's name or id holds no ':'
         if colon and mode not in ("ro", "rw"):

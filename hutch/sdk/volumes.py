@@ -12,6 +12,7 @@ Every call is written once, on the shared bases (see `hutch.sdk.front`); what it
 from __future__ import annotations
 
 import builtins
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Generic, TypeAlias, TypeVar
 
@@ -27,7 +28,7 @@ from hutch.sdk.types import EntryInfo, VolumeInfo
 VolumeT = TypeVar("VolumeT", bound="_VolumeBase[Any]")
 VolumeRef: TypeAlias = "str | VolumeInfo | _VolumeBase[Any]"  # a volume, or its id or name
 # what a create's `volumes=` maps a path in the box to: a volume, or {"volume": ..., "read_only": bool}
-VolumeMounts: TypeAlias = "dict[str, VolumeRef | dict[str, Any]]"
+VolumeMounts: TypeAlias = "Mapping[str, VolumeRef | Mapping[str, Any]]"
 
 
 def volume_ref(ref: VolumeRef) -> str:
@@ -39,11 +40,11 @@ def mounts_body(mounts: VolumeMounts | None) -> dict[str, Any] | None:
     """A create's `volumes` as the server takes them."""
     if mounts is None:
         return None
-    if not isinstance(mounts, dict):
+    if not isinstance(mounts, Mapping):
         raise ValidationError("volumes maps a path in the box to a volume", code=SdkCode.INVALID_ARGUMENT)
     body: dict[str, Any] = {}
     for path, value in mounts.items():
-        if isinstance(value, dict):
+        if isinstance(value, Mapping):
             unknown = set(value) - {"volume", "read_only"}
             if "volume" not in value or unknown:
                 raise ValidationError(f"volumes[{path!r}] is a volume or {{'volume': ..., 'read_only': bool}}",

@@ -13,7 +13,14 @@ const WATCH_IDLE_MS = 60_000;
 
 export type FileContent = string | Uint8Array | ArrayBuffer | Blob;
 
-export interface UserOptions extends CallOptions {
+export interface FileOptions extends CallOptions {
+  /** The most the call may take, in ms (else SandboxTimeoutError "request_timeout"). Default:
+   * 300 000 for write, read, downloadDir, list and remove; the connection's `requestTimeoutMs` for
+   * the others. */
+  timeoutMs?: number;
+}
+
+export interface UserOptions extends FileOptions {
   /** Who the call acts as: the box user (default; the box's permissions apply) or "root". */
   user?: BoxUser;
 }
@@ -36,6 +43,19 @@ async function asBytes(content: FileContent): Promise<Uint8Array | string> {
   if (content instanceof ArrayBuffer) return new Uint8Array(content);
   if (typeof Blob !== "undefined" && content instanceof Blob) return new Uint8Array(await content.arrayBuffer());
   throw new ValidationError("file content is a string, Uint8Array, ArrayBuffer or Blob", { code: "invalid_argument" });
+}
+
+/** How long a call may take: its `timeoutMs`, else `fallback`. */
+function limit(options: FileOptions, fallback: number): number {
+  const ms = options.timeoutMs;
+  if (ms === undefined) return fallback;
+  if (!(ms > 0)) throw new ValidationError(`timeoutMs is a positive number, not ${ms}`, { code: "invalid_argument" });
+  return ms;
+}
+
+/** What is left of `ms` since `started` (at least 1 ms: then the read times out, as it should). */
+function left(ms: number, started: number): number {
+  return Math.max(1, ms - (Date.now() - started));
 }
 
 /**
@@ -111,21 +131,23 @@ export class Files {
   /** Write a file, making missing parent directories; it belongs to `user`. A reader never sees half a file. */
   async write(path: string, content: FileContent, options: UserOptions = {}): Promise<void> {
     const dp = this.dp();
+    const ms = limit(options, FILE_TIMEOUT_MS);
     const body = await asBytes(content);
     await withToken(dp, options.signal, () => call("put", "/data/v1/sandboxes/{sandbox_id}/files", {
       base: dp.url, headers: { ...dataHeaders(dp), "Content-Type": "application/octet-stream" }, body,
-      query: { path, user: options.user }, timeoutMs: FILE_TIMEOUT_MS, signal: options.signal,
+      query: { path, user: options.user }, timeoutMs: ms, signal: options.signal,
     }));
   }
 
   /** A file's bytes, read as the box user (with its rights) unless `user: "root"`. */
   async read(path: string, options: UserOptions = {}): Promise<Uint8Array> {
     const dp = this.dp();
+    const [ms, started] = [limit(options, FILE_TIMEOUT_MS), Date.now()];
     const opened = await withToken(dp, options.signal, () => open("get", "/data/v1/sandboxes/{sandbox_id}/files", {
-      base: dp.url, headers: dataHeaders(dp), query: { path, user: options.user }, timeoutMs: FILE_TIMEOUT_MS,
+      base: dp.url, headers: dataHeaders(dp), query: { path, user: options.user }, timeoutMs: ms,
       signal: options.signal,
     }));
-    return bytes(opened, FILE_TIMEOUT_MS);
+    return bytes(opened, left(ms, started));
   }
 
   /** A file's text (UTF-8), read as the box user unless `user: "root"`. */
@@ -137,11 +159,12 @@ export class Files {
    * unless `user: "root"`). */
   async downloadDir(path: string, options: UserOptions = {}): Promise<Uint8Array> {
     const dp = this.dp();
+    const [ms, started] = [limit(options, FILE_TIMEOUT_MS), Date.now()];
     const opened = await withToken(dp, options.signal, () => open("get", "/data/v1/sandboxes/{sandbox_id}/files/zip", {
-      base: dp.url, headers: dataHeaders(dp), query: { path, user: options.user }, timeoutMs: FILE_TIMEOUT_MS,
+      base: dp.url, headers: dataHeaders(dp), query: { path, user: options.user }, timeoutMs: ms,
       signal: options.signal,
     }));
-    return bytes(opened, FILE_TIMEOUT_MS);
+    return bytes(opened, left(ms, started));
   }
 
   /** A directory's entries, `depth` (1-16) levels down, sorted; links are listed, not followed. */
@@ -151,8 +174,9 @@ export class Files {
       throw new ValidationError(`depth is an integer in 1..16, not ${depth}`, { code: "invalid_argument" });
     }
     const dp = this.dp();
+    const ms = limit(options, FILE_TIMEOUT_MS);
     const answer = await withToken(dp, options.signal, () => call("get", "/data/v1/sandboxes/{sandbox_id}/files/list", {
-      base: dp.url, headers: dataHeaders(dp), query: { path, depth, user: options.user }, timeoutMs: FILE_TIMEOUT_MS,
+      base: dp.url, headers: dataHeaders(dp), query: { path, depth, user: options.user }, timeoutMs: ms,
       signal: options.signal,
     }));
     return answer.entries.map(entryInfo);
@@ -161,8 +185,9 @@ export class Files {
   /** A file, directory or link (described, not followed). NotFoundError if there is none. */
   async getInfo(path: string, options: UserOptions = {}): Promise<EntryInfo> {
     const dp = this.dp();
+    const ms = limit(options, dp.cfg.requestTimeoutMs);
     const answer = await withToken(dp, options.signal, () => call("get", "/data/v1/sandboxes/{sandbox_id}/files/stat", {
-      base: dp.url, headers: dataHeaders(dp), query: { path, user: options.user }, timeoutMs: dp.cfg.requestTimeoutMs,
+      base: dp.url, headers: dataHeaders(dp), query: { path, user: options.user }, timeoutMs: ms,
       signal: options.signal,
     }));
     return entryInfo(answer);
@@ -181,8 +206,9 @@ export class Files {
   /** A file or link (never its target), or a directory with everything in it. */
   async remove(path: string, options: UserOptions = {}): Promise<void> {
     const dp = this.dp();
+    const ms = limit(options, FILE_TIMEOUT_MS);
     await withToken(dp, options.signal, () => call("delete", "/data/v1/sandboxes/{sandbox_id}/files", {
-      base: dp.url, headers: dataHeaders(dp), query: { path, user: options.user }, timeoutMs: FILE_TIMEOUT_MS,
+      base: dp.url, headers: dataHeaders(dp), query: { path, user: options.user }, timeoutMs: ms,
       signal: options.signal,
     }));
   }
@@ -190,9 +216,10 @@ export class Files {
   /** Move a file or directory (the destination's parent must exist); the destination's entry. */
   async rename(source: string, destination: string, options: UserOptions = {}): Promise<EntryInfo> {
     const dp = this.dp();
+    const ms = limit(options, dp.cfg.requestTimeoutMs);
     const answer = await withToken(dp, options.signal, () => call("post", "/data/v1/sandboxes/{sandbox_id}/files/move", {
       base: dp.url, headers: dataHeaders(dp), json: { source, destination, user: options.user },
-      timeoutMs: dp.cfg.requestTimeoutMs, signal: options.signal,
+      timeoutMs: ms, signal: options.signal,
     }));
     return entryInfo(answer);
   }
@@ -200,8 +227,9 @@ export class Files {
   /** mkdir -p, owned by `user`; false if it was a directory already (ConflictError if it is something else). */
   async makeDir(path: string, options: UserOptions = {}): Promise<boolean> {
     const dp = this.dp();
+    const ms = limit(options, dp.cfg.requestTimeoutMs);
     const answer = await withToken(dp, options.signal, () => call("post", "/data/v1/sandboxes/{sandbox_id}/files/mkdir", {
-      base: dp.url, headers: dataHeaders(dp), json: { path, user: options.user }, timeoutMs: dp.cfg.requestTimeoutMs,
+      base: dp.url, headers: dataHeaders(dp), json: { path, user: options.user }, timeoutMs: ms,
       signal: options.signal,
     }));
     return answer.created;

@@ -1,6 +1,6 @@
 /**
- * hutch's TypeScript SDK: sandboxes, their commands, files and code interpreter, snapshots, secrets and
- * templates.
+ * hutch's TypeScript SDK: sandboxes, their commands, files and code interpreter, snapshots, volumes,
+ * secrets and templates.
  *
  *     import { Sandbox } from "@hutch/sdk"          // reads HUTCH_API_KEY and HUTCH_BASE_URL
  *     const sandbox = await Sandbox.create({ name: "demo" })
@@ -16,11 +16,15 @@ export type { ConnectOptions, RunOptions, SpawnOptions } from "./commands.js";
 export { Process, ProcessStdin } from "./process.js";
 export type { OutputCallback, PtySize, WaitOptions } from "./process.js";
 export { Files, WatchHandle } from "./files.js";
-export type { FileContent, ListOptions as FileListOptions, UserOptions, WatchOptions } from "./files.js";
+export type { FileContent, FileOptions, ListOptions as FileListOptions, UserOptions, WatchOptions } from "./files.js";
 export { BASE_TEMPLATE, Template } from "./templates.js";
 export type { BuildLogOptions, TemplateCreateOptions, WaitUntilReadyOptions } from "./templates.js";
 export { Snapshot } from "./snapshots.js";
 export type { BootOptions, SnapshotListOptions, SnapshotOptions, SnapshotRef } from "./snapshots.js";
+export { Volume, VolumeFiles } from "./volumes.js";
+export type {
+  VolumeCreateOptions, VolumeFileListOptions, VolumeListOptions, VolumeMount, VolumeMounts, VolumeRef,
+} from "./volumes.js";
 export { Provider, Secret } from "./secrets.js";
 export type { SecretAuditOptions, SecretCreateOptions } from "./secrets.js";
 export {
@@ -32,8 +36,8 @@ export { DEFAULT_BASE_URL, VERSION } from "./config.js";
 export type { CallOptions, ConnectionOptions } from "./config.js";
 export type {
   AuditEntry, AuditPage, BoxUser, BuildErrorInfo, BuildInfo, BuildLogLine, BuildStatus, CommandResult, EntryInfo,
-  FilesystemEvent, NetworkConfig, NetworkLogEntry, NetworkLogPage, PreviewAccess, PreviewPort, PreviewToken,
-  ProcessInfo, ProviderInfo, SandboxInfo, SandboxStatus, SecretAuditEntry, SecretAuditPage, SecretAuth, SecretBinding,
-  SecretInfo, SnapshotInfo, Step, TemplateInfo,
+  FilesystemEvent, MountedVolume, NetworkConfig, NetworkLogEntry, NetworkLogPage, PreviewAccess, PreviewPort,
+  PreviewToken, ProcessInfo, ProviderInfo, SandboxInfo, SandboxStatus, SecretAuditEntry, SecretAuditPage, SecretAuth,
+  SecretBinding, SecretInfo, SnapshotInfo, Step, TemplateInfo, VolumeInfo,
 } from "./types.js";
 export type { components as OpenApiComponents, paths as OpenApiPaths } from "./openapi.js";

@@ -19,9 +19,10 @@ import {
 } from "./snapshots.js";
 import {
   type AuditPage, type NetworkConfig, type NetworkLogPage, type PreviewAccess, type PreviewPort, type PreviewToken,
-  type SandboxInfo, type SandboxStatus, type Schemas, type SecretBinding, type SnapshotInfo, auditPage, networkBody,
-  networkLogPage, previewPort, sandboxInfo, secretBinding,
+  type MountedVolume, type SandboxInfo, type SandboxStatus, type Schemas, type SecretBinding, type SnapshotInfo,
+  auditPage, networkBody, networkLogPage, previewPort, sandboxInfo, secretBinding,
 } from "./types.js";
+import { type VolumeMounts, mountsBody } from "./volumes.js";
 
 export interface SandboxCreateOptions extends ConnectionOptions, CallOptions {
   /** Default "sandbox". */
@@ -48,6 +49,10 @@ export interface SandboxCreateOptions extends ConnectionOptions, CallOptions {
    * (`envVars` on top); its egress rules and secrets are the snapshot's box's unless given here,
    * with new stand-ins. Not with `fromTemplate`. */
   fromSnapshot?: SnapshotRef;
+  /** Volumes to mount: a path in the box -> a `Volume`, a volume's id or name, or `{ volume,
+   * readOnly }` (`{ "/mnt/data": vol, "/srv/cache": { volume: "cache", readOnly: true } }`). Many
+   * boxes may mount one volume at once; a file one box has closed is whole for the next to open it. */
+  volumes?: VolumeMounts;
 }
 
 export interface ListOptions extends ConnectionOptions, CallOptions {
@@ -124,6 +129,11 @@ export class Sandbox {
     return [...this.info.secrets];
   }
 
+  /** The volumes it mounts (path, volumeId, name, readOnly). */
+  get volumes(): MountedVolume[] {
+    return this.info.volumes.map((m) => ({ ...m }));
+  }
+
   /** Create a sandbox; resolves once it is ready for commands. Never retried. */
   static async create(options: SandboxCreateOptions = {}): Promise<Sandbox> {
     const cfg = resolveConfig(options);
@@ -138,6 +148,7 @@ export class Sandbox {
         network: options.network ? networkBody(options.network) : undefined,
         secrets: options.secrets, preview_access: options.previewAccess,
         from_snapshot: options.fromSnapshot === undefined ? undefined : snapshotRef(options.fromSnapshot),
+        volumes: mountsBody(options.volumes),
       },
     });
     return new Sandbox(access, cfg);
@@ -240,7 +251,9 @@ export class Sandbox {
   }
 
   /** `count` new boxes (at most 20), each continuing from this box as it is now (a snapshot is
-   * taken for them, and not kept); this box runs on. All of them, or none and the error. */
+   * taken for them, and not kept); this box runs on. All of them, or none and the error. The forks
+   * mount this box's volumes (the same live volumes: a write of one is every one's) unless
+   * `volumes` puts another volume at each of those paths. */
   async fork(options: BootOptions = {}): Promise<Sandbox[]> {
     return (await forkSandbox(this.cfg, this.id, options)).map((access) => new Sandbox(access, this.cfg));
   }

@@ -17,6 +17,7 @@ import { controlHeaders } from "./plane.js";
 import {
   type NetworkConfig, type PreviewAccess, type Schemas, type SnapshotInfo, networkBody, snapshotInfo,
 } from "./types.js";
+import { type VolumeMounts, mountsBody } from "./volumes.js";
 
 /** A snapshot, or its id or name. */
 export type SnapshotRef = string | SnapshotInfo | Snapshot;
@@ -52,6 +53,10 @@ export interface BootOptions extends CallOptions {
   /** Replaces the snapshot's box's bindings (each box gets stand-ins of its own either way). */
   secrets?: Record<string, string>;
   previewAccess?: PreviewAccess;
+  /** Left out, the boxes mount the volumes the snapshot's box did (the live volumes, shared with
+   * it); given, a path in the box -> a volume or `{ volume, readOnly }`. A box restored with its
+   * memory needs a volume at each path its box had. */
+  volumes?: VolumeMounts;
 }
 
 export interface SnapshotListOptions extends ConnectionOptions, CallOptions {
@@ -76,7 +81,7 @@ function bootBody(options: BootOptions): Schemas["BootSnapshot"] {
     count: options.count ?? 1, name: options.name, timeout_seconds: options.timeoutSeconds,
     auto_delete_seconds: options.autoDeleteSeconds, metadata: options.metadata, env_vars: options.envVars,
     network: options.network ? networkBody(options.network) : undefined, secrets: options.secrets,
-    preview_access: options.previewAccess,
+    preview_access: options.previewAccess, volumes: mountsBody(options.volumes),
   };
 }
 

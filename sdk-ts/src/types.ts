@@ -63,6 +63,8 @@ export interface SandboxInfo {
   previewUrlTemplate: string;
   /** The fleet node it runs or last ran on (null on a single host). */
   node: string | null;
+  /** The volumes it mounts. */
+  volumes: MountedVolume[];
 }
 
 export function sandboxInfo(d: Schemas["SandboxInfo"] | Schemas["SandboxAccess"]): SandboxInfo {
@@ -74,7 +76,7 @@ export function sandboxInfo(d: Schemas["SandboxInfo"] | Schemas["SandboxAccess"]
     failure: d.failure ?? null, network: network(d.network),
     secrets: (d.secrets ?? []).map(secretBinding),
     previewAccess: d.preview_access ?? "public", previewUrlTemplate: d.preview_url_template ?? "",
-    node: d.node ?? null,
+    node: d.node ?? null, volumes: (d.volumes ?? []).map(mountedVolume),
   };
 }
 
@@ -235,6 +237,42 @@ export function snapshotInfo(d: Schemas["SnapshotInfo"]): SnapshotInfo {
     vcpuCount: d.vcpu_count, memoryMib: d.memory_mib, memory: d.memory, sizeBytes: d.size_bytes,
     createdAt: new Date(d.created_at),
   };
+}
+
+// --- volumes ----------------------------------------------------------------------------------
+
+/** A volume: storage that outlives boxes, which many boxes mount at once. */
+export interface VolumeInfo {
+  id: string;
+  /** Unique in the team; mounts and lookups may use it instead of the id. */
+  name: string;
+  /** What its files may take. */
+  sizeMib: number;
+  /** What its files take now (null: its node cannot tell from here). */
+  usedBytes: number | null;
+  metadata: Record<string, string>;
+  createdAt: Date;
+  /** The live sandboxes (running or paused) that mount it. */
+  mountedBy: string[];
+}
+
+export function volumeInfo(d: Schemas["VolumeInfo"]): VolumeInfo {
+  return {
+    id: d.id, name: d.name, sizeMib: d.size_mib, usedBytes: d.used_bytes ?? null, metadata: { ...d.metadata },
+    createdAt: new Date(d.created_at), mountedBy: [...d.mounted_by],
+  };
+}
+
+/** A volume a sandbox mounts, at `path` in the box. */
+export interface MountedVolume {
+  volumeId: string;
+  name: string;
+  path: string;
+  readOnly: boolean;
+}
+
+export function mountedVolume(d: Schemas["MountedVolume"]): MountedVolume {
+  return { volumeId: d.volume_id, name: d.name, path: d.path, readOnly: d.read_only };
 }
 
 // --- secrets ------------------------------------------------------------------------------------
