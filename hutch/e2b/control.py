@@ -29,7 +29,7 @@ from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, validation_message
 from hutch.errors import ApiError, Code
 from hutch.server.models import MAX_FORKS, CreateSandbox, NetworkConfig, UpdateSandbox
 from hutch.server.templates import BASE_TEMPLATE_ID
-from hutch.store import SandboxRecord, SandboxStatus
+from hutch.store import AuditLogRecord, SandboxRecord, SandboxStatus
 
 DEFAULT_TIMEOUT = 300
 MAX_PAGE = 100
@@ -271,7 +271,9 @@ class Control:
     async def metrics(self, c: Ctx, sandbox_id: str, start: int | None, end: int | None) -> list[dict[str, Any]]:
         """What the box used, sampled from its cgroup every few seconds by its node: the samples
         between `start` and `end` (Unix seconds, both included) of the last hour it ran."""
-        rec = self.get(c, sandbox_id)
+        return await self._metrics(self.get(c, sandbox_id), c, start, end)
+
+    async def _metrics(self, rec: SandboxRecord, c: Ctx, start: int | None, end: int | None) -> list[dict[str, Any]]:
         if rec.status not in RUNNING or rec.runtime_id is None:
             return []
         samples = await c.st.node.usage(rec.runtime_id)
@@ -280,6 +282,74 @@ class Control:
                  "memCache": s.mem_cache, "diskUsed": s.disk_used, "diskTotal": (rec.disk_mib or 0) * 2**20}
                 for s in samples
                 if (start is None or s.timestamp >= start) and (end is None or int(s.timestamp) <= end)]
+
+    async def many_metrics(self, c: Ctx, raw: str | None) -> dict[str, Any]:
+        """Each named box's latest sample (E2B's GET /sandboxes/metrics); boxes that are not the
+        team's, not running or without a sample yet are left out."""
+        ids = [i for i in (raw or "").split(",") if i]
+        if not ids or len(ids) > MAX_PAGE:
+            raise ApiError(Code.INVALID_REQUEST, f"sandbox_ids names 1 to {MAX_PAGE} sandboxes")
+        found: dict[str, Any] = {}
+        for sandbox_id in dict.fromkeys(ids):
+            rec = c.st.store.get_sandbox(sandbox_id[:64], c.team_id)
+            if rec is not None and _state(rec) and (samples := await self._metrics(rec, c, None, None)):
+                found[rec.id] = samples[-1]
+        return {"sandboxes": found}
+
+    async def update_network(self, c: Ctx, sandbox_id: str, body: dict[str, Any]) -> None:
+        """E2B's PUT /sandboxes/{id}/network: the box's egress rules replaced whole (what the body
+        leaves out is cleared), read by the egress proxy at the box's next connection."""
+        rec = self.get(c, sandbox_id)
+        declined = {"egressProxy": "a BYO egress proxy", "dnsServers": "DNS servers of the box's own"}
+        for key, what in declined.items():
+            if body.get(key):
+                raise ApiError(Code.INVALID_REQUEST, f"{key} ({what}) is not supported by hutch: the box's only way "
+                                                     "out is hutch's egress proxy, which resolves names itself")
+        if body.get("rules"):
+            raise ApiError(Code.INVALID_REQUEST, "network rules (header transforms) are not supported by hutch's "
+                                                 "update_network: bind a secret to the box instead")
+        net = {k: body.get(k) for k in ("allowOut", "denyOut")}
+        network = _network({"network": net, "allow_internet_access": body.get("allow_internet_access")})
+        await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(network=network))
+
+    async def refresh(self, c: Ctx, sandbox_id: str, body: dict[str, Any]) -> None:
+        """E2B's keep-alive: the box runs at least `duration` seconds more (default 60, at most an
+        hour); a deadline already later stays."""
+        rec = self.get(c, sandbox_id)
+        duration = _int(body, "duration", 60) or 0
+        if not 0 <= duration <= 3600:
+            raise ApiError(Code.INVALID_REQUEST, "duration must be between 0 and 3600 seconds")
+        if rec.status in RUNNING and rec.pause_at is not None and rec.pause_at < time.time() + duration:
+            await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(timeout_seconds=max(1, duration)))
+
+    def log_entries(self, c: Ctx, sandbox_id: str, q: QueryParams, v2: bool) -> list[dict[str, Any]]:
+        """The box's log as E2B's sandbox logs: hutch's audit log of what ran and what was read and
+        written in it (commands, processes, files), oldest first unless `direction=backward`."""
+        rec = self.get(c, sandbox_id)
+        limit = max(1, min(_count(q.get("limit"), "limit", 1000), 1000))
+        rows = list(reversed(c.st.store.audit_log(rec.id, 1000)))  # oldest first
+        start = _unix(q.get("cursor" if v2 else "start"), "cursor" if v2 else "start")
+        if start is not None:  # E2B's cursor and start are Unix milliseconds
+            rows = [r for r in rows if r.at * 1000 >= start]
+        level = q.get("level")
+        if level not in (None, "", "debug", "info", "warn", "error"):
+            raise ApiError(Code.INVALID_REQUEST, "level must be debug, info, warn or error")
+        entries = [_log_entry(r) for r in rows]
+        if level in ("warn", "error"):  # the entries are info (done) or error (refused or failed)
+            entries = [e for e in entries if e["level"] == "error"]
+        if search := q.get("search"):
+            entries = [e for e in entries if search in e["message"]]
+        if q.get("direction") == "backward":
+            entries.reverse()
+        return entries[:limit]
+
+
+def _log_entry(r: AuditLogRecord) -> dict[str, Any]:
+    ok = r.outcome == "ok"
+    ended = f" (exit {r.exit_code})" if r.exit_code is not None else ""
+    return {"timestamp": _iso(r.at), "level": "info" if ok else "error",
+            "message": f"{r.op}: {r.detail[:1000]}{ended}" + ("" if ok else f": {r.outcome}"),
+            "fields": {"op": r.op, "actor": r.actor[:300], "outcome": r.outcome}}
 
 
 DENY_ALL = ("0.0.0.0/0", "::/0")
@@ -322,7 +392,10 @@ def _network(body: dict[str, Any]) -> NetworkConfig | None:
         deny = [*deny, *(d for d in DENY_ALL if d not in deny)]
     if not allow and not deny:
         return None
-    return NetworkConfig(allow_out=allow, deny_out=deny)
+    try:
+        return NetworkConfig(allow_out=allow, deny_out=deny)
+    except ValidationError as e:  # E2B's deny rules are addresses only, as hutch's
+        raise ApiError(Code.INVALID_REQUEST, f"network: {validation_message(e)}") from None
 
 
 def _metadata_query(raw: str | None) -> dict[str, str] | None:
@@ -368,6 +441,11 @@ def control_routes(app: FastAPI, get_state: StateGetter) -> None:
     @app.get("/sandboxes")
     async def list_v1(request: Request) -> Any:
         return await ctl.list_sandboxes(await ctl.ctx(request), request, ("running",))
+
+    # before /sandboxes/{sandbox_id}, which would take "metrics" for an id
+    @app.get("/sandboxes/metrics")
+    async def many_metrics(request: Request) -> Any:
+        return await ctl.many_metrics(await ctl.ctx(request), request.query_params.get("sandbox_ids"))
 
     @app.get("/sandboxes/{sandbox_id}")
     async def get_info(sandbox_id: str, request: Request) -> Any:
@@ -423,6 +501,25 @@ def control_routes(app: FastAPI, get_state: StateGetter) -> None:
     async def metrics(sandbox_id: str, request: Request) -> Any:
         q = request.query_params
         return await ctl.metrics(await ctl.ctx(request), sandbox_id, _unix(q.get("start"), "start"), _unix(q.get("end"), "end"))
+
+    @app.put("/sandboxes/{sandbox_id}/network", status_code=204)
+    async def update_network(sandbox_id: str, request: Request) -> Response:
+        await ctl.update_network(await ctl.ctx(request), sandbox_id, await _body(request))
+        return Response(status_code=204)
+
+    @app.post("/sandboxes/{sandbox_id}/refreshes", status_code=204)
+    async def refresh(sandbox_id: str, request: Request) -> Response:
+        await ctl.refresh(await ctl.ctx(request), sandbox_id, await _body(request))
+        return Response(status_code=204)
+
+    @app.get("/sandboxes/{sandbox_id}/logs")
+    async def logs_v1(sandbox_id: str, request: Request) -> Any:
+        entries = ctl.log_entries(await ctl.ctx(request), sandbox_id, request.query_params, v2=False)
+        return {"logs": [{"timestamp": e["timestamp"], "line": e["message"]} for e in entries], "logEntries": entries}
+
+    @app.get("/v2/sandboxes/{sandbox_id}/logs")
+    async def logs_v2(sandbox_id: str, request: Request) -> Any:
+        return {"logs": ctl.log_entries(await ctl.ctx(request), sandbox_id, request.query_params, v2=True)}
 
     @app.get("/health")
     async def health() -> Any:

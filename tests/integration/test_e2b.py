@@ -310,7 +310,8 @@ def test_control_plane_bad_input_is_a_typed_error(env: Env) -> None:
     deep = b"[" * 100_000 + b"]" * 100_000
     r = httpx.post(f"{api}/sandboxes", headers={**key, "Content-Type": "application/json"}, content=deep)
     assert r.status_code == 400 and r.json()["code"] == 400
-    bad_networks: tuple[object, ...] = ({"allowOut": 5}, {"rules": {}}, {"egressProxy": {"url": "x"}}, 5)
+    bad_networks: tuple[object, ...] = ({"allowOut": 5}, {"rules": {}}, {"egressProxy": {"url": "x"}}, 5,
+                                        {"denyOut": ["example.test"]})
     for network in bad_networks:
         r = httpx.post(f"{api}/sandboxes", headers=key, json={"templateID": "base", "network": network})
         assert r.status_code == 400, (network, r.text)
@@ -329,6 +330,51 @@ def test_no_internet_but_an_allow_list(env: Env, internet: Internet) -> None:
         assert hutch_box.commands.run(curl + "http://example.test/").stdout == "200"
         other = hutch_box.commands.run(curl + "http://other.test/")
         assert other.stdout != "200"
+    finally:
+        e2b_kill(env, box)
+
+
+def test_update_network_denies_a_host_mid_session_and_clears_the_rules(env: Env, internet: Internet) -> None:
+    out = run_client(env, "2.63.0", "network", "sync")
+    assert out["before"] == "200"
+    assert out["denied"] != "200" and out["info_denied"]["allow_out"] == ["other.test"]
+    # deny rules are addresses, as E2B's: a typed 400 (the SDK's InvalidArgument or plain SandboxException), never a 500
+    assert out["domain_deny"] in ("InvalidArgumentException", "SandboxException")
+    assert out["cleared"] == "200", "what the update leaves out is cleared"
+    assert out["proxy"] in ("InvalidArgumentException", "SandboxException"), "a BYO egress proxy is declined"
+    assert out["gone"].startswith("SandboxNotFoundException")
+
+
+def test_logs_refreshes_and_many_boxes_metrics(env: Env) -> None:
+    api, key = f"{env.url}/e2b", {"X-API-KEY": env.server.e2b_key()}
+    box, _token = e2b_box(env)
+    try:
+        hutch_box = Sandbox.connect(box)
+        hutch_box.commands.run("echo logged")
+        hutch_box.commands.run("exit 3")
+        v2 = httpx.get(f"{api}/v2/sandboxes/{box}/logs", headers=key).json()["logs"]
+        messages = [e["message"] for e in v2]
+        assert any("echo logged" in m for m in messages) and any("exit 3" in m and "(exit 3)" in m for m in messages)
+        assert all({"timestamp", "level", "message", "fields"} <= set(e) for e in v2)
+        backward = httpx.get(f"{api}/v2/sandboxes/{box}/logs", params={"direction": "backward", "limit": 1},
+                             headers=key).json()["logs"]
+        assert len(backward) == 1 and "exit 3" in backward[0]["message"], "newest first, one entry"
+        v1 = httpx.get(f"{api}/sandboxes/{box}/logs", headers=key).json()
+        assert [e["line"] for e in v1["logs"]] == [e["message"] for e in v1["logEntries"]] == messages
+        assert httpx.get(f"{api}/v2/sandboxes/{box}/logs", params={"level": "loud"}, headers=key).status_code == 400
+        assert httpx.get(f"{api}/v2/sandboxes/nope/logs", headers=key).status_code == 404
+
+        before = httpx.get(f"{api}/sandboxes/{box}", headers=key).json()["endAt"]
+        assert httpx.post(f"{api}/sandboxes/{box}/refreshes", json={"duration": 3600}, headers=key).status_code == 204
+        assert httpx.get(f"{api}/sandboxes/{box}", headers=key).json()["endAt"] > before, "kept alive longer"
+        assert httpx.post(f"{api}/sandboxes/{box}/refreshes", json={"duration": 99999}, headers=key).status_code == 400
+
+        def sampled() -> bool:
+            got = httpx.get(f"{api}/sandboxes/metrics", params={"sandbox_ids": f"{box},nope"}, headers=key).json()
+            return box in got["sandboxes"] and "nope" not in got["sandboxes"]
+
+        wait_for(sampled, timeout=30, what="the box's first sample")
+        assert httpx.get(f"{api}/sandboxes/metrics", headers=key).status_code == 400
     finally:
         e2b_kill(env, box)
 

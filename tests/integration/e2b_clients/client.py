@@ -509,6 +509,23 @@ def lifecycle_sync() -> None:
     paused.kill()
 
 
+def network_sync() -> None:
+    """update_network replaces the running box's egress rules whole: a host denied mid-session,
+    then every rule cleared."""
+    sbx = Sandbox.create(timeout=120)
+    curl = "curl -sS -o /dev/null -w '%{http_code}' --max-time 10 http://example.test/ || true"
+    out["before"] = sbx.commands.run(curl).stdout
+    sbx.update_network({"allow_out": ["other.test"], "deny_out": ["0.0.0.0/0"]})
+    out["info_denied"] = Sandbox.get_info(sbx.sandbox_id).network
+    out["domain_deny"] = caught(lambda: sbx.update_network({"deny_out": ["example.test"]}))
+    out["denied"] = sbx.commands.run(curl).stdout
+    Sandbox.update_network(sbx.sandbox_id, {})
+    out["cleared"] = sbx.commands.run(curl).stdout
+    out["proxy"] = caught(lambda: sbx.update_network({"egress_proxy": {"address": "socks5://10.0.0.1:1080"}}))
+    out["gone"] = caught(lambda: Sandbox.update_network("no-such-box", {}))
+    sbx.kill()
+
+
 def metrics_sync() -> None:
     """A box that burns a CPU and holds 96 MiB: its samples show it (the node samples every 5 s)."""
     import datetime
