@@ -1,8 +1,9 @@
 """The web console in a real browser: Debian's Chromium, headless, driven by Selenium through
 Debian's chromium-driver, against a real server with real boxes on loopback. What a person checks:
 signing in, the list following the SDK, pausing from the page, a shell in the terminal, a file
-downloaded, a denied connection in the network log; and what must not happen: another team's box
-seen, a change made from another origin or without the session's token.
+downloaded, a denied connection in the network log, a volume made, mounted, refused deletion while
+mounted and deleted; and what must not happen: another team's box seen, a change made from another
+origin or without the session's token, what a team wrote shown as markup.
 
 The tests save screenshots of the main pages to docs/console/ (the README shows them)."""
 
@@ -20,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hutch import RunStep, Sandbox, Secret, Template
+from hutch import NotFoundError, RunStep, Sandbox, Secret, Template, Volume
 from tests.integration.support import Env, free_port, needs_installed, wait_for
 
 try:
@@ -373,3 +374,77 @@ def test_a_builds_log_live(browser: WebDriver, env: Env) -> None:
         shot(browser, "build")
     finally:
         template.delete()
+
+
+HOSTILE = '<img src=x id=injected onerror="document.title=1"><script>document.title=2</script>'
+
+
+def volume_row(name: str) -> str:
+    return f"#volume-rows tr.volume[data-name='{name}']"
+
+
+def test_a_volume_made_mounted_and_deleted_from_its_page(browser: WebDriver, env: Env) -> None:
+    name, noted = f"console-vol-{time.time_ns()}", f"console-noted-{time.time_ns()}"
+    # names cannot carry markup; metadata (set through the API) can, and is shown as text
+    Volume.create(noted, size_mib=16, metadata={"note": HOSTILE}, api_key=env.key_a, base_url=env.url)
+    box: Sandbox | None = None
+    try:
+        browser.get(f"{env.url}/console/volumes")
+        wait_until(lambda: browser.find_elements(By.ID, "new-volume"), "the volumes page")
+        assert browser.find_element(By.CSS_SELECTOR, "header nav a[href='/console/volumes']").text == "Volumes"
+        browser.find_element(By.CSS_SELECTOR, "#new-volume input[name=name]").send_keys(name)
+        browser.find_element(By.CSS_SELECTOR, "#new-volume input[name=size_mib]").send_keys("64")
+        browser.find_element(By.ID, "create-volume").click()
+        row = volume_row(name)
+        wait_until(lambda: text_at(browser, row), "the new volume listed, without a reload")
+        vol = Volume.get(name, api_key=env.key_a, base_url=env.url)
+        assert vol.size_mib == 64 and vol.id in text_at(browser, row) and "64 MiB" in text_at(browser, row)
+        assert browser.find_element(By.CSS_SELECTOR, "#new-volume input[name=name]").get_attribute("value") == ""
+        assert text_at(browser, f"{volume_row(noted)} td.meta") == f"note={HOSTILE}"
+        assert not browser.find_elements(By.ID, "injected") and browser.title == "Volumes · hutch console"
+
+        # a box that mounts it: the mount on the box's page, the box in the volume's row
+        box = Sandbox.create(name="console-volumes", volumes={"/mnt/v": vol}, api_key=env.key_a, base_url=env.url)
+        assert box.commands.run("echo kept > /mnt/v/note").exit_code == 0
+        browser.get(f"{env.url}/console/boxes/{box.id}")
+        mount = f"#info .mount[data-volume='{vol.id}']"
+        wait_until(lambda: text_at(browser, mount), "the box's mount")
+        assert text_at(browser, mount) == f"/mnt/v ← {name} (read-write)"
+        wait_until(lambda: click(browser, f"{mount} a"), "the link to the volume")
+        wait_until(lambda: browser.current_url == f"{env.url}/console/volumes#volume-{vol.id}", "the volumes page")
+        mounted_by = f"{row} td.mounted a[data-box='{box.id}']"
+        wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, mounted_by), "the box in the volume's row")
+        assert browser.find_element(By.CSS_SELECTOR, mounted_by).get_attribute("href") == f"{env.url}/console/boxes/{box.id}"
+
+        # its delete is refused while the box lives, and the page says why
+        wait_until(lambda: click(browser, f"{row} button[data-action=delete]"), "the delete button")
+        wait_until(lambda: accept_confirm(browser), "the page asks first")
+        wait_until(lambda: "mounted by" in text_of(browser, "flash"), "the refusal on the page")
+        assert text_of(browser, "flash").startswith(f"409: volume '{name}' is mounted by sandbox(es) {box.id}")
+        assert Volume.get(name, api_key=env.key_a, base_url=env.url).files.read_text("/note") == "kept\n"
+
+        box.kill()
+        box = None
+        wait_until(lambda: "—" in text_at(browser, f"{row} td.mounted"), "the row without the box")
+        wait_until(lambda: click(browser, f"{row} button[data-action=delete]"), "the delete button")
+        wait_until(lambda: accept_confirm(browser), "the page asks first")
+        wait_until(lambda: not text_at(browser, row), "the volume gone from the list")
+        assert browser.find_element(By.ID, "flash").get_attribute("hidden") is not None, "the earlier refusal cleared"
+        with pytest.raises(NotFoundError):
+            Volume.get(name, api_key=env.key_a, base_url=env.url)
+
+        # a name with markup is refused by the server (not only by the form's pattern), and nothing is made
+        csrf = str(browser.find_element(By.TAG_NAME, "body").get_attribute("data-csrf"))
+        refused = httpx.post(f"{env.url}/console/volumes", data={"name": "<b>x</b>", "size_mib": "16"},
+                             cookies={"hutch_console": console_cookie(browser)["value"]},
+                             headers={"Origin": env.url, "X-CSRF-Token": csrf, "HX-Request": "true"})
+        assert refused.status_code == 400 and "<b>x" not in refused.text
+        assert [v.name for v in Volume.list(api_key=env.key_a, base_url=env.url) if "<" in v.name] == []
+    finally:
+        if box is not None:
+            box.kill()
+        for ref in (name, noted):
+            try:
+                Volume.delete_by_id(ref, api_key=env.key_a, base_url=env.url)
+            except NotFoundError:
+                pass

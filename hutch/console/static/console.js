@@ -1,14 +1,27 @@
 // hutch console: the few scripted parts (the terminal, a build's live log, errors of htmx requests).
 "use strict";
 
-// An htmx request that failed (a CSRF refusal, a box that went): say so instead of doing nothing.
+// An htmx request that failed (a CSRF refusal, a box that went, a volume still mounted): say so
+// instead of doing nothing. The error page is parsed inert (DOMParser runs nothing) and only its
+// message's text is shown, its entities decoded.
 document.addEventListener("htmx:responseError", (ev) => {
   const flash = document.getElementById("flash");
   let text = ev.detail.xhr.statusText;
-  const found = /<p class="error" id="error-message">([^<]*)<\/p>/.exec(ev.detail.xhr.responseText || "");
-  if (found) text = found[1];
+  const html = ev.detail.xhr.responseText || "";
+  const found = html && new DOMParser().parseFromString(html, "text/html").getElementById("error-message");
+  if (found) text = found.textContent;
   flash.textContent = `${ev.detail.xhr.status}: ${text}`;
   flash.hidden = false;
+});
+
+// A change the person asks for (not a part's refresh) clears the last one's error.
+document.addEventListener("htmx:beforeRequest", (ev) => {
+  if (ev.detail.requestConfig && ev.detail.requestConfig.verb !== "get") document.getElementById("flash").hidden = true;
+});
+
+// A volume made from the page's form: the form is emptied for the next.
+document.addEventListener("htmx:afterRequest", (ev) => {
+  if (ev.detail.elt.id === "new-volume" && ev.detail.successful) ev.detail.elt.reset();
 });
 
 // A login shell on a pseudo-terminal in the box, attached over the console's WebSocket.
