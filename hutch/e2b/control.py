@@ -24,9 +24,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
 from starlette.responses import JSONResponse
 
-from hutch.e2b import snapshots, volumes
+from hutch.e2b import secrets, snapshots, volumes
 from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, validation_message
 from hutch.errors import ApiError, Code
+from hutch.server import header_rules
 from hutch.server.models import MAX_FORKS, CreateSandbox, NetworkConfig, UpdateSandbox
 from hutch.server.templates import BASE_TEMPLATE_ID
 from hutch.store import AuditLogRecord, SandboxRecord, SandboxStatus
@@ -151,7 +152,8 @@ class Control:
         return {**self.listed(c, rec), "envdAccessToken": token, "trafficAccessToken": token, "domain": _domain(c),
                 "allowInternetAccess": not _denies_everything(network),
                 "network": {"allowOut": network.get("allow_out", []), "denyOut": network.get("deny_out", []),
-                            "allowPublicTraffic": False},  # a box's ports always need its traffic token
+                            # a box's ports always need its traffic token
+                            "allowPublicTraffic": False, "rules": header_rules.as_e2b(rec.header_rules)},
                 # a paused hutch box resumes on its next data-plane call, so auto-resume is always on
                 "lifecycle": {"onTimeout": on_timeout, "autoResume": on_timeout == "pause"},
                 "volumeMounts": volumes.mounted(rec.volumes)}
@@ -188,9 +190,12 @@ class Control:
                                 network=_network(body), pause_memory=keep_memory, volumes=volumes.mounts_of(body))
         except ValidationError as e:
             raise ApiError(Code.INVALID_REQUEST, validation_message(e)) from None
+        rules = header_rules.parse((body.get("network") or {}).get("rules"))
         if snap is not None:  # env vars on top of the snapshot's; its processes and files
+            if rules:
+                raise ApiError(Code.INVALID_REQUEST, "network.rules are not supported on a box from a snapshot by hutch")
             return self.sandbox(c, await snapshots.boot(c, snap, req))
-        rec = await c.st.sandboxes.create(c.team_id, req, stable_token=True)
+        rec = await c.st.sandboxes.create(c.team_id, req, stable_token=True, header_rules=rules)
         return self.sandbox(c, rec)
 
     async def list_sandboxes(self, c: Ctx, request: Request, states: tuple[str, ...]) -> Response:
@@ -305,12 +310,10 @@ class Control:
             if body.get(key):
                 raise ApiError(Code.INVALID_REQUEST, f"{key} ({what}) is not supported by hutch: the box's only way "
                                                      "out is hutch's egress proxy, which resolves names itself")
-        if body.get("rules"):
-            raise ApiError(Code.INVALID_REQUEST, "network rules (header transforms) are not supported by hutch's "
-                                                 "update_network: bind a secret to the box instead")
+        rules = header_rules.parse(body.get("rules"))
         net = {k: body.get(k) for k in ("allowOut", "denyOut")}
         network = _network({"network": net, "allow_internet_access": body.get("allow_internet_access")})
-        await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(network=network))
+        await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(network=network), header_rules=rules)
 
     async def refresh(self, c: Ctx, sandbox_id: str, body: dict[str, Any]) -> None:
         """E2B's keep-alive: the box runs at least `duration` seconds more (default 60, at most an
@@ -353,7 +356,7 @@ def _log_entry(r: AuditLogRecord) -> dict[str, Any]:
 
 
 DENY_ALL = ("0.0.0.0/0", "::/0")
-NETWORK_KEYS = {"allowOut", "denyOut", "allowPublicTraffic"}
+NETWORK_KEYS = {"allowOut", "denyOut", "allowPublicTraffic", "rules"}
 
 
 def _denies_everything(network: dict[str, list[str]]) -> bool:
@@ -526,3 +529,4 @@ def control_routes(app: FastAPI, get_state: StateGetter) -> None:
         return {"status": "ok"}
 
     volumes.volume_routes(app, get_state, ctl.ctx, _body)
+    secrets.secret_routes(app, ctl.ctx, _body, _page)

@@ -27,7 +27,10 @@ from hutch.egress.rules import domain_matches
 
 @dataclass(frozen=True)
 class Injection:
-    """One secret bound to one box: where its stand-in may be swapped for its value."""
+    """One secret bound to one box: where its stand-in may be swapped for its value. With `set`
+    (a box's header rule, E2B's network rules), the header is set on every request to its hosts,
+    whatever the box sent in it: `standin` is then what stands for the value where an answer
+    echoes it, and a rule without a secret (`secret_name` "") sets `format` as it is."""
 
     secret_id: str
     secret_name: str
@@ -35,8 +38,9 @@ class Injection:
     env: str
     standin: str
     header: str  # lower case
-    format: str  # holds "{value}" once
+    format: str  # holds "{value}" once (a rule without a secret: not at all)
     hosts: tuple[str, ...]  # "api.example.com" or "*.example.com"
+    set: bool = False
 
     def allows(self, host: str) -> bool:
         return any(domain_matches(pattern, host) for pattern in self.hosts)
@@ -69,6 +73,16 @@ async def swap_headers(headers: list[tuple[bytes, bytes]], injections: list[Inje
     used: list[Injection] = []
     pairs: list[tuple[bytes, bytes]] = []
     for inj in injections:
+        if inj.set:
+            real = await reveal(inj)
+            if real is None:
+                continue  # the secret is gone: the header is left as the box sent it
+            out = [(name, value) for name, value in out if name != inj.header.encode()]
+            out.append((inj.header.encode(), inj.render(real)))
+            if inj.secret_name:
+                used.append(inj)
+                pairs.append((real.encode("latin-1"), inj.standin.encode()))
+            continue
         wanted = inj.render(inj.standin).lower()
         for i, (name, value) in enumerate(out):
             if name == inj.header.encode() and value.strip().lower() == wanted:

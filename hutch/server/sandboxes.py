@@ -31,6 +31,7 @@ from hutch.node.pool import WarmPool
 from hutch.node.spec import Limits
 from hutch.preview.proxy import PreviewSite
 from hutch.server.config import ServerConfig
+from hutch.server.header_rules import Rules
 from hutch.server.metrics import Metrics
 from hutch.server.models import (
     CreateSandbox,
@@ -108,6 +109,13 @@ def checkpoint_bound(rec: SandboxRecord) -> int:
 def _mount_paths(rec: SandboxRecord) -> tuple[str, ...]:
     """Where the box mounts volumes: a files-only save or restore leaves those paths alone."""
     return tuple(m["path"] for m in rec.volumes or ())
+
+
+class _Unchanged:
+    """A keyword's default that means "as it is" (None means "none")."""
+
+
+UNCHANGED = _Unchanged()
 
 
 class _KeptRunning(ApiError):
@@ -250,7 +258,8 @@ class Sandboxes:
         return template
 
     async def create(self, team_id: str, req: CreateSandbox, *, stable_token: bool = False,
-                     snapshot: tuple[SnapshotRecord, Path] | None = None) -> SandboxRecord:
+                     snapshot: tuple[SnapshotRecord, Path] | None = None,
+                     header_rules: Rules | None = None) -> SandboxRecord:
         """A new box; with `stable_token` (E2B's API) its access token never rotates on resume.
         With `snapshot` (hutch.server.snapshots: the record and its image), the box continues
         from it: the snapshot's template, shape, env (the create's on top), egress rules and
@@ -276,7 +285,7 @@ class Sandboxes:
             auto_delete_seconds=req.auto_delete_seconds, pause_at=self._deadline(req.timeout_seconds),
             network=req.network.model_dump() if req.network else origin.network, preview_access=req.preview_access,
             template_id=origin.template_id, rootfs=origin.rootfs, disk_mib=origin.disk_mib,
-            stable_token=stable_token or None, pause_memory=req.pause_memory,
+            stable_token=stable_token or None, pause_memory=req.pause_memory, header_rules=header_rules,
         )
         wanted = req.secrets if req.secrets is not None else {
             env: name for env, name in origin.secrets.items() if env not in rec.env_vars}
@@ -386,10 +395,14 @@ class Sandboxes:
                                f"the sandbox did not become ready: {e}") from e
             raise
 
-    async def update(self, team_id: str, sandbox_id: str, req: UpdateSandbox) -> SandboxRecord:
+    async def update(self, team_id: str, sandbox_id: str, req: UpdateSandbox, *,
+                     header_rules: Rules | _Unchanged | None = UNCHANGED) -> SandboxRecord:
+        """`header_rules` (hutch.server.header_rules), if given, replace the box's."""
         async with self._locks[sandbox_id]:
             rec = self.get(team_id, sandbox_id)
             changes = {k: getattr(req, k) for k in req.model_fields_set}
+            if not isinstance(header_rules, _Unchanged):
+                changes["header_rules"] = header_rules
             if "metadata" in changes and changes["metadata"] is None:
                 changes["metadata"] = {}
             if changes.get("network") is not None:  # the egress proxy reads it at each new connection

@@ -17,6 +17,7 @@ from hutch.egress.inject import Injection, Swap
 from hutch.errors import ApiError, Code, not_found
 from hutch.secrets.providers import DEFAULT_FORMAT, DEFAULT_HEADER, PROVIDERS
 from hutch.secrets.vault import Vault, VaultError
+from hutch.server.header_rules import injections as rule_injections
 from hutch.server.models import (
     MAX_BOUND_SECRETS,
     CreateSecret,
@@ -79,10 +80,31 @@ class Secrets:
             raise ApiError(Code.SECRET_EXISTS, f"a secret named {req.name!r} exists; rotate it or delete it first")
         return rec
 
-    def rotate(self, team_id: str, name: str, value: str) -> SecretRecord:
-        """The new value is what the next request out of any box gets."""
+    def create_unbound(self, team_id: str, name: str, value: str, metadata: dict[str, str] | None) -> SecretRecord:
+        """A secret with no hosts of its own (E2B's): a box's header rules name where it goes."""
+        now = time.time()
+        rec = SecretRecord(id=str(uuid.uuid4()), team_id=team_id, name=name, provider=None, header=DEFAULT_HEADER,
+                           format=DEFAULT_FORMAT, hosts=[], sealed=b"", version=1, created_at=now, updated_at=now,
+                           metadata=metadata)
+        rec.sealed = self.vault.seal(value, _bound_to(rec))
+        if not self.store.insert_secret(rec):
+            raise ApiError(Code.SECRET_EXISTS, f"a secret named {name!r} exists; update it or delete it first")
+        return rec
+
+    def find(self, team_id: str, ref: str) -> SecretRecord:
+        """By id or by name."""
+        rec = self.store.secret_by_id(ref)
+        if rec is None or rec.team_id != team_id:
+            rec = self.store.get_secret(team_id, ref)
+        if rec is None:
+            raise not_found("secret", ref)
+        return rec
+
+    def rotate(self, team_id: str, name: str, value: str, metadata: dict[str, str] | None = None) -> SecretRecord:
+        """The new value is what the next request out of any box gets; `metadata`, if given,
+        replaces the secret's."""
         rec = self.get(team_id, name)
-        self.store.rotate_secret(rec.id, self.vault.seal(value, _bound_to(rec)))
+        self.store.rotate_secret(rec.id, self.vault.seal(value, _bound_to(rec)), metadata)
         return self.get(team_id, name)
 
     def delete(self, team_id: str, name: str) -> None:
@@ -138,15 +160,23 @@ class Secrets:
 
     # --- what the egress proxy asks -------------------------------------------------------------
 
-    def injections(self, sandbox_id: str) -> tuple[Injection, ...]:
-        return tuple(Injection(secret_id=rec.id, secret_name=rec.name, team_id=rec.team_id, env=b.env,
-                               standin=b.standin, header=rec.header, format=rec.format, hosts=tuple(rec.hosts))
-                     for b, rec in self.store.bound_secrets(sandbox_id))
+    def injections(self, box: SandboxRecord) -> tuple[Injection, ...]:
+        """The box's bound secrets, then its header rules (hutch.server.header_rules)."""
+        bound = tuple(Injection(secret_id=rec.id, secret_name=rec.name, team_id=rec.team_id, env=b.env,
+                                standin=b.standin, header=rec.header, format=rec.format, hosts=tuple(rec.hosts))
+                      for b, rec in self.store.bound_secrets(box.id))
+        return bound + rule_injections(box.team_id, box.header_rules)
 
     def reveal(self, injection: Injection) -> str | None:
         """The value to swap in for a stand-in, if its binding is still there, still to the same
-        secret, and the secret exists."""
-        rec = self.store.secret_for_standin(injection.standin, injection.secret_id)
+        secret, and the secret exists. For a header rule: the value of the team's secret of that
+        name now ("" for a rule that names none)."""
+        if injection.set:
+            if not injection.secret_name:
+                return ""
+            rec = self.store.get_secret(injection.team_id, injection.secret_name)
+        else:
+            rec = self.store.secret_for_standin(injection.standin, injection.secret_id)
         if rec is None:
             return None
         try:
@@ -157,6 +187,8 @@ class Secrets:
 
     def record(self, sandbox_id: str, host: str, swap: Swap) -> None:
         inj = swap.injection
+        if not inj.secret_name:  # a header rule with no secret in it: nothing to audit
+            return
         self.store.add_secret_audit(secret_id=inj.secret_id, at=time.time(), sandbox_id=sandbox_id, env=inj.env,
                                     host=host, method=swap.method[:32], path=swap.path, status=swap.status,
                                     team_id=inj.team_id, secret_name=inj.secret_name)

@@ -91,7 +91,7 @@ class NodeSide:
             return self.templates.egress_policy(box_key) if self.templates else None
         network = rec.network or {}
         return Policy(rec.id, NetworkRules.parse(network.get("allow_out", ()), network.get("deny_out", ())),
-                      self.secrets.injections(rec.id))
+                      self.secrets.injections(rec))
 
     def _egress_record(self, entry: LogEntry) -> None:
         """On the egress proxy's log thread: the store and the counters are thread-safe; a build's

@@ -101,9 +101,11 @@ class SandboxRecord:
     pause_refused_at: float | None = None  # when a checkpoint budget first refused its automatic pause
     pause_memory: bool | None = None  # False: its timeout's pause keeps its files only
     volumes: list[dict[str, Any]] | None = None  # its mounts: {"volume_id", "name", "path", "read_only"}
+    # headers its egress proxy sets: {domain: {header: {"format": str, "secret": name or None}}}
+    header_rules: dict[str, dict[str, dict[str, Any]]] | None = None
 
 
-SANDBOX_JSON = JsonColumns(("metadata", "env_vars", "network", "volumes"))
+SANDBOX_JSON = JsonColumns(("metadata", "env_vars", "network", "volumes", "header_rules"))
 
 
 @dataclass
@@ -178,9 +180,10 @@ class SecretRecord:
     version: int
     created_at: float
     updated_at: float
+    metadata: dict[str, str] | None = None
 
 
-SECRET_JSON = JsonColumns(("hosts",))
+SECRET_JSON = JsonColumns(("hosts", "metadata"))
 
 
 @dataclass

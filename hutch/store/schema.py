@@ -62,6 +62,9 @@ sandboxes = sa.Table(
     sa.Column("pause_memory", sa.Boolean),  # false: its timeout's pause keeps its files only (null: all of it)
     # JSON list of its mounts [{"volume_id", "name", "path", "read_only"}], or null: none
     sa.Column("volumes", sa.Text),
+    # JSON {domain: {header: {"format", "secret"}}}: headers the egress proxy sets on its requests to
+    # the domain (E2B's network rules), a secret's value in "{value}"; or null: none
+    sa.Column("header_rules", sa.Text),
     sa.Index("ix_sandboxes_box_key", "box_key"),
 )
 network_log = sa.Table(
@@ -126,6 +129,7 @@ secrets_table = sa.Table(
     sa.Column("hosts", sa.Text, nullable=False),  # JSON list of domain patterns
     sa.Column("sealed", sa.LargeBinary, nullable=False),  # the value, sealed by hutch.secrets.vault
     sa.Column("version", sa.Integer, nullable=False),  # counts rotations
+    sa.Column("metadata", sa.Text),  # JSON, the owner's (E2B's secrets have it); null: none
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
     sa.UniqueConstraint("team_id", "name"),

@@ -47,10 +47,12 @@ class SecretQueries(Database):
             rows = c.execute(sa.select(secrets_table).where(secrets_table.c.team_id == team_id))
             return sorted((SECRET_JSON.record(SecretRecord, r) for r in rows), key=lambda s: s.name)
 
-    def rotate_secret(self, secret_id: str, sealed: bytes) -> None:
+    def rotate_secret(self, secret_id: str, sealed: bytes, metadata: dict[str, str] | None = None) -> None:
+        """A new value (and, if given, new metadata)."""
+        more = SECRET_JSON.encoded({"metadata": metadata}) if metadata is not None else {}
         with self._tx() as c:
             c.execute(secrets_table.update().where(secrets_table.c.id == secret_id).values(
-                sealed=sealed, version=secrets_table.c.version + 1, updated_at=time.time()))
+                sealed=sealed, version=secrets_table.c.version + 1, updated_at=time.time(), **more))
 
     def delete_secret(self, secret_id: str) -> None:
         with self._tx() as c:

@@ -345,6 +345,32 @@ def test_update_network_denies_a_host_mid_session_and_clears_the_rules(env: Env,
     assert out["gone"].startswith("SandboxNotFoundException")
 
 
+def test_e2b_secrets_are_set_in_headers_by_the_egress_proxy_never_held_by_the_box(env: Env,
+                                                                                  internet: Internet) -> None:
+    tag = secrets.token_hex(4)
+    out = run_client(env, "2.63.0", "secrets", "sync", tag)
+    assert out["created"] == {"id_set": True, "name": f"key-{tag}", "version": 1, "metadata": {"tag": tag}}
+    assert out["exists"] == [True, True, False] and out["duplicate"] != "none" and out["listed"] is True
+    assert out["updated"] == {"version": 2, "metadata": {"tag": tag, "v": "2"}} and out["info"] == f"key-{tag}"
+    rules = out["rules_info"]["rules"]["example.test"][0]["transform"]["headers"]
+    assert rules == {"Authorization": f"Bearer ${{e2b.secrets.key-{tag}}}", "X-Plain": "literal"}
+    assert out["env_has_value"] is False
+    assert out["https"] == "200" and out["other_host"] == "200" and out["after_clear"] == "200"
+    seen = {r["path"]: r["headers"] for r in internet.seen()}
+    ruled = seen[f"/rule-{tag}"]
+    assert ruled["authorization"] == "Bearer the-secret-value", "the proxy set the header, over the box's own"
+    assert ruled["x-plain"] == "literal"
+    assert seen[f"/clear-{tag}"].get("authorization") is None, "rules cleared by update_network"
+    assert "authorization" not in seen[f"/other-{tag}"], "only the rule's domain gets the header"
+    assert out["iam"] != "none", "IAM tokens are declined"
+    assert out["destroyed"] == [True, False] and out["gone"] == "SecretNotFoundException"
+    store = env.server.store()
+    team = store.team_for_api_key(env.server.e2b_key())
+    assert team is not None
+    audit = store.secret_audit(team, f"key-{tag}", 10)
+    assert [(a.host, a.path) for a in audit] == [("example.test", f"/rule-{tag}")], "the use is audited"
+
+
 def test_logs_refreshes_and_many_boxes_metrics(env: Env) -> None:
     api, key = f"{env.url}/e2b", {"X-API-KEY": env.server.e2b_key()}
     box, _token = e2b_box(env)

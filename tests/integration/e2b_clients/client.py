@@ -526,6 +526,41 @@ def network_sync() -> None:
     sbx.kill()
 
 
+def secrets_sync() -> None:
+    """E2B's Secret, and a box whose network rules set a secret in a header on its HTTPS requests
+    to one host (the box never holds it). ARG: the tag that names this run's secret."""
+    from e2b import Secret
+    name = f"key-{ARG}"
+    made = Secret.create(name, "first-value", metadata={"tag": ARG})
+    out["created"] = {"id_set": bool(made.secret_id), "name": made.name, "version": made.version,
+                      "metadata": made.metadata}
+    out["exists"] = [Secret.exists(name), Secret.exists(made.secret_id), Secret.exists(f"nope-{ARG}")]
+    out["duplicate"] = caught(lambda: Secret.create(name, "again"))
+    updated = Secret.update(name, "the-secret-value", metadata={"tag": ARG, "v": "2"})
+    out["updated"] = {"version": updated.version, "metadata": updated.metadata}
+    out["info"] = Secret.get_info(made.secret_id).name
+    paginator = Secret.list(limit=1)
+    names: list[str] = []
+    while paginator.has_next:
+        names += [i.name for i in paginator.next_items()]
+    out["listed"] = name in names
+    rules = {"example.test": [{"transform": {"headers": {"Authorization": f"Bearer {Secret.fill(name)}",
+                                                         "X-Plain": "literal"}}}]}
+    sbx = Sandbox.create(timeout=120, network={"rules": rules})
+    out["rules_info"] = Sandbox.get_info(sbx.sandbox_id).network
+    out["env_has_value"] = "the-secret-value" in sbx.commands.run("env").stdout
+    out["https"] = sbx.commands.run("curl -sS -o /dev/null -w '%{http_code}' -H 'Authorization: mine' "
+                                    f"https://example.test/rule-{ARG}").stdout
+    out["other_host"] = sbx.commands.run(f"curl -sS -o /dev/null -w '%{{http_code}}' https://other.test/other-{ARG}").stdout
+    sbx.update_network({"rules": {}})
+    out["after_clear"] = sbx.commands.run(f"curl -sS -o /dev/null -w '%{{http_code}}' https://example.test/clear-{ARG}").stdout
+    sbx.kill()
+    out["iam"] = caught(lambda: Sandbox.create(network={"rules": {"example.test": [{"transform": {
+        "headers": {"Authorization": "${e2b.identity.tokens.aws}"}}}]}}))
+    out["destroyed"] = [Secret.destroy(name), Secret.destroy(name)]
+    out["gone"] = caught(lambda: Secret.get_info(name))
+
+
 def metrics_sync() -> None:
     """A box that burns a CPU and holds 96 MiB: its samples show it (the node samples every 5 s)."""
     import datetime
