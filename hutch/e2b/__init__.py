@@ -35,7 +35,8 @@ ENVD_PREFIX = "/e2b/envd"
 # bodies bounded where they stream (the file limit; each Connect message), not by hutch's JSON limit
 # the SDK's signed links (download_url/upload_url) drop E2B_SANDBOX_URL's path: envd's /files at the root
 SIGNED_FILES = "/files"
-VOLUME_CONTENT = API_PREFIX + "/volumecontent/"  # E2B's volume content API: its uploads stream
+# E2B's volume content API and a template's COPY uploads: their PUT bodies stream, bounded where they land
+STREAMED_PUTS = (API_PREFIX + "/volumecontent/", API_PREFIX + "/template-uploads/")
 STREAMED = frozenset({ENVD_PREFIX + "/files", SIGNED_FILES, ENVD_PREFIX + "/process.Process/StreamInput"})
 
 

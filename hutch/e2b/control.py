@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
 from starlette.responses import JSONResponse
 
-from hutch.e2b import secrets, snapshots, volumes
+from hutch.e2b import secrets, snapshots, templates, volumes
 from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, validation_message
 from hutch.errors import ApiError, Code
 from hutch.server import header_rules
@@ -176,7 +176,9 @@ class Control:
         ref = BASE_TEMPLATE_ID if template == "base" else template
         snap = None  # a template's name wins over a snapshot's, as before snapshots
         if c.st.store.get_template(ref, c.team_id) is None and (snap := snapshots.find(c, template)) is None:
-            raise ApiError(Code.TEMPLATE_NOT_FOUND, f"template '{template[:256]}' not found")
+            ref = templates.split_name(ref)[0]  # "name:tag": the template's current build, whatever the tag
+            if c.st.store.get_template(ref, c.team_id) is None:
+                raise ApiError(Code.TEMPLATE_NOT_FOUND, f"template '{template[:256]}' not found")
         timeout = _clamp_timeout(_int(body, "timeout", DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT)
         auto_pause = body.get("autoPause") is True
         keep_memory = body.get("autoPauseMemory")
@@ -430,6 +432,7 @@ async def _body(request: Request) -> dict[str, Any]:
 
 def control_routes(app: FastAPI, get_state: StateGetter) -> None:
     ctl = Control(get_state)
+    templates.template_routes(app, get_state, ctl.ctx, _body)  # before DELETE /templates/{ref}
 
     @app.post("/sandboxes", status_code=201)
     @app.post("/v2/sandboxes", status_code=201)

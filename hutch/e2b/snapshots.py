@@ -77,12 +77,16 @@ def listed(c: Ctx, sandbox_id: str | None, name: str | None) -> list[SnapshotRec
 
 
 async def delete(c: Ctx, ref: str) -> None:
-    """E2B's delete_snapshot, which deletes the template it is: a 404 is the SDK's False."""
+    """E2B's DELETE /templates/{id}: a snapshot (delete_snapshot), else a template of the team's
+    (one built from code, say); a 404 is the SDK's False."""
     snap = find(c, ref)
-    if snap is None:
-        raise ApiError(Code.SNAPSHOT_NOT_FOUND, f"snapshot '{ref[:MAX_REF]}' not found "
-                                                "(hutch's E2B API deletes snapshots, not templates)")
-    await c.st.snapshots.delete(c.team_id, snap.id)
+    if snap is not None:
+        await c.st.snapshots.delete(c.team_id, snap.id)
+        return
+    template = c.st.store.get_template(ref.partition(":")[0], c.team_id) if 0 < len(ref) <= MAX_REF else None
+    if template is None or template.team_id != c.team_id:
+        raise ApiError(Code.NOT_FOUND, f"template or snapshot '{ref[:MAX_REF]}' not found")
+    await c.st.templates.delete(c.team_id, template.id)
 
 
 async def boot(c: Ctx, snap: SnapshotRecord, req: CreateSandbox) -> SandboxRecord:

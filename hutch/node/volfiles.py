@@ -83,6 +83,15 @@ class VolumeFiles:
         finally:
             os.close(fd)
 
+    def _open(self, path: str, flags: int, parts: list[str] | None = None) -> int:
+        """`path` (or the directories `parts`) opened beneath the volume with `flags`, nothing followed."""
+        parts = _parts(path) if parts is None else parts
+        with self._root() as root:
+            try:
+                return _openat2(root, "/".join(parts) or ".", flags)
+            except OSError as e:
+                raise _failure(e, path) from None
+
     @contextmanager
     def _parent(self, parts: list[str], path: str) -> Iterator[int]:
         """The directory holding the last of `parts` (the volume's root for a top-level name)."""
@@ -130,12 +139,7 @@ class VolumeFiles:
         """A regular file opened for reading, and its size; the caller closes the descriptor. It
         is looked at (O_PATH) before it is opened, through the descriptor itself: a FIFO, socket
         or device node is never opened, and nothing can be swapped in between."""
-        parts = _parts(path)
-        with self._root() as root:
-            try:
-                found = _openat2(root, "/".join(parts) or ".", os.O_PATH)
-            except OSError as e:
-                raise _failure(e, path) from None
+        found = self._open(path, os.O_PATH)
         try:
             st = os.fstat(found)
             if stat.S_ISDIR(st.st_mode):
@@ -152,15 +156,11 @@ class VolumeFiles:
     def list_dir(self, path: str, depth: int) -> list[Entry]:
         parts = _parts(path)
         out: list[Entry] = []
-        with self._root() as root:
-            try:
-                top = _openat2(root, "/".join(parts) or ".", os.O_RDONLY | os.O_DIRECTORY)
-            except OSError as e:
-                raise _failure(e, path) from None
-            try:
-                self._walk(top, "/" + "/".join(parts), depth, out)
-            finally:
-                os.close(top)
+        top = self._open(path, os.O_RDONLY | os.O_DIRECTORY, parts)
+        try:
+            self._walk(top, "/" + "/".join(parts), depth, out)
+        finally:
+            os.close(top)
         return sorted(out, key=lambda e: e["path"])
 
     def _walk(self, dirfd: int, at: str, depth: int, out: list[Entry]) -> None:
@@ -225,11 +225,7 @@ class VolumeFiles:
             raise ApiError(Code.IS_A_DIRECTORY, "/ is a directory")
         if len(parts) > 1:
             self.make_dirs("/" + "/".join(parts[:-1]))
-        with self._root() as root:
-            try:
-                parent = _openat2(root, "/".join(parts[:-1]) or ".", os.O_PATH | os.O_DIRECTORY)
-            except OSError as e:
-                raise _failure(e, path) from None
+        parent = self._open(path, os.O_PATH | os.O_DIRECTORY, parts[:-1])
         temp = f".{parts[-1][:200]}.hutch-{os.urandom(6).hex()}"
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
@@ -282,12 +278,7 @@ class VolumeFiles:
 
     def set_attrs(self, path: str, uid: int | None = None, gid: int | None = None, mode: int | None = None) -> Entry:
         """chown and chmod, never through a link; setuid and setgid bits are not given."""
-        parts = _parts(path)
-        with self._root() as root:
-            try:
-                fd = _openat2(root, "/".join(parts) or ".", os.O_PATH)
-            except OSError as e:
-                raise _failure(e, path) from None
+        fd = self._open(path, os.O_PATH)
         try:
             target = f"/proc/self/fd/{fd}"  # the inode just opened, whatever the name holds now
             if uid is not None or gid is not None:

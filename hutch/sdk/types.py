@@ -364,7 +364,19 @@ class UserStep:
     sudo: bool = False
 
 
-Step = RunStep | EnvStep | WorkdirStep | UserStep
+@dataclass
+class CopyStep:
+    """Copy files uploaded for the build (`files`: their hash; E2B's Template.copy uploads them)
+    that match `src` to `dest`, owned by `user`, with `mode` (e.g. "0755") if given."""
+
+    files: str
+    src: str
+    dest: str
+    user: str | None = None
+    mode: str | None = None
+
+
+Step = RunStep | EnvStep | WorkdirStep | UserStep | CopyStep
 
 
 def step_body(step: Step | dict[str, Any]) -> dict[str, Any]:
@@ -379,6 +391,8 @@ def step_body(step: Step | dict[str, Any]) -> dict[str, Any]:
         return {"workdir": step.workdir}
     if isinstance(step, UserStep) and isinstance(step.name, str) and isinstance(step.sudo, bool):
         return {"user": {"name": step.name, "sudo": step.sudo}}
+    if isinstance(step, CopyStep) and all(isinstance(v, str) for v in (step.files, step.src, step.dest)):
+        return {"copy": {k: v for k, v in vars(step).items() if v is not None}}
     raise ValidationError(f"a step is a RunStep, EnvStep, WorkdirStep or UserStep of strings, not {step!r}",
                           code=ServerCode.INVALID_SPEC)
 
@@ -394,9 +408,12 @@ def step_from_json(d: dict[str, Any]) -> Step:
             return WorkdirStep(value)
         if kind == "user":
             return UserStep(value["name"], value.get("sudo", False))
+        if kind == "copy":
+            return CopyStep(value["files"], value["src"], value["dest"], value.get("user"), value.get("mode"))
     except (ValueError, KeyError, TypeError, AttributeError):
         pass
-    raise ValidationError(f"a step sets exactly one of run, env, workdir, user; not {d!r}", code=ServerCode.INVALID_SPEC)
+    raise ValidationError(f"a step sets exactly one of run, env, workdir, user, copy; not {d!r}",
+                          code=ServerCode.INVALID_SPEC)
 
 
 @dataclass

@@ -26,7 +26,7 @@ class BodyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (scope["method"] == "PUT" and scope["path"].endswith("/files")) or (
                 scope["method"] == "POST" and scope["path"] in e2b.STREAMED) or (  # E2B's upload and input stream
-                scope["method"] == "PUT" and scope["path"].startswith(e2b.VOLUME_CONTENT)):  # E2B's volume upload
+                scope["method"] == "PUT" and scope["path"].startswith(e2b.STREAMED_PUTS)):  # E2B's uploads
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):

@@ -589,7 +589,35 @@ class UserStep(Strict):
     user: StepUser
 
 
-Step = RunStep | EnvStep | WorkdirStep | UserStep
+FilesHash = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+CopySource = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f\x7f]+$")]
+
+
+def _relative_source(value: str) -> str:
+    if value.startswith("/") or ".." in value.split("/"):
+        raise ValueError("a copy's source is relative to its files and has no '..'")
+    return value
+
+
+class CopySpec(Strict):
+    """Files uploaded for the build (a tar, gzipped or not, named by `files`: E2B's filesHash),
+    those matching `src` (a glob relative to the upload) copied to `dest` (relative: to the
+    workdir), owned by `user` (default: the build's user then), with `mode` if given."""
+
+    files: FilesHash
+    src: Annotated[CopySource, AfterValidator(_relative_source)]
+    dest: Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=r"^[^\x00-\x1f\x7f]+$")]
+    user: User | None = None
+    mode: Annotated[str, StringConstraints(pattern=r"^[0-7]{3,4}$")] | None = None
+
+
+class CopyStep(Strict):
+    copy_: Annotated[CopySpec, Field(alias="copy")]
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+
+Step = RunStep | EnvStep | WorkdirStep | UserStep | CopyStep
 
 
 class CreateTemplate(Strict):
@@ -607,7 +635,7 @@ class CreateTemplate(Strict):
 
     @model_validator(mode="after")
     def _few_layers(self) -> CreateTemplate:
-        if sum(isinstance(s, RunStep | WorkdirStep) for s in self.steps) > MAX_LAYER_STEPS:
+        if sum(isinstance(s, RunStep | WorkdirStep | CopyStep) for s in self.steps) > MAX_LAYER_STEPS:
             raise ValueError(f"at most {MAX_LAYER_STEPS} run and workdir steps (join commands with &&)")
         return self
 

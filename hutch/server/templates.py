@@ -83,6 +83,7 @@ class Templates:
         home = config.fleet.shared_dir if config.fleet is not None else config.data_dir  # roots every node boots
         self.logs_dir = home / "build-logs"
         self.logs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.files_dir = home / "template-files"  # <team id>/<hash>: uploads for copy steps (E2B's COPY)
         self.builder = Builder(node, self.layers, home / "templates", config.run_dir / "builds", config.pids)
         self._slots = asyncio.Semaphore(config.max_builds)
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -191,6 +192,40 @@ class Templates:
         self._queue(rec, no_cache=False)
         return rec
 
+    def reserve(self, team_id: str, name: str) -> TemplateRecord:
+        """The team's template of that name, made with no build if it has none (E2B's build from
+        code names its template, uploads its files, then sends its steps: `build_spec`)."""
+        rec = self.store.get_template(name, team_id)
+        if rec is not None and rec.team_id == team_id:
+            return rec
+        self._check_quota(team_id, new_template=True)
+        spec = CreateTemplate(name=name).model_dump(by_alias=True)
+        rec = TemplateRecord(id=str(uuid.uuid4()), team_id=team_id, name=name, spec=spec)
+        try:
+            self.store.put_template(rec)
+        except KeyError:  # made meanwhile
+            found = self.store.get_template(name, team_id)
+            if found is None or found.team_id != team_id:
+                raise ApiError(Code.TEMPLATE_EXISTS, f"a template named {name!r} exists") from None
+            return found
+        return rec
+
+    def build_spec(self, team_id: str, ref: str, req: CreateTemplate, no_cache: bool,
+                   build_id: str | None = None) -> BuildRecord:
+        """A new build of the team's template with a new spec (what E2B's build from code does at
+        each build): the template's spec is replaced, its boxes keep the root they booted from,
+        and it serves the new root once the build is ready."""
+        rec = self.get(team_id, ref)
+        if rec.team_id is None:
+            raise ApiError(Code.SYSTEM_TEMPLATE, f"{rec.name} is built by the server itself")
+        self._check_quota(team_id, new_template=False)
+        spec = req.model_dump(by_alias=True)
+        spec["name"] = rec.name
+        spec.update(_inherited_start(req, self._check_source(team_id, req.from_)))
+        self.store.update_template(rec.id, spec=spec)
+        rec.spec = spec
+        return self._queue(rec, no_cache, build_id)
+
     def _check_source(self, team_id: str, source: str) -> TemplateRecord | None:
         """A `from` that names nothing buildable is refused before anything is stored. The
         template it names (None: an image)."""
@@ -217,8 +252,8 @@ class Templates:
         self._check_quota(team_id, new_template=False)
         return rec, self._queue(rec, no_cache)
 
-    def _queue(self, rec: TemplateRecord, no_cache: bool) -> BuildRecord:
-        build = BuildRecord(id=str(uuid.uuid4()), template_id=rec.id, status=BuildStatus.QUEUED, spec=rec.spec,
+    def _queue(self, rec: TemplateRecord, no_cache: bool, build_id: str | None = None) -> BuildRecord:
+        build = BuildRecord(id=build_id or str(uuid.uuid4()), template_id=rec.id, status=BuildStatus.QUEUED, spec=rec.spec,
                             no_cache=no_cache, steps_total=len(rec.spec.get("steps", [])))
         self.store.insert_build(build)
         if self.config.fleet is None:
@@ -303,6 +338,9 @@ class Templates:
         if build.status in (BuildStatus.QUEUED, BuildStatus.RUNNING):
             return None
         return build.status, build.error
+
+    def log_path(self, build_id: str) -> Path:
+        return self._log_path(build_id)
 
     def _log_path(self, build_id: str) -> Path:
         return self.logs_dir / f"{build_id}.ndjson"
@@ -408,7 +446,9 @@ class Templates:
         self._parent_roots[build.id] = str(parent.root)  # kept while this build reads it
         if self.config.fleet is not None:  # and by every other host's collector
             self.store.update_build(build.id, parent_rootfs=str(parent.root))
-        return await self.builder.build(build.id, build.spec, parent, blog, no_cache=build.no_cache)
+        template = self.store.get_template(build.template_id)
+        files = self.files_dir / template.team_id if template is not None and template.team_id else None
+        return await self.builder.build(build.id, build.spec, parent, blog, no_cache=build.no_cache, files=files)
 
     async def _parent(self, build: BuildRecord, blog: BuildLog) -> Parent:
         """What the build starts from. Its cache key starts with the team: a layer of another

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 import shutil
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,7 +72,60 @@ def describe(step: dict[str, Any]) -> str:
         return f"ENV {step['env']['key']}"  # not its value: it may be a token
     if "workdir" in step:
         return f"WORKDIR {step['workdir']}"
+    if "copy" in step:
+        return f"COPY {step['copy']['src']} {step['copy']['dest']}"
     return f"USER {step['user']['name']}"
+
+
+# A copy step, in its build box as root: the upload (at UPLOAD, on the box's /tmp, never in the
+# layer) unpacked in a directory of its own, the matches of SRC (a glob: ** and dot files match)
+# copied to DEST as Docker copies (a directory's contents into DEST, a single file to DEST unless
+# DEST ends with "/" or is a directory), then owned by OWNER and given MODE. SRC and DEST come in
+# the environment, never in the script: nothing in them is run.
+UPLOAD = "/tmp/.hutch-copy-upload"
+COPY_SCRIPT = r"""set -eu
+ctx=$(mktemp -d /tmp/.hutch-copy.XXXXXX)
+tar -xf "$UPLOAD" -C "$ctx" --no-same-owner
+rm -f "$UPLOAD"
+cd "$ctx"
+shopt -s nullglob dotglob globstar
+IFS=
+matches=( $SRC )
+[ ${#matches[@]} -gt 0 ] || { echo "COPY: nothing in the upload matches $SRC" >&2; exit 1; }
+case "$DEST" in */) into=1 ;; *) into=0 ;; esac
+if [ ${#matches[@]} -gt 1 ] || [ -d "$DEST" ] || [ -d "${matches[0]}" ]; then into=1; fi
+copied=()
+if [ $into = 1 ]; then
+  mkdir -p -- "$DEST"
+  for m in "${matches[@]}"; do
+    if [ -d "$m" ] && [ ! -L "$m" ]; then
+      cp -a -- "$m/." "$DEST/"; for f in "$m"/* "$m"/.[!.]* ; do [ -e "$f" ] || [ -L "$f" ] && copied+=("$DEST/${f#"$m"/}"); done
+    else
+      cp -a -- "$m" "$DEST/"; copied+=("$DEST/$(basename -- "$m")")
+    fi
+  done
+else
+  mkdir -p -- "$(dirname -- "$DEST")"
+  cp -a -- "${matches[0]}" "$DEST"; copied+=("$DEST")
+fi
+for c in "${copied[@]}"; do
+  [ -z "$OWNER" ] || chown -hR "$OWNER:$OWNER" -- "$c"
+  [ -z "$MODE" ] || chmod -R "$MODE" -- "$c"
+done
+cd /
+rm -rf -- "$ctx"
+"""
+
+
+def copy_command(spec: dict[str, Any], workdir: str | None, user: str | None) -> tuple[str, dict[str, str]]:
+    """A copy step's script and its environment (the destination made absolute from `workdir`;
+    the owner the step's user, else the build's user then)."""
+    dest = spec["dest"]
+    if not dest.startswith("/"):
+        dest = (workdir or "/").rstrip("/") + "/" + dest
+    owner = spec.get("user") or user or "root"
+    return f"bash -c {shlex.quote(COPY_SCRIPT)}", {"UPLOAD": UPLOAD, "SRC": spec["src"], "DEST": dest,
+                                                   "OWNER": owner, "MODE": spec.get("mode") or ""}
 
 
 class Builder:
@@ -84,7 +137,8 @@ class Builder:
         self.on_root: Callable[[str, Path], None] | None = None
 
     async def build(self, build_id: str, spec: dict[str, Any], parent: Parent, log: BuildLog,
-                    no_cache: bool = False) -> Built:
+                    no_cache: bool = False, files: Path | None = None) -> Built:
+        """`files`: where the team's uploads for copy steps are, each named by its hash."""
         env, workdir, user = dict(parent.env), parent.workdir, parent.user
         lowers = [parent.root]
         key = parent.key
@@ -104,22 +158,30 @@ class Builder:
                     user = step["user"]["name"]
                     log.system(head, i)
                     continue
+                upload: Path | None = None
+                step_env = env
                 if "workdir" in step:
                     workdir = step["workdir"]
                     owner = "" if user == "root" else f" && chown {shlex.quote('user:user')} {shlex.quote(workdir)}"
                     command, as_user = f"mkdir -p -- {shlex.quote(workdir)}{owner}", "root"
+                elif "copy" in step:
+                    upload = _upload(files, step["copy"]["files"], i)
+                    command, copy_env = copy_command(step["copy"], workdir, user)
+                    step_env, as_user = {**env, **copy_env}, "root"
+                    command += f"  # files {step['copy']['files']}"  # the cache key names the upload
                 else:
                     command, as_user = step["run"], user or "root"
                 cwd = workdir if "run" in step else None
-                key = chain_key(key, {"env": env, "workdir": cwd, "user": as_user}, command)
+                key = chain_key(key, {"env": step_env, "workdir": cwd, "user": as_user}, command)
                 if not no_cache and self.layers.has(key):
                     cached += 1
                     log.system(f"{head} (cached: layer {key[:12]})", i)
                     lowers.insert(0, self.layers.path(key))
                     continue
                 log.system(head, i)
-                defaults = boxcmd.Defaults(env=dict(env), cwd=cwd, user=as_user)
-                layer = await self._run_step(build_id, i, command, defaults, lowers, key, limits, log, work, no_cache)
+                defaults = boxcmd.Defaults(env=dict(step_env), cwd=cwd, user=as_user)
+                layer = await self._run_step(build_id, i, command, defaults, lowers, key, limits, log, work, no_cache,
+                                             upload)
                 lowers.insert(0, layer)
             rootfs = await self._root(build_id, parent, lowers, stack_key(key, lowers[:-1]), log, work)
             built = Built(rootfs, env, workdir, user, cached)
@@ -162,14 +224,15 @@ class Builder:
 
     async def _run_step(self, build_id: str, index: int, command: str, defaults: boxcmd.Defaults,
                         lowers: list[Path], key: str, limits: Limits, log: BuildLog, work: Path,
-                        no_cache: bool) -> Path:
+                        no_cache: bool, upload: Path | None = None) -> Path:
         pending = await asyncio.to_thread(self.layers.begin, key, build_id, limits.disk_mib)
         merged = work / f"step-{index}"
         committed = False
         try:
             await asyncio.to_thread(mounts.mount_overlay, merged, lowers, pending.upper, pending.work)
             try:
-                code = await self._in_box(f"build-{build_id[:12]}-{index}", merged, limits, command, defaults, log, index)
+                code = await self._in_box(f"build-{build_id[:12]}-{index}", merged, limits, command, defaults, log, index,
+                                          upload)
             finally:
                 await asyncio.to_thread(mounts.unmount, merged)
             if code != 0:
@@ -188,12 +251,17 @@ class Builder:
                 await asyncio.to_thread(self.layers.discard, pending)
 
     async def _in_box(self, key: str, root: Path, limits: Limits, command: str, defaults: boxcmd.Defaults,
-                      log: BuildLog, index: int) -> int | None:
+                      log: BuildLog, index: int, upload: Path | None = None) -> int | None:
+        """Run a step's command in a build box; `upload` (a copy step's files) is written to the
+        box's /tmp (memory, never the layer) first."""
         try:
             box = await self.node.boot(key, root, limits, writable_root=True)
         except BoxStartError as e:
             raise BuildFailed(BuildFailure.BUILD_FAILED, f"the build box did not start: {e}", step=index) from e
         try:
+            if upload is not None:
+                size = upload.stat().st_size
+                await self._agent(box.runtime_id).write_file(UPLOAD, _chunks_of(upload), True, length=size)
             # the agent ends the command at STEP_TIMEOUT; root in the box could stop it doing so
             return await asyncio.wait_for(boxcmd.run(self._agent(box.runtime_id), command, defaults, STEP_TIMEOUT,
                                                      lambda stream, text: log.output(stream, text, index)),
@@ -235,6 +303,21 @@ class Builder:
             raise BuildFailed(e.code, str(e)) from e
         finally:
             await asyncio.shield(self.node.stop(box.runtime_id, key))
+
+
+def _upload(files: Path | None, digest: str, index: int) -> Path:
+    """A copy step's upload, which must have come before its build."""
+    found = files / digest if files is not None else None
+    if found is None or not found.is_file():
+        raise BuildFailed(BuildFailure.INVALID_SPEC, f"step {index + 1}: no files were uploaded for {digest[:16]}...",
+                          step=index)
+    return found
+
+
+async def _chunks_of(path: Path) -> AsyncIterator[bytes]:
+    with path.open("rb") as f:
+        while chunk := await asyncio.to_thread(f.read, 1 << 20):
+            yield chunk
 
 
 async def _scrub(root: Path, where: str, *, keep_whiteouts: bool = False, step: int | None = None) -> roots.Dropped:

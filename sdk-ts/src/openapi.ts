@@ -1230,6 +1230,28 @@ export interface components {
             /** Timed Out */
             timed_out: boolean;
         };
+        /**
+         * CopySpec
+         * @description Files uploaded for the build (a tar, gzipped or not, named by `files`: E2B's filesHash),
+         *     those matching `src` (a glob relative to the upload) copied to `dest` (relative: to the
+         *     workdir), owned by `user` (default: the build's user then), with `mode` if given.
+         */
+        CopySpec: {
+            /** Dest */
+            dest: string;
+            /** Files */
+            files: string;
+            /** Mode */
+            mode?: string | null;
+            /** Src */
+            src: string;
+            /** User */
+            user?: ("user" | "root") | null;
+        };
+        /** CopyStep */
+        CopyStep: {
+            copy: components["schemas"]["CopySpec"];
+        };
         /** CreateCodeContext */
         CreateCodeContext: {
             /** Cwd */
@@ -1335,7 +1357,7 @@ export interface components {
              * Steps
              * @default []
              */
-            steps?: (components["schemas"]["RunStep"] | components["schemas"]["EnvStep"] | components["schemas"]["WorkdirStep"] | components["schemas"]["UserStep"])[];
+            steps?: (components["schemas"]["RunStep"] | components["schemas"]["EnvStep"] | components["schemas"]["WorkdirStep"] | components["schemas"]["UserStep"] | components["schemas"]["CopyStep"])[];
             /**
              * Vcpu
              * @default 1
@@ -2013,7 +2035,7 @@ export interface components {
              */
             status: "building" | "ready" | "failed";
             /** Steps */
-            steps: (components["schemas"]["RunStep"] | components["schemas"]["EnvStep"] | components["schemas"]["WorkdirStep"] | components["schemas"]["UserStep"])[];
+            steps: (components["schemas"]["RunStep"] | components["schemas"]["EnvStep"] | components["schemas"]["WorkdirStep"] | components["schemas"]["UserStep"] | components["schemas"]["CopyStep"])[];
             /** System */
             system: boolean;
             /** User */

@@ -73,6 +73,9 @@ function stepOk(step: unknown): boolean {
       return typeof v === "object" && v !== null && typeof v.key === "string" && typeof v.value === "string";
     case "user":
       return typeof v === "object" && v !== null && typeof v.name === "string";
+    case "copy":  // files uploaded for the build (E2B's Template.copy), by their hash
+      return typeof v === "object" && v !== null && typeof v.files === "string" && typeof v.src === "string"
+        && typeof v.dest === "string";
     default:
       return false;
   }
@@ -92,7 +95,7 @@ function createBody(options: TemplateCreateOptions): Schemas["CreateTemplate"] {
   const steps = options.steps;
   if (steps !== undefined && (!Array.isArray(steps) || !steps.every(stepOk))) {
     throw new ValidationError("steps is a list of objects of exactly one of run, env {key, value}, workdir, "
-      + "user {name, sudo?}", { code: "invalid_spec" });
+      + "user {name, sudo?}, copy {files, src, dest, user?, mode?}", { code: "invalid_spec" });
   }
   const from = typeof options.from === "object" ? options.from.name : options.from;
   return {

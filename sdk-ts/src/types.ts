@@ -352,7 +352,8 @@ export function secretAuditPage(d: Schemas["SecretAuditPage"]): SecretAuditPage 
 /** A build step, as the API takes it: an object with exactly one of these keys. `run` runs a shell
  * command (as root unless a user step came before); `env`, `workdir` and `user` also become the
  * template's boxes' defaults. */
-export type Step = Schemas["RunStep"] | Schemas["EnvStep"] | Schemas["WorkdirStep"] | Schemas["UserStep"];
+export type Step = Schemas["RunStep"] | Schemas["EnvStep"] | Schemas["WorkdirStep"] | Schemas["UserStep"]
+  | Schemas["CopyStep"];
 export type BuildStatus = Schemas["BuildStatus"];
 
 export interface BuildErrorInfo {
