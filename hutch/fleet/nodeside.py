@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from hutch.fleet.relay import CallError
-from hutch.node.api import BoxRef, BoxStartError, LimitsUnavailable, NoSpaceError
+from hutch.node.api import BoxRef, BoxStartError, LimitsUnavailable, NoSpaceError, VolumeMount
 from hutch.node.node import RUNTIME_ID_PATTERN, Node
 from hutch.node.pool import WarmPool
 from hutch.node.spec import Limits
+from hutch.server.models import MAX_MOUNTS
 from hutch.server.sandboxes import CHECKPOINT_DONE
 
 BOX_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
@@ -33,6 +34,22 @@ def limits_of(value: Any) -> Limits:
     if not isinstance(value, dict) or set(value) - fields or not all(type(v) is int and v >= 0 for v in value.values()):
         raise CallError("invalid", "malformed limits")
     return Limits(**value)
+
+
+def volumes_json(volumes: tuple[VolumeMount, ...]) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(v) for v in volumes]
+
+
+def volumes_of(value: Any) -> tuple[VolumeMount, ...]:
+    """A call's mounts, each field of its type (the node resolves each id to its directory)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_MOUNTS or not all(
+            isinstance(v, dict) and set(v) == {"volume_id", "path", "read_only"} and isinstance(v["volume_id"], str)
+            and isinstance(v["path"], str) and v["path"].startswith("/") and type(v["read_only"]) is bool
+            for v in value):
+        raise CallError("invalid", "malformed volumes")
+    return tuple(VolumeMount(**v) for v in value)
 
 
 class NodeCalls:
@@ -63,11 +80,13 @@ class NodeCalls:
     async def _dispatch(self, call: str, args: dict[str, Any]) -> dict[str, Any]:
         if call == "boot":
             rootfs, limits = self._root(args.get("rootfs")), limits_of(args.get("limits"))
-            box = await self.pool.claim(rootfs, limits) if self.pool is not None else None
-            return self._ref(box or await self.node.boot(self._key(args.get("key")), rootfs, limits))
+            volumes = volumes_of(args.get("volumes"))  # the pool's boxes mount none
+            box = await self.pool.claim(rootfs, limits) if self.pool is not None and not volumes else None
+            return self._ref(box or await self.node.boot(self._key(args.get("key")), rootfs, limits, volumes=volumes))
         if call == "restore":
             return self._ref(await self.node.restore(self._key(args.get("key")), self._root(args.get("rootfs")),
-                                                     limits_of(args.get("limits")), self._image(args.get("image"))))
+                                                     limits_of(args.get("limits")), self._image(args.get("image")),
+                                                     volumes=volumes_of(args.get("volumes"))))
         if call == "capacity":
             return dataclasses.asdict(self.node.capacity())
         runtime_id = args.get("runtime_id")

@@ -19,7 +19,7 @@ import httpx
 from hutch.errors import ApiError, Code
 from hutch.fleet import relay
 from hutch.fleet.cluster import NoRoom, Placement
-from hutch.fleet.nodeside import limits_json
+from hutch.fleet.nodeside import limits_json, volumes_json
 from hutch.node.agent import AgentClient
 from hutch.node.api import (
     BoxAgent,
@@ -142,18 +142,18 @@ class FleetRuntime:
 
     async def boot(self, key: str, rootfs: Path, limits: Limits, writable_root: bool = False,
                    volumes: tuple[VolumeMount, ...] = ()) -> BoxRef:
-        _no_volumes(volumes)
         if writable_root:
             raise ApiError(Code.INVALID_REQUEST, "a fleet's API server builds no templates itself")
         # the key of a box being created is its sandbox's id (hutch.server.sandboxes)
-        return await self._placed(key, limits, "boot", {"key": key, "rootfs": str(rootfs), "limits": limits_json(limits)})
+        return await self._placed(key, limits, "boot", {"key": key, "rootfs": str(rootfs), "limits": limits_json(limits),
+                                                        "volumes": volumes_json(volumes)})
 
     async def restore(self, key: str, rootfs: Path, limits: Limits, image_dir: Path,
                       volumes: tuple[VolumeMount, ...] = ()) -> BoxRef:
-        _no_volumes(volumes)
         rec = self.store.sandbox_by_box_key(key)
         return await self._placed(rec.id if rec else key, limits, "restore",
-                                  {"key": key, "rootfs": str(rootfs), "limits": limits_json(limits), "image": str(image_dir)},
+                                  {"key": key, "rootfs": str(rootfs), "limits": limits_json(limits), "image": str(image_dir),
+                                   "volumes": volumes_json(volumes)},
                                   timeout=PAUSE_TIMEOUT)  # a large image read back from a shared disk
 
     # --- pause, wake, stop ----------------------------------------------------------------------------
@@ -282,7 +282,3 @@ def relay_agent(node_url: str, runtime_id: str, key: str) -> AgentClient:
     return AgentClient(f"{node_url}{relay.CHANNEL}{runtime_id}", transport, base_url=f"{node_url}{relay.CHANNEL}{runtime_id}",
                        headers={relay.KEY_HEADER: key}, dial=dial)
 
-
-def _no_volumes(volumes: tuple[VolumeMount, ...]) -> None:
-    if volumes:  # a fleet's API server keeps none (hutch.server.volumes): a mount never reaches here
-        raise ApiError(Code.VOLUMES_UNAVAILABLE, "a fleet's boxes mount no volumes yet")

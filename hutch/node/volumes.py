@@ -75,7 +75,7 @@ class VolumeDisks:
         with contextlib.suppress(VolumeGone):
             disks.remove(self._image(volume_id), self._mountpoint(volume_id))
 
-    def usage(self, volume_id: str) -> tuple[int, int]:
+    def usage(self, volume_id: str) -> tuple[int, int] | None:
         """(bytes used, bytes the files may take in all), from the filesystem's own counts."""
         st = os.statvfs(self.data(volume_id))
         total = st.f_blocks * st.f_frsize
@@ -84,3 +84,35 @@ class VolumeDisks:
     def disk_free(self) -> int:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         return shutil.disk_usage(self.root).free
+
+
+class SharedVolumes(VolumeDisks):
+    """A fleet's volumes: plain directories in the shared directory (`<shared>/volumes/<id>/data`),
+    which every node's boxes bind, so boxes on two nodes see one volume. An ext4 image cannot be
+    mounted by two hosts at once, so here a volume's size is a quota the team is held to, not a
+    filesystem's: a box's write past it is not stopped (the shared filesystem's own space is)."""
+
+    def data(self, volume_id: str) -> Path:
+        data = self._mountpoint(volume_id) / DATA
+        if not data.is_dir() or data.is_symlink():
+            raise VolumeGone(f"volume {volume_id} has no directory in the shared directory")
+        return data
+
+    def make(self, volume_id: str, size_mib: int) -> None:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        top = self._mountpoint(volume_id)
+        top.mkdir(mode=0o700)
+        try:
+            (top / DATA).mkdir(mode=0o755)
+            os.chown(top / DATA, protocol.BOX_UID, protocol.BOX_GID)
+        except BaseException:
+            shutil.rmtree(top, ignore_errors=True)
+            raise
+
+    def remove(self, volume_id: str) -> None:
+        """Its directory and all in it; rmtree walks by descriptors and follows no link."""
+        with contextlib.suppress(VolumeGone):
+            shutil.rmtree(self._mountpoint(volume_id), ignore_errors=True)
+
+    def usage(self, volume_id: str) -> tuple[int, int] | None:
+        return None  # only a walk of what boxes wrote would tell: none is made

@@ -25,7 +25,7 @@ from hutch.node.node import DEFAULT_DRIVER, DRIVERS, Node
 from hutch.node.pool import WarmPool
 from hutch.node.runsc import RunscConfig, find_runsc
 from hutch.node.spec import AgentRuntime
-from hutch.node.volumes import VolumeDisks
+from hutch.node.volumes import SharedVolumes, VolumeDisks
 from hutch.preview.access import PreviewKeys
 from hutch.secrets.vault import Vault
 from hutch.server import audit
@@ -75,7 +75,9 @@ class NodeSide:
         interception = Interception(ca, upstream_context(list(config.trust_ca)), secrets.reveal, secrets.record)
         self.egress = EgressProxy(Resolver(hosts, system=config.egress_system_dns), self._egress_policy,
                                   self._egress_record, HostAddresses().get, interception)
-        self.volume_disks = VolumeDisks(config.data_dir / "volumes")
+        # one host's: an ext4 filesystem each; a fleet's: directories every node binds (SharedVolumes)
+        self.volume_disks = (SharedVolumes(config.fleet.shared_dir / "volumes") if config.fleet is not None
+                             else VolumeDisks(config.data_dir / "volumes"))
         self.node = Node(config.run_dir, driver, AgentRuntime.find(self.base_root), trust_dir=box_trust,
                          disks_dir=config.data_dir / "disks", egress=self.egress,
                          allow_unlimited=config.allow_unlimited_boxes, volumes=self.volume_disks)
@@ -148,8 +150,9 @@ class State:
         self.templates.register_base(base_root)
         self.sandboxes = Sandboxes(config, self.store, self.node, self.signer, self.secrets)
         self.templates.booting_roots = lambda: set(self.sandboxes.booting_roots)
-        self.volumes = Volumes(config, self.store, self.local.volume_disks if self.local else None,
-                               lambda: self.sandboxes.checkpoint_budgets().all_bytes)
+        disks = (self.local.volume_disks if self.local else
+                 SharedVolumes(self.fleet.shared_dir / "volumes") if self.fleet is not None else None)
+        self.volumes = Volumes(config, self.store, disks, lambda: self.sandboxes.checkpoint_budgets().all_bytes)
         self.sandboxes.volumes = self.volumes
         self.snapshots = Snapshots(config, self.store, self.sandboxes)
         self.previews = Previews(self.sandboxes, PreviewKeys(server_key), self.sandboxes.preview_site)

@@ -67,7 +67,7 @@ class Volumes:
 
     def _disks(self) -> VolumeDisks:
         if self.disks is None:
-            raise ApiError(Code.VOLUMES_UNAVAILABLE, "this server keeps no volumes: a fleet's do not yet")
+            raise ApiError(Code.VOLUMES_UNAVAILABLE, "this server keeps no volumes")
         return self.disks
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -85,7 +85,8 @@ class Volumes:
         used: int | None = None
         if self.disks is not None:
             try:
-                used = (await self._run(self.disks.usage, rec.id))[0]
+                usage = await self._run(self.disks.usage, rec.id)
+                used = usage[0] if usage is not None else None
             except OSError:
                 used = None
         return VolumeInfo(id=rec.id, name=rec.name, size_mib=rec.size_mib, used_bytes=used, metadata=rec.metadata,

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from hutch import RateLimitError, Sandbox, SandboxError
+from hutch import ConflictError, RateLimitError, Sandbox, SandboxError, Volume
 from tests.fleet.cluster import REPO, Fleet, ray_resource_requests
 from tests.integration.support import needs_installed, wait_for
 
@@ -103,6 +103,36 @@ def test_boxes_land_on_every_node_and_the_nodes_add_up(fleet: Fleet, spread: lis
         assert sum(r["boxes"] for r in rows.values()) == BOXES
         assert all(r["vcpu"] == fleet.vcpu and r["memory_mib"] == fleet.memory_mib for r in rows.values()), rows
         assert {name: r["vcpu_reserved"] for name, r in rows.items()} == dict(placed), "a base box reserves 1 vcpu"
+
+
+def test_a_volume_is_one_for_boxes_on_every_node_and_both_servers(fleet: Fleet) -> None:
+    vol = Volume.create(f"fleet-{os.urandom(3).hex()}", size_mib=64, **fleet.client_args(0))
+    made: list[Sandbox] = []
+    try:
+        def make(n: int) -> Sandbox:
+            return Sandbox.create(f"vol-{n}", volumes={"/mnt/v": vol.name}, **fleet.client_args(n % 2))
+
+        with ThreadPoolExecutor(3) as pool:
+            made = list(pool.map(make, range(9)))
+        by_node: dict[str, Sandbox] = {}
+        for box in made:
+            by_node.setdefault(box.get_info().node or "", box)
+        assert len(by_node) >= 2, f"9 boxes landed on one node: {set(by_node)}"
+        writer, reader = list(by_node.values())[:2]
+        writer.commands.run("head -c 1048576 /dev/urandom > /mnt/v/blob && sha256sum /mnt/v/blob | cut -c1-64 "
+                            "> /mnt/v/blob.sum")
+        got = reader.commands.run("sha256sum /mnt/v/blob | cut -c1-64; cat /mnt/v/blob.sum").stdout.split()
+        assert len(got) == 2 and got[0] == got[1], "a box on another node opens the closed file whole"
+        other = Volume.get(vol.id, **fleet.client_args(1))
+        assert other.files.read_text("/blob.sum").strip() == got[0], "and the files API of the other server"
+        other.files.write("/from-api.txt", "written through server 1")
+        assert writer.commands.run("cat /mnt/v/from-api.txt").stdout == "written through server 1"
+        with pytest.raises(ConflictError):
+            other.delete()
+    finally:
+        for box in made:
+            box.kill()
+    vol.delete()
 
 
 @pytest.mark.parametrize("node", NODES)

@@ -15,7 +15,7 @@ import pytest
 
 from hutch.fleet.nodeside import NodeCalls, limits_json
 from hutch.fleet.relay import CallError
-from hutch.node.api import BoxRef, BoxStartError, Capacity, LimitsUnavailable, NoSpaceError
+from hutch.node.api import BoxRef, BoxStartError, Capacity, LimitsUnavailable, NoSpaceError, VolumeMount
 from hutch.node.node import Node
 from hutch.node.spec import Limits
 from hutch.server.sandboxes import CHECKPOINT_DONE
@@ -35,14 +35,15 @@ class StandIn:
         self.held = {HELD}
         self.fail: BaseException | None = None
 
-    async def boot(self, key: str, rootfs: Path, limits: Limits) -> BoxRef:
+    async def boot(self, key: str, rootfs: Path, limits: Limits, volumes: tuple[VolumeMount, ...] = ()) -> BoxRef:
         if self.fail is not None:
             raise self.fail
-        self.did.append(("boot", key, rootfs, limits))
+        self.did.append(("boot", key, rootfs, limits) + ((volumes,) if volumes else ()))
         return BoxRef(HELD, key)
 
-    async def restore(self, key: str, rootfs: Path, limits: Limits, image_dir: Path) -> BoxRef:
-        self.did.append(("restore", key, rootfs, limits, image_dir))
+    async def restore(self, key: str, rootfs: Path, limits: Limits, image_dir: Path,
+                      volumes: tuple[VolumeMount, ...] = ()) -> BoxRef:
+        self.did.append(("restore", key, rootfs, limits, image_dir) + ((volumes,) if volumes else ()))
         return BoxRef(HELD, key)
 
     def capacity(self) -> Capacity:
@@ -111,6 +112,15 @@ def test_boot_of_a_root_under_the_node_s_roots(fleet: Fleet) -> None:
     base = fleet.cache / "base" / "rootfs"
     fleet.call("boot", **fleet.boot_args(rootfs=str(fleet.root / ".." / ".." / ".." / ".." / "cache" / "base" / "rootfs")))
     assert fleet.node.did == [("boot", "box-1", fleet.root, Limits(memory_mib=512, cpus=2)), ("boot", "box-1", base, Limits())]
+
+
+def test_boot_takes_well_formed_volumes_only(fleet: Fleet) -> None:
+    mount: dict[str, Any] = {"volume_id": "5f0c6a55-0000-4000-8000-000000000001", "path": "/mnt/v", "read_only": True}
+    fleet.call("boot", **fleet.boot_args(), volumes=[mount])
+    assert fleet.node.did[-1][-1] == (VolumeMount(**mount),), "the node mounts what the call names"
+    for bad in ("x", [{"volume_id": 1, "path": "/a", "read_only": False}], [{**mount, "path": "relative"}],
+                [{**mount, "read_only": "yes"}], [{**mount, "extra": 1}], [mount] * 17):
+        assert fleet.refused("boot", **fleet.boot_args(), volumes=bad) == "invalid", bad
 
 
 def test_a_symlink_between_allowed_roots_boots_its_target(fleet: Fleet) -> None:
