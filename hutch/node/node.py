@@ -152,6 +152,7 @@ def _cgroup_refused(e: BoxStartError) -> bool:
 
 # Starts a box's container (a boot's or a restore's), with these limits, in a cgroup or with none
 Starter = Callable[["Box", Limits, bool], Awaitable[None]]
+ROOT_OVERLAY = "root"  # in a box's directory: the overlay its root is, when it mounts volumes (Node._root)
 
 
 def new_runtime_id() -> str:
@@ -395,11 +396,27 @@ class Node:
     async def _forget_dir(self, box: Box) -> None:
         """The box's host directory and disk, once runsc is done with it."""
         mounts.unmount(box.channel_dir)
+        mounts.unmount(box.dir / ROOT_OVERLAY)  # before the directory goes: never a walk into the template
         if box.runtime_id:
             await asyncio.to_thread(metrics.remove_cgroup, box.runtime_id)
         if self._disk_image(box).exists():
             await asyncio.to_thread(disks.remove, self._disk_image(box), box.disk_dir)
         shutil.rmtree(box.dir, ignore_errors=True)
+
+    @staticmethod
+    def _root(box: Box, rootfs: Path, volumes: list[tuple[Path, str, bool]] | None) -> Path:
+        """The root the spec names: the template's own; for a box with volumes, an overlay of it with
+        an upper directory of the box's own. runsc's gofer makes a bind mount's mount point in the
+        root it is given, and a template's root is every box's: it is never written."""
+        if not volumes:
+            return rootfs
+        merged = box.dir / ROOT_OVERLAY
+        if not mounts.is_mount(merged):
+            upper, work = box.dir / f"{ROOT_OVERLAY}-upper", box.dir / f"{ROOT_OVERLAY}-work"
+            for d in (upper, work):
+                d.mkdir(mode=0o700, exist_ok=True)
+            mounts.mount_overlay(merged, [rootfs], upper, work)
+        return merged
 
     async def _volume_dirs(self, volumes: tuple[VolumeMount, ...]) -> list[tuple[Path, str, bool]]:
         """Each volume's host directory (mounted now if the node restarted), its path in the box
@@ -421,7 +438,8 @@ class Node:
             mounts.mount_channel_tmpfs(box.channel_dir)
         if wake:  # a restored agent sees it at once and listens again: no signal to race with
             (box.channel_dir / protocol.WAKE_FILE).touch()
-        spec = box_spec(rootfs=rootfs, channel_dir=box.channel_dir, agent_dir=AGENT_DIR,
+        spec = box_spec(rootfs=self._root(box, rootfs, volumes), template_root=rootfs, channel_dir=box.channel_dir,
+                        agent_dir=AGENT_DIR,
                         runtime=self.runtime, hostname="sandbox", limits=limits, trust_dir=self.trust_dir,
                         cgroup=box.runtime_id, volumes=volumes or ())
         (box.dir / "config.json").write_text(json.dumps(spec))

@@ -70,9 +70,10 @@ class AgentRuntime:
 
 def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: AgentRuntime,
              hostname: str, limits: Limits, trust_dir: Path | None = None, cgroup: str = "box",
-             volumes: Sequence[tuple[Path, str, bool]] = ()) -> dict[str, Any]:
+             volumes: Sequence[tuple[Path, str, bool]] = (), template_root: Path | None = None) -> dict[str, Any]:
     """`volumes`: (host directory, path in the box, read-only) of each volume it mounts, mounted
-    last, so nothing of the box's own is ever mounted inside one."""
+    last, so nothing of the box's own is ever mounted inside one. `template_root`: the template's
+    own root when `rootfs` is an overlay of it (what is looked at on the host)."""
     def bind(src: Path, dst: str, mode: str) -> dict[str, Any]:
         return {"destination": dst, "type": "bind", "source": str(src), "options": ["rbind", mode]}
 
@@ -82,7 +83,7 @@ def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: Agent
         trust.append(bind(trust_dir, protocol.TRUST_DIR, "ro"))
         # Tools that read only the system's bundle. Where the root has a link there instead, it keeps
         # it: runsc would resolve a link in the box, but then a file would be mounted wherever it points.
-        if roots.is_file_in(rootfs, protocol.SYSTEM_BUNDLE):  # a link in the root: never followed by the host
+        if roots.is_file_in(template_root or rootfs, protocol.SYSTEM_BUNDLE):  # a link in the root: never followed by the host
             trust.append(bind(trust_dir / "bundle.crt", protocol.SYSTEM_BUNDLE, "ro"))
     return {
         "ociVersion": "1.0.0",

@@ -310,8 +310,10 @@ def test_control_plane_bad_input_is_a_typed_error(env: Env) -> None:
     deep = b"[" * 100_000 + b"]" * 100_000
     r = httpx.post(f"{api}/sandboxes", headers={**key, "Content-Type": "application/json"}, content=deep)
     assert r.status_code == 400 and r.json()["code"] == 400
-    bad_networks: tuple[object, ...] = ({"allowOut": 5}, {"rules": {}}, {"egressProxy": {"url": "x"}}, 5,
-                                        {"denyOut": ["example.test"]})
+    bad_networks: tuple[object, ...] = ({"allowOut": 5}, {"rules": {"example.test": "x"}}, {"egressProxy": {"url": "x"}}, 5,
+                                        {"denyOut": ["example.test"]},
+                                        {"rules": {"example.test": [{"transform": {"headers": {"Host": "x"}}}]}},
+                                        {"rules": {"bad domain": [{"transform": {"headers": {"A": "b"}}}]}})
     for network in bad_networks:
         r = httpx.post(f"{api}/sandboxes", headers=key, json={"templateID": "base", "network": network})
         assert r.status_code == 400, (network, r.text)

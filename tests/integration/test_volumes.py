@@ -25,7 +25,9 @@ from hutch import (
     ValidationError,
     Volume,
 )
+from hutch.node import base_image
 from hutch.sdk.codes import ServerCode
+from hutch.server.config import DEFAULT_CACHE_DIR
 from tests.integration.support import Env, make_server, retire, wait_for
 
 
@@ -339,3 +341,14 @@ def test_a_files_only_pause_and_snapshot_leave_a_mounted_volume_alone(sdk: Any, 
             Snapshot.get(snap.id).delete()
     finally:
         box.kill()
+
+
+def test_a_box_with_volumes_never_writes_the_template_root(make_volume: Any, make_box: Any) -> None:
+    """runsc's gofer makes a bind mount's mount point in the root it is given: a box with volumes
+    gets an overlay of the template's root, so the shared root never gains the mount point."""
+    root = base_image.base_root_path(DEFAULT_CACHE_DIR)
+    probe = f"probe-{random.token_hex(4)}"
+    vol = make_volume(size_mib=16)
+    box = make_box(volumes={f"/mnt/{probe}/deep": vol})
+    assert box.commands.run(f"touch /mnt/{probe}/deep/x && ls /mnt/{probe}").stdout == "deep\n"
+    assert not (root / "mnt" / probe).exists(), "the template's root was written"
