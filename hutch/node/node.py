@@ -18,6 +18,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -415,6 +416,9 @@ class Node:
             upper, work = box.dir / f"{ROOT_OVERLAY}-upper", box.dir / f"{ROOT_OVERLAY}-work"
             for d in (upper, work):
                 d.mkdir(mode=0o700, exist_ok=True)
+            top = os.stat(rootfs)  # the merged root takes the upper directory's mode and owner
+            os.chown(upper, top.st_uid, top.st_gid)
+            os.chmod(upper, stat.S_IMODE(top.st_mode))
             mounts.mount_overlay(merged, [rootfs], upper, work)
         return merged
 
