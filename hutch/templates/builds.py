@@ -5,7 +5,8 @@ layers so far below, the step's new layer above (hutch.templates.layers). The bo
 into that layer (runsc with no overlay of its own), as root unless a user step said otherwise, in
 the workdir and with the env of the steps before it, its network through the egress proxy like
 any box's. A step already built on the same parent with the same env, workdir and user is taken
-from the cache. A workdir step makes its directory (a small layer of its own), as Docker does.
+from the cache. A workdir step makes its directory (a small layer of its own), as Docker does,
+unless it is the first layer and the parent has the directory as the step would leave it.
 The finished root is the stack flattened into one directory; a template whose steps wrote nothing
 shares its parent's root. No root or layer holds a socket, FIFO or device node (hutch.node.roots):
 what a step's box bound or made (with runsc's --host-uds a socket it binds is a real host socket)
@@ -19,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import shlex
 import shutil
+import stat
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hutch.errors import ApiError, BuildFailure
+from hutch.guest.protocol import BOX_GID, BOX_UID
 from hutch.node import boxcmd, mounts, roots
 from hutch.node.api import BoxAgent, BoxStartError, ChannelError, NodeRuntime
 from hutch.node.spec import Limits
@@ -160,6 +163,10 @@ class Builder:
                     continue
                 upload: Path | None = None
                 step_env = env
+                if "workdir" in step and len(lowers) == 1 and _ready_dir(parent.root, step["workdir"], user):
+                    workdir = step["workdir"]  # the parent has it as the step would leave it: no layer
+                    log.system(f"{head} (in the parent already)", i)
+                    continue
                 if "workdir" in step:
                     workdir = step["workdir"]
                     owner = "" if user == "root" else f" && chown {shlex.quote('user:user')} {shlex.quote(workdir)}"
@@ -303,6 +310,14 @@ class Builder:
             raise BuildFailed(e.code, str(e)) from e
         finally:
             await asyncio.shield(self.node.stop(box.runtime_id, key))
+
+
+def _ready_dir(root: Path, path: str, user: str | None) -> bool:
+    """Whether `root` has `path` as a directory (no link on the way) that a workdir step run as
+    `user` would leave as it is: the box user's own unless the step runs as root (it chowns it)."""
+    st = roots.lstat_in(root, path)
+    return (st is not None and stat.S_ISDIR(st.st_mode)
+            and (user == "root" or (st.st_uid, st.st_gid) == (BOX_UID, BOX_GID)))
 
 
 def _upload(files: Path | None, digest: str, index: int) -> Path:

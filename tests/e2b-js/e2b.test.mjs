@@ -5,7 +5,11 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 
-import { CommandExitError, Sandbox } from "e2b";
+import { mkdtempSync, mkdirSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { CommandExitError, Sandbox, Secret, Template, Volume } from "e2b";
 import { E2BSandbox } from "@mastra/e2b";
 
 for (const name of ["E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY"]) {
@@ -101,6 +105,57 @@ describe("the e2b JS SDK", () => {
     assert.deepEqual(await Sandbox.list({ query: { metadata: { run } } }).nextItems(), []);
     await assert.rejects(Sandbox.connect(id));
     sbx = undefined;
+  });
+});
+
+describe("the e2b JS SDK's volumes, secrets and templates built from code", () => {
+  const run = randomUUID().slice(0, 8);
+
+  test("a volume: files with no box, mounted in a box, refused deletion while mounted", async () => {
+    const vol = await Volume.create(`js-${run}`);
+    await vol.writeFile("/dir/a.txt", "from js");
+    assert.equal(await vol.readFile("/dir/a.txt"), "from js");
+    assert.deepEqual((await vol.list("/")).map((e) => e.name), ["dir"]);
+    const sbx = await Sandbox.create({ volumeMounts: { "/mnt/v": vol }, timeoutMs: 120_000 });
+    try {
+      assert.equal((await sbx.commands.run("cat /mnt/v/dir/a.txt")).stdout, "from js");
+      await assert.rejects(Volume.destroy(vol.volumeId));
+    } finally {
+      await sbx.kill();
+    }
+    assert.equal(await Volume.destroy(vol.volumeId), true);
+  });
+
+  test("a secret: made, updated, listed and destroyed; its value is never returned", async () => {
+    const made = await Secret.create(`js-key-${run}`, "v1");
+    assert.equal(made.version, 1);
+    const updated = await Secret.update(`js-key-${run}`, "v2");
+    assert.equal(updated.version, 2);
+    assert.equal((await Secret.getInfo(made.secretId)).name, `js-key-${run}`);
+    assert.ok(!JSON.stringify(await Secret.getInfo(made.secretId)).includes("v2"));
+    assert.equal(await Secret.destroy(`js-key-${run}`), true);
+    assert.equal(await Secret.destroy(`js-key-${run}`), false);
+  });
+
+  test("Template.build with a copy from the client's files, then a box of it", async () => {
+    const context = mkdtempSync(join(tmpdir(), "hutch-js-ctx-"));
+    mkdirSync(join(context, "app"));
+    writeFileSync(join(context, "app", "main.txt"), "copied by js\n");
+    const template = Template({ fileContextPath: context }).fromBaseImage()
+      .copy("app", "/home/user/app/")
+      .runCmd("echo js-built > /home/user/built");
+    const logs = [];
+    await Template.build(template, `js-tpl-${run}`, { onBuildLogs: (entry) => logs.push(String(entry.message)) });
+    assert.ok(logs.length > 0);
+    const sbx = await Sandbox.create(`js-tpl-${run}`, { timeoutMs: 120_000 });
+    try {
+      const r = await sbx.commands.run("cat /home/user/app/main.txt /home/user/built");
+      assert.equal(r.stdout, "copied by js\njs-built\n");
+    } finally {
+      await sbx.kill();
+    }
+    await assert.rejects(Template.build(Template().fromBaseImage().runCmd("exit 4"), `js-bad-${run}`),
+      (e) => /step 1/.test(String(e.message)));
   });
 });
 
