@@ -68,7 +68,7 @@ class Code(StrEnum):
     SNAPSHOT_IN_USE = "snapshot_in_use", 409  # boxes are booting from it: delete it once they run
     VOLUME_EXISTS = "volume_exists", 409  # a team's volume names are unique
     VOLUME_IN_USE = "volume_in_use", 409  # a live box (running or paused) mounts it
-    VOLUMES_UNAVAILABLE = "volumes_unavailable", 409  # this server keeps no volumes (a fleet's, for now)
+    VOLUMES_UNAVAILABLE = "volumes_unavailable", 409  # this server keeps no volumes
 
     # quotas
     RATE_LIMITED = "rate_limited", 429

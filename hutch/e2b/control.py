@@ -193,6 +193,7 @@ class Control:
         except ValidationError as e:
             raise ApiError(Code.INVALID_REQUEST, validation_message(e)) from None
         rules = header_rules.parse((body.get("network") or {}).get("rules"))
+        c.st.secrets.check_rules(c.team_id, rules)
         if snap is not None:  # env vars on top of the snapshot's; its processes and files
             if rules:
                 raise ApiError(Code.INVALID_REQUEST, "network.rules are not supported on a box from a snapshot by hutch")
@@ -313,6 +314,7 @@ class Control:
                 raise ApiError(Code.INVALID_REQUEST, f"{key} ({what}) is not supported by hutch: the box's only way "
                                                      "out is hutch's egress proxy, which resolves names itself")
         rules = header_rules.parse(body.get("rules"))
+        c.st.secrets.check_rules(c.team_id, rules)
         net = {k: body.get(k) for k in ("allowOut", "denyOut")}
         network = _network({"network": net, "allow_internet_access": body.get("allow_internet_access")})
         await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(network=network), header_rules=rules)

@@ -19,6 +19,7 @@ request is refused naming the image. Tags: a template has one build that boxes b
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import json
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
 
 UPLOADS = "/template-uploads"
 MAX_UPLOAD = 512 * 2**20  # a COPY's files: unpacked in the build box's memory-backed /tmp
+TEAM_UPLOADS = 1000  # a team's uploads kept for COPY steps (by their hash: a rebuild uploads nothing again)
+TEAM_UPLOAD_BYTES = 4 * 2**30
 UPLOAD_SECONDS = 3600
 MAX_PENDING = 1000  # builds asked for (POST /v3/templates) whose steps have not come yet
 MAX_PAGE = 100
@@ -313,24 +316,35 @@ async def receive_upload(st: State, request: Request, team_id: str, digest: str)
         raise ApiError(Code.INVALID_SIGNATURE, "the upload link is not valid")
     if int(expires) < time.time():
         raise ApiError(Code.SIGNATURE_EXPIRED, "the upload link has expired: ask for the files again")
-    declared = request.headers.get("content-length") or ""
-    if declared.isdigit() and int(declared) > MAX_UPLOAD:
-        raise ApiError(Code.PAYLOAD_TOO_LARGE, f"a COPY's files are limited to {MAX_UPLOAD} bytes")
     folder = st.templates.files_dir / team_id
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    count, held = await asyncio.to_thread(_held, folder)
+    if count >= TEAM_UPLOADS:
+        raise ApiError(Code.TOO_MANY_TEMPLATES, f"a team keeps at most {TEAM_UPLOADS} uploads for COPY steps")
+    limit = min(MAX_UPLOAD, TEAM_UPLOAD_BYTES - held)
+    declared = request.headers.get("content-length") or ""
+    if declared.isdigit() and int(declared) > limit:
+        raise ApiError(Code.PAYLOAD_TOO_LARGE, f"this upload may be at most {limit} bytes (at most {MAX_UPLOAD} "
+                                               f"each, {TEAM_UPLOAD_BYTES} for all of a team's)")
     partial = folder / f".{digest}.{uuid.uuid4().hex}"
     seen = 0
     try:
         with partial.open("wb") as f:
             async for chunk in request.stream():
                 seen += len(chunk)
-                if seen > MAX_UPLOAD:
-                    raise ApiError(Code.PAYLOAD_TOO_LARGE, f"a COPY's files are limited to {MAX_UPLOAD} bytes")
-                f.write(chunk)
+                if seen > limit:
+                    raise ApiError(Code.PAYLOAD_TOO_LARGE, f"this upload may be at most {limit} bytes")
+                await asyncio.to_thread(f.write, chunk)
         os.replace(partial, folder / digest)
     finally:
         partial.unlink(missing_ok=True)
     return Response(status_code=200)
+
+
+def _held(folder: Path) -> tuple[int, int]:
+    """A team's uploads: how many, and their bytes (the server's own flat directory)."""
+    sizes = [e.stat(follow_symlinks=False).st_size for e in os.scandir(folder) if _HASH.fullmatch(e.name)]
+    return len(sizes), sum(sizes)
 
 
 def template_routes(app: FastAPI, get_state: StateGetter, ctx: Any, body_of: Any) -> None:

@@ -116,8 +116,8 @@ class VolumeFiles:
             else "symlink" if stat.S_ISLNK(st.st_mode) else "other")
         target = None
         if kind == "symlink":
-            target = os.readlink(name, dir_fd=dirfd)[:4096]  # the text only: never followed
-        return Entry(name=name or "/", path=path, type=kind, size=st.st_size, mode=stat.S_IMODE(st.st_mode),
+            target = _shown(os.readlink(name, dir_fd=dirfd)[:4096])  # the text only: never followed
+        return Entry(name=_shown(name) or "/", path=_shown(path), type=kind, size=st.st_size, mode=stat.S_IMODE(st.st_mode),
                      permissions=stat.filemode(st.st_mode), owner=_who(st.st_uid), group=_who(st.st_gid),
                      mtime=_time(st.st_mtime), target=target, link=None, uid=st.st_uid, gid=st.st_gid,
                      atime=_time(st.st_atime), ctime=_time(st.st_ctime))
@@ -164,8 +164,13 @@ class VolumeFiles:
         return sorted(out, key=lambda e: e["path"])
 
     def _walk(self, dirfd: int, at: str, depth: int, out: list[Entry]) -> None:
-        with os.scandir(dirfd) as it:
-            names = [e.name for e in it]
+        names: list[str] = []
+        with os.scandir(dirfd) as it:  # read as it goes: a box can make a directory of millions
+            for e in it:
+                if len(out) + len(names) >= MAX_ENTRIES:
+                    raise ApiError(Code.TOO_MANY_ENTRIES,
+                                   f"more than {MAX_ENTRIES} entries: list less deep, or deeper down")
+                names.append(e.name)
         for name in names:
             if len(out) >= MAX_ENTRIES:
                 raise ApiError(Code.TOO_MANY_ENTRIES, f"more than {MAX_ENTRIES} entries: list less deep, or deeper down")
@@ -340,6 +345,11 @@ class VolumeFiles:
         finally:
             os.close(sub)
         os.rmdir(name, dir_fd=dirfd)
+
+
+def _shown(name: str) -> str:
+    """A name as an answer can carry it: bytes that are not UTF-8 (a box may make any) shown as U+FFFD."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _time(t: float) -> float:

@@ -18,6 +18,7 @@ import contextlib
 import os
 import re
 import shutil
+import threading
 from pathlib import Path
 
 from hutch.guest import protocol
@@ -36,6 +37,14 @@ class VolumeDisks:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+
+    def _lock(self, volume_id: str) -> threading.Lock:
+        """One volume's: its filesystem is looked at and mounted, made or removed by one thread at
+        a time (two mounts of one image would be two filesystems writing one disk)."""
+        with self._guard:
+            return self._locks.setdefault(volume_id, threading.Lock())
 
     def _image(self, volume_id: str) -> Path:
         if not _ID.fullmatch(volume_id):  # ids are the server's uuids: never a path of anyone's
@@ -49,30 +58,32 @@ class VolumeDisks:
         """The directory boxes mount and the files API works in; the volume is mounted first (a
         node that restarted finds its images unmounted). Raises VolumeGone."""
         mountpoint = self._mountpoint(volume_id)
-        if not mounts.is_mount(mountpoint):
-            image = self._image(volume_id)
-            if not image.is_file():
-                raise VolumeGone(f"volume {volume_id} has no filesystem on this node")
-            disks.attach(image, mountpoint)
+        with self._lock(volume_id):
+            if not mounts.is_mount(mountpoint):
+                image = self._image(volume_id)
+                if not image.is_file():
+                    raise VolumeGone(f"volume {volume_id} has no filesystem on this node")
+                disks.attach(image, mountpoint)
         return mountpoint / DATA
 
     def make(self, volume_id: str, size_mib: int) -> None:
         """A new empty volume of `size_mib`; its data directory belongs to the box user."""
         image, mountpoint = self._image(volume_id), self._mountpoint(volume_id)
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        disks.make_kept(image, mountpoint, size_mib)
-        try:
-            data = mountpoint / DATA
-            data.mkdir(mode=0o755)
-            os.chown(data, protocol.BOX_UID, protocol.BOX_GID)
-        except BaseException:
-            disks.remove(image, mountpoint)
-            raise
+        with self._lock(volume_id):
+            disks.make_kept(image, mountpoint, size_mib)
+            try:
+                data = mountpoint / DATA
+                data.mkdir(mode=0o755)
+                os.chown(data, protocol.BOX_UID, protocol.BOX_GID)
+            except BaseException:
+                disks.remove(image, mountpoint)
+                raise
 
     def remove(self, volume_id: str) -> None:
         """Unmount and delete; quiet about what is already gone. Lazily: a box that ended a moment
         ago may still hold the mount, which then goes with it."""
-        with contextlib.suppress(VolumeGone):
+        with contextlib.suppress(VolumeGone), self._lock(volume_id):
             disks.remove(self._image(volume_id), self._mountpoint(volume_id))
 
     def usage(self, volume_id: str) -> tuple[int, int] | None:

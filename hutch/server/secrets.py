@@ -14,9 +14,11 @@ import time
 import uuid
 
 from hutch.egress.inject import Injection, Swap
+from hutch.egress.rules import domain_matches
 from hutch.errors import ApiError, Code, not_found
 from hutch.secrets.providers import DEFAULT_FORMAT, DEFAULT_HEADER, PROVIDERS
 from hutch.secrets.vault import Vault, VaultError
+from hutch.server.header_rules import Rules
 from hutch.server.header_rules import injections as rule_injections
 from hutch.server.models import (
     MAX_BOUND_SECRETS,
@@ -38,6 +40,13 @@ STANDIN_PREFIX = "hutch_standin_"
 
 def _bound_to(rec: SecretRecord) -> str:
     return f"{rec.team_id}/{rec.id}"
+
+
+def covers(hosts: list[str], domains: tuple[str, ...]) -> bool:
+    """Whether a secret of `hosts` (none: any) may go to every one of `domains` (rule patterns): a
+    rule's wildcard only within the same wildcard, a name within any pattern that matches it."""
+    return not hosts or all(any(h == d or (not d.startswith("*.") and domain_matches(h, d)) for h in hosts)
+                            for d in domains)
 
 
 def providers() -> list[ProviderInfo]:
@@ -175,6 +184,8 @@ class Secrets:
             if not injection.secret_name:
                 return ""
             rec = self.store.get_secret(injection.team_id, injection.secret_name)
+            if rec is not None and not covers(rec.hosts, injection.hosts):
+                return None  # a secret with hosts of its own goes to those only, whatever a rule says
         else:
             rec = self.store.secret_for_standin(injection.standin, injection.secret_id)
         if rec is None:
@@ -184,6 +195,16 @@ class Secrets:
         except VaultError:
             log.error("secret %s does not open with this data dir's key: not swapped in", rec.name)
             return None
+
+    def check_rules(self, team_id: str, rules: Rules | None) -> None:
+        """A header rule may put a secret made with hosts of its own only where those hosts are
+        (E2B's secrets have none: a rule names where they go)."""
+        for domain, headers in (rules or {}).items():
+            for h in headers.values():
+                rec = self.store.get_secret(team_id, h["secret"]) if h["secret"] else None
+                if rec is not None and not covers(rec.hosts, (domain,)):
+                    raise ApiError(Code.INVALID_REQUEST, f"network.rules: secret {rec.name!r} goes only to "
+                                                         f"{', '.join(rec.hosts)}, not {domain}")
 
     def record(self, sandbox_id: str, host: str, swap: Swap) -> None:
         inj = swap.injection

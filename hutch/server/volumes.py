@@ -44,6 +44,8 @@ def mount_path_problem(path: str) -> str | None:
         return "must be absolute and normal (no '.', '..', '//' or trailing '/')"
     if path == "/":
         return "cannot be the box's root"
+    if any(ch in path for ch in "*?[]\\"):  # a files-only save prunes mount paths by find's patterns
+        return "cannot hold *, ?, [, ] or \\"
     if path == protocol.SYSTEM_BUNDLE:
         return "is the box's trusted certificates"
     for reserved in RESERVED:
@@ -118,18 +120,26 @@ class Volumes:
                    "size": f"a team's volumes take at most {self._team_max_mib()} MiB (it has {size})",
                    "all_bytes": "the node's disk budget (checkpoints, snapshots and volumes) is spent"}[refused]
             raise ApiError(Code.TOO_MANY_VOLUMES, why + "; delete one first")
-        self.mounting[rec.id] += 1  # no box may mount it before its filesystem is there
+        self.mounting[rec.id] += 1  # not deleted while its filesystem is made (a mount waits on its lock)
         try:
-            await asyncio.to_thread(disks.make, rec.id, rec.size_mib)
+            # shielded: a client that goes away does not leave a filesystem without its record
+            await asyncio.shield(asyncio.get_running_loop().run_in_executor(self._threads, self._make, rec))
+        finally:
+            self.let_go([rec.id])
+        return rec
+
+    def _make(self, rec: VolumeRecord) -> None:
+        """The volume's filesystem; its record goes if it cannot be made (nothing is left)."""
+        disks = self._disks()
+        try:
+            disks.make(rec.id, rec.size_mib)
         except BaseException as e:
             self.store.delete_volume(rec.id)
+            disks.remove(rec.id)
             if isinstance(e, OSError):
                 log.error("a volume's filesystem could not be made: %s", e)
                 raise ApiError(Code.INSUFFICIENT_STORAGE, f"the volume's filesystem could not be made: {e}") from e
             raise
-        finally:
-            self.let_go([rec.id])
-        return rec
 
     def update_metadata(self, team_id: str, ref: str, metadata: dict[str, str]) -> VolumeRecord:
         rec = self.get(team_id, ref)
@@ -146,8 +156,8 @@ class Volumes:
         if users:
             raise ApiError(Code.VOLUME_IN_USE, f"volume {rec.name!r} is mounted by sandbox(es) {', '.join(users[:5])}: "
                                                "kill them first", sandboxes=users)
-        if self.disks is not None:
-            await asyncio.to_thread(self.disks.remove, rec.id)
+        if self.disks is not None:  # on the volume threads: a fleet's is a walk of what boxes wrote
+            await self._run(self.disks.remove, rec.id)
 
     # --- mounts -----------------------------------------------------------------------------------
 

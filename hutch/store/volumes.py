@@ -16,8 +16,9 @@ Refusal = Literal["name", "count", "size", "all_bytes"]
 
 
 def _mounting(volume_id: str) -> sa.ColumnElement[bool]:
-    """Live sandboxes whose mounts name the volume (ids are uuids: nothing to escape in a LIKE)."""
-    return sa.and_(sandboxes.c.status.in_(LIVE_STATUSES), sandboxes.c.volumes.like(f'%"{volume_id}"%'))
+    """Live sandboxes whose mounts name the volume by its id (ids are uuids: nothing to escape in a
+    LIKE; the key is matched too, so a volume *named* like another's id is not taken for it)."""
+    return sa.and_(sandboxes.c.status.in_(LIVE_STATUSES), sandboxes.c.volumes.like(f'%"volume_id": "{volume_id}"%'))
 
 
 class VolumeQueries(Database):

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hutch import RunStep, Sandbox, Template
+from hutch import RunStep, Sandbox, Secret, Template
 from tests.integration.internet import Internet
 from tests.integration.support import Env, needs_installed, wait_for
 
@@ -366,6 +366,15 @@ def test_e2b_secrets_are_set_in_headers_by_the_egress_proxy_never_held_by_the_bo
     assert "authorization" not in seen[f"/other-{tag}"], "only the rule's domain gets the header"
     assert out["iam"] != "none", "IAM tokens are declined"
     assert out["destroyed"] == [True, False] and out["gone"] == "SecretNotFoundException"
+    # a hutch secret with hosts of its own goes to those only, whatever a rule names
+    Secret.create(f"hosted-{tag}", "hosted-value", allowed_hosts=["api.example.test"])
+    try:
+        api, key = f"{env.url}/e2b", {"X-API-KEY": env.server.e2b_key()}
+        elsewhere = {"other.test": [{"transform": {"headers": {"X": f"${{e2b.secrets.hosted-{tag}}}"}}}]}
+        r = httpx.post(f"{api}/sandboxes", headers=key, json={"templateID": "base", "network": {"rules": elsewhere}})
+        assert r.status_code == 400 and "api.example.test" in r.json()["message"], r.text
+    finally:
+        Secret.delete_by_name(f"hosted-{tag}")
     store = env.server.store()
     team = store.team_for_api_key(env.server.e2b_key())
     assert team is not None

@@ -198,7 +198,7 @@ def test_mount_paths_and_other_teams_volumes_are_refused_with_nothing_made(env: 
     vol = make_volume(size_mib=16)
     before = {b.id for b in sdk.list()}
     for path in ("/", "/proc", "/proc/x", "/dev/shm", "/sys/fs", "/.hutch/chan", "relative", "/a/../b", "/a/",
-                 "/etc/ssl/certs/ca-certificates.crt"):
+                 "/etc/ssl/certs/ca-certificates.crt", "/data[12]", "/x*"):
         with pytest.raises(ValidationError):
             sdk.create(name="bad", volumes={path: vol})
     with pytest.raises(ValidationError):
@@ -259,7 +259,9 @@ def test_what_a_box_root_plants_in_a_volume_is_never_followed_or_opened_by_the_h
     vol.files.write("/hostlink", "replaced")  # a write over a link replaces the link, never what it names
     assert box.commands.run("cat /etc/hostname").stdout.strip() != "replaced"
     assert vol.files.get_info("/hostlink").type == "file"
+    box.commands.run("touch /v/$(printf 'bad\\377name')", user="root")  # a name that is not UTF-8
     entries = {e.name: e for e in vol.files.list("/")}
+    assert "bad\ufffdname" in entries, "shown with U+FFFD, not a 500"
     assert entries["linkdir"].type == "symlink" and entries["linkdir"].symlink_target == "/etc"
     assert entries["fifo"].type == "other" and entries["sock"].type == "other"
     # removing a link to the root removes the link, never what it points at
