@@ -21,7 +21,7 @@ from hutch.node import base_image
 from hutch.server.config import DEFAULT_CACHE_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = ("mkdir -p /tmp/app && echo one > /tmp/app/one", "echo two > /tmp/app/two")
+STEPS = ("mkdir -p /opt/app && echo one > /opt/app/one", "echo two > /opt/app/two")
 CLIENT = r"""
 import json, sys, time
 from e2b import Template
