@@ -8,7 +8,6 @@ import asyncio
 import os
 import secrets as random
 import stat
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -248,12 +247,11 @@ def test_what_a_box_root_plants_in_a_volume_is_never_followed_or_opened_by_the_h
         with pytest.raises(ValidationError) as e:
             vol.files.read(path)
         assert e.value.code == ServerCode.UNSAFE_PATH
-    started = time.monotonic()
     for special in ("/fifo", "/null", "/sock"):
         with pytest.raises(ValidationError) as e:
             vol.files.read(special)
         assert e.value.code == ServerCode.NOT_A_REGULAR_FILE
-    assert time.monotonic() - started < 30, "a FIFO never holds the host"  # it would block for ever
+    # a FIFO opened by the host would block for ever: the test's own timeout is the bound
     with pytest.raises(ValidationError):
         vol.files.write("/rootlink/tmp/escaped", "x")  # a write through a link: refused
     vol.files.write("/hostlink", "replaced")  # a write over a link replaces the link, never what it names
