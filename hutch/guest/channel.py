@@ -28,6 +28,7 @@ try:
     from hutch.guest.procs import Proc, ProcError, ProcTable, parse_resize, parse_signal
     from hutch.guest.relay import Relay, pipe
     from hutch.guest.spawner import Spawner, release_host_stdio
+    from hutch.guest.sudod import SudoService
 except ImportError:  # in the box: run as a script beside its modules, without the hutch package
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import fsops  # type: ignore[import-not-found, no-redef]
@@ -37,6 +38,7 @@ except ImportError:  # in the box: run as a script beside its modules, without t
     from procs import Proc, ProcError, ProcTable, parse_resize, parse_signal  # type: ignore[import-not-found, no-redef]
     from relay import Relay, pipe  # type: ignore[import-not-found, no-redef]
     from spawner import Spawner, release_host_stdio  # type: ignore[import-not-found, no-redef]
+    from sudod import SudoService  # type: ignore[import-not-found, no-redef]
 
 if TYPE_CHECKING:
     import zipfile  # imported where it is used: it is slow to import, and boots must be fast
@@ -655,6 +657,8 @@ def serve(spawner: Spawner) -> None:
     PROCS = ProcTable(spawner)
     relay = Relay()
     relay.start()
+    with contextlib.suppress(OSError):  # without it the box runs on; its `sudo` says the service is not there
+        SudoService().start()  # the box user's `sudo` (sudo.py): in the box only, so a pause leaves it be
     wake = threading.Event()
     signal.signal(signal.SIGUSR1, lambda _s, _f: wake.set())
     # The kernel may hand SIGUSR1 to any thread, and Python runs the handler only when the main

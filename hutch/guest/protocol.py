@@ -18,6 +18,7 @@ SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"  # Debian's bundle path: th
 SOCKET_NAME = "agent.sock"
 EGRESS_SOCKET = "egress.sock"  # the host's egress proxy for this box, in the channel directory
 PROXY_PORT = 3128  # the agent's relay to it, on 127.0.0.1 in the box: every process's HTTP(S)_PROXY
+SUDO_SOCKET = "\0hutch-sudo"  # the agent's sudo service (sudod.py), in the box's own abstract namespace
 
 # The unprivileged user that commands run as unless the caller asks for root.
 BOX_USER = "user"

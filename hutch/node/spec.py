@@ -11,7 +11,10 @@ from hutch.guest import protocol
 from hutch.node import roots
 
 # What the agent (root inside the box) may do: run commands as another user, hand files to that
-# user, write anywhere in the box. Docker's default set, without raw sockets.
+# user, write anywhere in the box. Docker's default set, without raw sockets: no CAP_SYS_ADMIN (no
+# mount), no CAP_SYS_MODULE, CAP_SYS_PTRACE or CAP_NET_ADMIN. Every root process of a box has these
+# and no more: the agent's own, a command the API runs as root, and one the box user runs with
+# `sudo` (the agent starts it: hutch/guest/sudod.py).
 AGENT_CAPABILITIES = [
     "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID",
     "CAP_SETUID", "CAP_SETPCAP", "CAP_SETFCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
@@ -97,6 +100,12 @@ def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: Agent
             ],
             "cwd": "/",
             "terminal": False,
+            # Nothing gains privileges by execve: setuid and setgid bits and file capabilities grant
+            # nothing (a template's own sudo or su, a setuid copy of a shell root left behind). runsc
+            # 20240729 behaves so whatever this says (it logs that it ignores false); later releases
+            # honour those bits only with --allow-suid, which hutch does not pass, and not under this
+            # flag. The box user's way to root is the agent's `sudo` service, which hands out what
+            # the API's user="root" does.
             "noNewPrivileges": True,
             "capabilities": {k: caps for k in ("bounding", "effective", "permitted")},
             "rlimits": [{"type": "RLIMIT_NOFILE", "hard": limits.nofile, "soft": limits.nofile}],

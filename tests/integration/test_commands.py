@@ -32,9 +32,9 @@ def test_runs_as_the_box_user_in_its_home_unless_root_is_asked(box: Any) -> None
     assert r.exit_code != 0 and "Permission denied" in r.stderr
 
 
-def test_sudo_is_not_a_way_to_root(box: Any) -> None:
-    r = box.commands.run("sudo id -u")
-    assert r.exit_code != 0
+def test_sudo_is_the_box_users_way_to_root_as_user_root_is_the_callers(box: Any) -> None:
+    r = box.commands.run("sudo id -u")  # the agent's sudo service: see test_base_box.py
+    assert (r.exit_code, r.stdout) == (0, "0\n")
 
 
 def test_env_vars_reach_every_process_and_per_command_env_overrides(make_box: Any) -> None:

@@ -1,5 +1,5 @@
-"""A box's OCI spec: a cgroup of its own whatever its vcpu, and no link in a template's root
-followed on the host to decide its mounts."""
+"""A box's OCI spec: a cgroup of its own whatever its vcpu, no link in a template's root followed on
+the host to decide its mounts, and no privilege gained by exec."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from hutch.guest import protocol
 from hutch.node.roots import is_file_in
-from hutch.node.spec import AgentRuntime, Limits, box_spec
+from hutch.node.spec import AGENT_CAPABILITIES, AgentRuntime, Limits, box_spec
 
 BUNDLE = protocol.SYSTEM_BUNDLE.lstrip("/")
 
@@ -73,3 +73,19 @@ def test_every_box_has_a_cgroup_and_only_a_vcpu_a_cpu_cap(tmp_path: Path, vcpu: 
     assert linux["resources"]["memory"] == {"limit": 256 * 2**20}
     assert linux["resources"]["pids"] == {"limit": 128}
     assert ("quota" in linux["resources"]["cpu"]) == bool(vcpu)
+
+
+def test_no_process_of_a_box_gains_privileges_by_exec_and_root_has_dockers_set_less_raw_sockets(tmp_path: Path) -> None:
+    """The box user's way to root is the agent's sudo service (hutch/guest/sudod.py), which starts
+    commands with the agent's own capabilities: no setuid program may be another way, and root's
+    set is the one the escape battery tests."""
+    root = tmp_path / "root"
+    root.mkdir()
+    process = spec_of(root, tmp_path)["process"]
+    assert process["noNewPrivileges"] is True
+    caps = process["capabilities"]
+    assert caps["bounding"] == caps["effective"] == caps["permitted"] == AGENT_CAPABILITIES
+    assert "inheritable" not in caps and "ambient" not in caps
+    for dangerous in ("CAP_SYS_ADMIN", "CAP_SYS_MODULE", "CAP_SYS_PTRACE", "CAP_NET_ADMIN", "CAP_NET_RAW",
+                      "CAP_SYS_RAWIO", "CAP_SYS_BOOT", "CAP_DAC_READ_SEARCH", "CAP_BPF", "CAP_PERFMON"):
+        assert dangerous not in AGENT_CAPABILITIES

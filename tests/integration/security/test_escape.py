@@ -131,12 +131,33 @@ def test_no_process_in_a_box_can_write_into_a_host_file_through_its_stdio(env: E
     assert r.exit_code == 0 and int(r.stdout) > 0, "the attempt wrote: into the box's own /dev/null"
     assert err.stat().st_size == before, "nothing reached the host's file"
 
-def test_setuid_does_not_escalate(pair: tuple[Sandbox, Sandbox]) -> None:
-    a, _ = pair
-    root(a, "cp /usr/bin/python3.11 /tmp/rootpy && chmod 4755 /tmp/rootpy")
-    r = a.commands.run("/tmp/rootpy -c 'import os; print(os.geteuid())'")
-    assert r.stdout.strip() == "1000", "no-new-privileges: a setuid binary runs as its caller"
+def test_setuid_grants_nothing_and_sudo_is_the_apis_root(env: Env, pair: tuple[Sandbox, Sandbox]) -> None:
+    """A setuid-root program run by the box user runs as the user (gVisor grants nothing by exec;
+    the spec's noNewPrivileges keeps it so on a runsc that could), and `su` fails. The box user's
+    one way to root is `sudo`, the agent's service: it has the capability sets of a command the API
+    runs as root, so every root attempt of this battery is one of sudo's root too; a few are made
+    through sudo as well."""
+    a, b = pair
+    root(a, "cp /usr/bin/python3.11 /home/user/rootpy && chmod 4755 /home/user/rootpy")  # /tmp is nosuid anyway
+    r = a.commands.run("/home/user/rootpy -c 'import os; print(os.geteuid(), os.getuid())'")
+    assert r.stdout.split() == ["1000", "1000"], "a setuid binary runs as its caller"
     assert a.commands.run("echo | su -c id root").exit_code != 0
+    assert a.commands.run("sudo id -u").stdout == "0\n"
+    assert a.commands.run("sudo grep ^Cap /proc/self/status").stdout == root(a, "grep ^Cap /proc/self/status").stdout
+    assert a.commands.run("sudo mount --bind / /mnt").exit_code != 0
+    marker = Path("/root") / f"hutch-escape-{secrets.token_hex(6)}"
+    marker.write_text("host only")
+    try:
+        r = a.commands.run(f"sudo cat {marker} {env.server.data_dir / 'server.key'}")
+        assert r.exit_code != 0 and "host only" not in r.stdout
+    finally:
+        marker.unlink()
+    b_chan = env.server.box_dir(b.id) / "chan"
+    name = f"/tmp/attempt-{secrets.token_hex(4)}.py"
+    a.files.write(name, "import socket\ns = socket.socket(socket.AF_UNIX)\n"
+                        f"try:\n    s.connect({str(b_chan / 'agent.sock')!r}); print('connected')\n"
+                        "except OSError as e:\n    print('refused', e.errno)\n")
+    assert a.commands.run(f"sudo python3 {name}").stdout.startswith("refused")
 
 
 def test_one_boxs_token_opens_nothing_of_another(env: Env, pair: tuple[Sandbox, Sandbox]) -> None:

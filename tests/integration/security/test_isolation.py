@@ -1,5 +1,6 @@
-"""What a box cannot do: see the host's files, reach the host's network, be root, or take down the
-host or other boxes with a fork bomb or a memory hog."""
+"""What a box cannot do: see the host's files, reach the host's network, be root other than the
+API's root (the box user's sudo included), or take down the host or other boxes with a fork bomb
+or a memory hog."""
 
 from __future__ import annotations
 
@@ -41,7 +42,9 @@ def test_the_runtime_and_agent_mounts_are_read_only_and_the_channel_is_root_only
     try:
         r = sb.commands.run("touch /.hutch/rt/usr/bin/evil; touch /.hutch/agent/evil; echo done", user="root")
         assert "Read-only file system" in r.stderr and r.stderr.count("touch:") == 2
-        assert sb.commands.run("ls /.hutch/chan").exit_code != 0, "the box user must not reach the agent socket"
+        # root-only, so the box user's commands do not talk to the agent unless they use sudo (which
+        # gives what user="root" gives: see test_the_user_is_root_only_through_sudo_and_that_root_is_the_apis)
+        assert sb.commands.run("ls /.hutch/chan").exit_code != 0
         r = sb.commands.run("head -c 4194304 /dev/zero > /.hutch/chan/fill", user="root")
         assert r.exit_code != 0 and "No space left" in r.stderr, "root in the box cannot fill the host's disk"
         r = sb.commands.run("rm -f /.hutch/chan/fill; for i in $(seq 200); do touch /.hutch/chan/f$i || exit 1; done",
@@ -68,15 +71,36 @@ def test_no_network_but_loopback_and_no_way_to_the_hosts_services(env: Env) -> N
         sb.kill()
 
 
-def test_the_user_is_not_root_and_cannot_become_root() -> None:
+def test_the_user_is_root_only_through_sudo_and_that_root_is_the_apis(env: Env) -> None:
+    """The box user is not root, and no setuid program makes it root: gVisor grants nothing by exec
+    (and the spec's noNewPrivileges keeps it so on a runsc that could). Its one way to root is
+    `sudo`, the agent's service, which gives what the API's user="root" gives: so the root-only
+    channel directory is no boundary against the box user (with sudo it lists it), and what must
+    hold is the host's: that root still cannot mount, load a module, write the runtime's mounts, fill
+    the host's disk through the channel or reach the host's services."""
     sb = Sandbox.create(name="iso-user")
     try:
         assert sb.commands.run("id -u").stdout == "1000\n"
         assert sb.commands.run("cat /etc/shadow").exit_code != 0
-        # setuid binaries do not raise privileges: the sandbox sets no-new-privileges
-        assert "rws" in sb.commands.run("ls -l /bin/su").stdout
+        assert "rws" in sb.commands.run("ls -l /bin/su").stdout  # setuid root, and still nothing
         r = sb.commands.run("echo | su -c 'id -u' root")
         assert r.exit_code != 0 and "0" not in r.stdout.split()
+        assert sb.commands.run("sudo id -u").stdout == "0\n"
+        assert sb.commands.run("sudo cat /etc/shadow").exit_code == 0
+        assert sb.commands.run("sudo ls /.hutch/chan").stdout.split() == ["agent.sock", "egress.sock"]
+        r = sb.commands.run("sudo mount -t tmpfs none /mnt; sudo mount --bind / /mnt")
+        assert r.exit_code != 0 and sb.commands.run("grep -c ' /mnt ' /proc/mounts").stdout == "0\n"
+        sb.files.write("/tmp/modules.py", "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                                          "print(libc.syscall(175, None, 0, b''), libc.syscall(313, -1, b'', 0))\n")
+        assert sb.commands.run("sudo python3 /tmp/modules.py").stdout.split() == ["-1", "-1"]  # (f)init_module
+        r = sb.commands.run("sudo touch /.hutch/rt/usr/bin/evil /.hutch/agent/evil")
+        assert r.stderr.count("Read-only file system") == 2
+        r = sb.commands.run("sudo sh -c 'head -c 4194304 /dev/zero > /.hutch/chan/fill'; sudo rm -f /.hutch/chan/fill")
+        assert "No space left" in r.stderr, "root by sudo cannot fill the host's disk either"
+        sb.files.write("/tmp/probe.py", "import socket\ns = socket.socket(); s.settimeout(3)\n"
+                                        f"try:\n    s.connect(('127.0.0.1', {env.server.port})); print('reached')\n"
+                                        "except OSError as e:\n    print('refused', e.errno)\n")
+        assert sb.commands.run("sudo python3 /tmp/probe.py").stdout.startswith("refused")
     finally:
         sb.kill()
 
