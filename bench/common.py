@@ -84,14 +84,15 @@ class RawRunsc:
 
 
 def start_server(root: Path, warm_pool: int, extra_args: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str, str]:
-    with socket.socket() as s, socket.socket() as p:
-        s.bind(("127.0.0.1", 0))
-        p.bind(("127.0.0.1", 0))
-        port, preview = s.getsockname()[1], p.getsockname()[1]  # not the default preview port: benches run at once
+    with socket.socket() as s, socket.socket() as p, socket.socket() as e:
+        for sock in (s, p, e):
+            sock.bind(("127.0.0.1", 0))
+        # not the default preview or E2B port: benches run at once
+        port, preview, e2b_port = s.getsockname()[1], p.getsockname()[1], e.getsockname()[1]
     data = root / "data"
     proc = subprocess.Popen([sys.executable, "-m", "hutch.cli", "--data-dir", str(data), "serve", "--port", str(port),
                              "--warm-pool", str(warm_pool), "--max-sandboxes", "1000", "--team-max-sandboxes", "1000",
-                             "--preview-port", str(preview), *extra_args],
+                             "--preview-port", str(preview), "--e2b-port", str(e2b_port), *extra_args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):

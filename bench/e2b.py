@@ -4,7 +4,9 @@
 
 Needs the e2b venvs scripts/test makes (.cache/e2b-2.45.1, .cache/e2b-2.63.0). For each line, a
 script in that venv creates a box, times `commands.run("true")`, a 1 MB `files.write` and `read`
-and `files.list`, and the create itself; hutch's SDK does the same beside it.
+and `files.list`, and the create itself; hutch's SDK does the same beside it. The 2.63 line runs
+twice: by the path form (E2B_API_URL, E2B_SANDBOX_URL) and by E2B's host form (E2B_DOMAIN alone,
+over TLS: hutch.e2b.hosts), paired with each other.
 """
 
 from __future__ import annotations
@@ -75,13 +77,23 @@ def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]],
                 continue
             env = {"PATH": "/usr/bin:/bin", "E2B_API_KEY": variables.get("E2B_API_KEY", ""),
                    "E2B_API_URL": f"{kw['base_url']}/e2b", "E2B_SANDBOX_URL": f"{kw['base_url']}/e2b/envd"}
-            done = subprocess.run([str(python), "-c", CLIENT, str(n)], env=env, capture_output=True, text=True,
-                                  timeout=900, check=True)
-            result = json.loads(done.stdout.strip().splitlines()[-1])
-            for name, samples in result.items():
+            for name, samples in _client(python, env, n).items():
                 figures[f"e2b_{line}_{name}"] = stats(samples)
                 pairs.append((f"e2b_{line}_{name}", f"hutch_{name}"))
+            if line == LINES[-1] and variables.get("E2B_DOMAIN"):
+                host_env = {"PATH": "/usr/bin:/bin", "E2B_API_KEY": variables["E2B_API_KEY"],
+                            "E2B_DOMAIN": variables["E2B_DOMAIN"], "SSL_CERT_FILE": variables["SSL_CERT_FILE"]}
+                for name, samples in _client(python, host_env, n).items():
+                    figures[f"e2b_{line}_host_{name}"] = stats(samples)
+                    pairs.append((f"e2b_{line}_host_{name}", f"e2b_{line}_{name}"))
     return figures, pairs, {}
+
+
+def _client(python: Path, env: dict[str, str], n: int) -> dict[str, list[float]]:
+    done = subprocess.run([str(python), "-c", CLIENT, str(n)], env=env, capture_output=True, text=True,
+                          timeout=900, check=True)
+    result: dict[str, list[float]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def main() -> None:

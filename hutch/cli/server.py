@@ -71,6 +71,17 @@ def add_serve(sub: Subparsers) -> None:
                    help="preview URLs are http://PORT-ID.DOMAIN:P (default %(default)s: this machine's browsers)")
     s.add_argument("--preview-https", action="store_true",
                    help="a TLS proxy on 443 fronts the preview port: URLs say https, cookies are Secure")
+    s.add_argument("--e2b-domain", default="hutch.localhost", metavar="DOMAIN",
+                   help="E2B's host form: https://api.DOMAIN and https://PORT-ID.DOMAIN, so E2B_DOMAIN=DOMAIN[:P] "
+                        "alone points e2b's SDKs here (default %(default)s: this machine resolves *.localhost)")
+    s.add_argument("--e2b-port", type=int, default=7443, metavar="P",
+                   help="where E2B's host form is served, over TLS (default %(default)s; 0: not served)")
+    s.add_argument("--e2b-public-port", type=int, metavar="P",
+                   help="the port clients reach it on, when a proxy or balancer fronts it (443: none in URLs)")
+    s.add_argument("--e2b-cert", type=Path, metavar="PEM",
+                   help="its certificate chain (a wildcard for *.DOMAIN and DOMAIN); default: one hutch issues "
+                        "from a CA of its own, constrained to DOMAIN")
+    s.add_argument("--e2b-key", type=Path, metavar="PEM", help="the private key of --e2b-cert")
     s.add_argument("--max-builds", type=int, default=2, help="template builds run at once (default %(default)s)")
     s.add_argument("--image-dir", type=Path, action="append", metavar="DIR",
                    help="a directory templates may import local OCI images from (repeatable; "
@@ -203,6 +214,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from hutch.node import base_image
     from hutch.server.app import create_app
+    from hutch.server.site_tls import site_tls
     from hutch.store import Store
 
     fleet = None
@@ -231,8 +243,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
                           egress_system_dns=not args.egress_no_system_dns, trust_ca=tuple(args.trust_ca or ()),
                           preview_port=args.preview_port, preview_domain=args.preview_domain,
                           preview_https=args.preview_https, max_builds=args.max_builds,
+                          e2b_domain=args.e2b_domain, e2b_port=args.e2b_port, e2b_public_port=args.e2b_public_port,
+                          e2b_cert=args.e2b_cert, e2b_key=args.e2b_key,
                           image_dirs=tuple(args.image_dir or ()), registry_pulls=args.registry_pulls,
                           allow_unlimited_boxes=args.allow_unlimited_boxes)
+    if (args.e2b_cert is None) != (args.e2b_key is None):
+        print("--e2b-cert and --e2b-key go together", file=sys.stderr)
+        return 2
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if fleet is None and not base_image.is_built(config.cache_dir):
         base_image.build(config.cache_dir, progress=lambda line: print(line, flush=True))
@@ -246,6 +263,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 f"E2B_API_URL={config.base_url}/e2b\nE2B_SANDBOX_URL={config.base_url}/e2b/envd\n"
                 f"E2B_VOLUME_API_URL={config.base_url}/e2b\n"
                 f"E2B_API_KEY={e2b_key}\n")
+        if config.e2b_site:  # E2B's host form, for the SDKs that speak only it (hutch.e2b.hosts)
+            tls = site_tls(config.e2b_tls_dir, config.e2b_domain, config.e2b_cert, config.e2b_key)
+            f.write(f"E2B_DOMAIN={config.e2b_site}\n")
+            if tls.bundle is not None:  # Python's clients take one file; Node's adds to its own roots
+                f.write(f"SSL_CERT_FILE={tls.bundle}\nNODE_EXTRA_CA_CERTS={tls.ca_file}\n")
     # The key goes to a person at a terminal, never into a log file (stdout redirected)
     shown = key if sys.stdout.isatty() else f"$(grep HUTCH_API_KEY= {env_file} | cut -d= -f2)"
     print(f"hutch is serving on {config.base_url}\n"

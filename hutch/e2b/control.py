@@ -49,11 +49,14 @@ def _state(rec: SandboxRecord) -> str | None:
 
 
 def _domain(c: Ctx) -> str:
-    """What the SDK's `get_host(port)` puts after "<port>-<sandbox id>.": the host (and port) of
-    hutch's preview URLs, so it names the port's preview URL. (E2B_SANDBOX_URL, which hutch's
-    clients set, keeps the SDK's envd calls off it.)"""
-    site = c.st.previews.site
-    return f"{site.domain}:{site.url_port}" if site.url_port else site.domain
+    """What the SDK puts after "<port>-<sandbox id>." (`get_host(port)`, and every call of the SDKs
+    that speak only E2B's host form): the E2B domain hutch serves that form on (hosts.py); without
+    it, the host (and port) of hutch's preview URLs."""
+    site = c.st.config.e2b_site
+    if site:
+        return site
+    preview = c.st.previews.site
+    return f"{preview.domain}:{preview.url_port}" if preview.url_port else preview.domain
 
 
 def _iso(seconds: float) -> str:
@@ -152,10 +155,10 @@ class Control:
         return {**self.listed(c, rec), "envdAccessToken": token, "trafficAccessToken": token, "domain": _domain(c),
                 "allowInternetAccess": not _denies_everything(network),
                 "network": {"allowOut": network.get("allow_out", []), "denyOut": network.get("deny_out", []),
-                            # a box's ports always need its traffic token
-                            "allowPublicTraffic": False, "rules": header_rules.as_e2b(rec.header_rules)},
-                # a paused hutch box resumes on its next data-plane call, so auto-resume is always on
-                "lifecycle": {"onTimeout": on_timeout, "autoResume": on_timeout == "pause"},
+                            "allowPublicTraffic": bool(rec.public_traffic), "rules": header_rules.as_e2b(rec.header_rules)},
+                # unless told otherwise, a paused hutch box resumes on its next call or request
+                "lifecycle": {"onTimeout": on_timeout,
+                              "autoResume": rec.auto_resume if rec.auto_resume is not None else on_timeout == "pause"},
                 "volumeMounts": volumes.mounted(rec.volumes)}
 
     def get(self, c: Ctx, sandbox_id: str) -> SandboxRecord:
@@ -184,6 +187,7 @@ class Control:
         keep_memory = body.get("autoPauseMemory")
         if keep_memory is not None and not isinstance(keep_memory, bool):
             raise ApiError(Code.INVALID_REQUEST, "autoPauseMemory must be a boolean")
+        wakes = _auto_resume(body, keep_memory)
         name = (snap.name or snap.template) if snap else template
         try:
             req = CreateSandbox(name=name[:128], from_template=None if snap else ref, timeout_seconds=timeout,
@@ -197,8 +201,9 @@ class Control:
         if snap is not None:  # env vars on top of the snapshot's; its processes and files
             if rules:
                 raise ApiError(Code.INVALID_REQUEST, "network.rules are not supported on a box from a snapshot by hutch")
-            return self.sandbox(c, await snapshots.boot(c, snap, req))
-        rec = await c.st.sandboxes.create(c.team_id, req, stable_token=True, header_rules=rules)
+            return self.sandbox(c, await snapshots.boot(c, snap, req, _public_traffic(body), wakes))
+        rec = await c.st.sandboxes.create(c.team_id, req, stable_token=True, header_rules=rules,
+                                          public_traffic=_public_traffic(body), auto_resume=wakes)
         return self.sandbox(c, rec)
 
     async def list_sandboxes(self, c: Ctx, request: Request, states: tuple[str, ...]) -> Response:
@@ -376,6 +381,34 @@ def _rules(net: dict[str, Any], key: str) -> list[str]:
     return value
 
 
+def _auto_resume(body: dict[str, Any], keep_memory: bool | None) -> bool | None:
+    """E2B's autoResume {"enabled"}: false, a paused box wakes only when resumed or connected
+    (Sandboxes.running_box); so is one whose timeout keeps its files only, as E2B's (its processes
+    are gone: traffic would find a fresh start). None: hutch's default, any call wakes it."""
+    given = body.get("autoResume")
+    if given is None:
+        return False if keep_memory is False else None
+    enabled = given.get("enabled") if isinstance(given, dict) else None
+    if not isinstance(enabled, bool):
+        raise ApiError(Code.INVALID_REQUEST, "autoResume must be {\"enabled\": true or false}")
+    if enabled and keep_memory is False:
+        raise ApiError(Code.INVALID_REQUEST, "autoResume cannot be on with autoPauseMemory false: a files-only "
+                                             "pause is resumed explicitly (connect)")
+    return enabled
+
+
+def _public_traffic(body: dict[str, Any]) -> bool:
+    """E2B's network.allowPublicTraffic, true unless said otherwise (E2B's default): the box's ports
+    answer anyone at their E2B host names (hosts.py); false, only a caller with its traffic token.
+    envd (49983) always wants the access token, and the path form (E2b-Sandbox-Port on hutch's own
+    origin) always the traffic token."""
+    net = body.get("network")
+    public = net.get("allowPublicTraffic") if isinstance(net, dict) else None
+    if public is not None and not isinstance(public, bool):
+        raise ApiError(Code.INVALID_REQUEST, "network.allowPublicTraffic must be true or false")
+    return public is not False
+
+
 def _network(body: dict[str, Any]) -> NetworkConfig | None:
     """E2B's network settings as hutch's rules. allow_internet_access=false denies everything
     the allow list does not name (allow wins over deny in hutch, as in E2B)."""
@@ -385,12 +418,7 @@ def _network(body: dict[str, Any]) -> NetworkConfig | None:
     net: dict[str, Any] = given or {}
     if unknown := sorted(k for k in set(net) - NETWORK_KEYS if net[k] is not None):
         raise ApiError(Code.INVALID_REQUEST, f"network.{unknown[0][:64]} is not supported by hutch")
-    public = net.get("allowPublicTraffic")
-    if public is not None and not isinstance(public, bool):
-        raise ApiError(Code.INVALID_REQUEST, "network.allowPublicTraffic must be true or false")
-    if public:  # false is what hutch does anyway: a box's ports answer only with its traffic token
-        raise ApiError(Code.INVALID_REQUEST, "network.allowPublicTraffic=true is not supported by hutch: a sandbox's "
-                                             "ports always need its traffic access token (E2b-Traffic-Access-Token)")
+    _public_traffic(body)
     allow, deny = _rules(net, "allowOut"), _rules(net, "denyOut")
     access = body.get("allow_internet_access", body.get("allowInternetAccess"))
     if access is not None and not isinstance(access, bool):

@@ -1,5 +1,6 @@
-"""The envd facade (E2B_SANDBOX_URL = <hutch>/e2b/envd): requests name their sandbox with the
-`E2b-Sandbox-Id` header and carry its hutch data-plane token in `X-Access-Token`.
+"""The envd facade (E2B_SANDBOX_URL = <hutch>/e2b/envd, or `49983-<id>.<E2B domain>`: hosts.py):
+requests name their sandbox with the `E2b-Sandbox-Id` header (or, without it, by the token itself)
+and carry its hutch data-plane token in `X-Access-Token`.
 
 Routes: `GET /health`, `GET|POST /files`, `POST /process.Process/<method>` and
 `POST /filesystem.Filesystem/<method>`. An unknown, deleted or failed sandbox gets E2B's proxy
@@ -24,9 +25,11 @@ from hutch.errors import ApiError, Code
 from hutch.server import audit
 from hutch.server.auth import authorize_box
 from hutch.server.models import User
+from hutch.server.tokens import sandbox_named
 from hutch.store import SandboxRecord, SandboxStatus
 
 ENVD_PORT = "49983"
+HOST_FORM = "hutch.e2b.host_form"  # in a request's scope: it came by a box's own E2B host name (hosts.py)
 
 if TYPE_CHECKING:
     from hutch.server.state import State
@@ -61,9 +64,11 @@ def sandbox_of(get_state: StateGetter, request: Request, token: str | None = Non
     unless `token` is given): a wrong or missing token is the same 401 whether or not the box
     exists; a killed box, to a caller whose token was good for it, is E2B's proxy answer."""
     st = get_state()
-    sandbox_id = request.headers.get("e2b-sandbox-id") or ""
+    token = token or request.headers.get("x-access-token")
+    # E2B's SDKs before 2.25.1 send no sandbox id after `connect`: the token names its box (tokens.py)
+    sandbox_id = request.headers.get("e2b-sandbox-id") or sandbox_named(token) or ""
     try:
-        return st, authorize_box(st, sandbox_id, token or request.headers.get("x-access-token"))
+        return st, authorize_box(st, sandbox_id, token)
     except ApiError as e:
         if e.code == Code.NOT_FOUND:
             raise SandboxGone(sandbox_id[:64]) from None

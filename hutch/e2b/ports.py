@@ -13,14 +13,19 @@ going (a kill): E2B's SDK then asks.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hutch.e2b.common import StateGetter
-from hutch.e2b.envd import ENVD_PORT, SandboxGone, sandbox_of
+from hutch.e2b.envd import ENVD_PORT, HOST_FORM, SandboxGone, sandbox_of
 from hutch.server import boxport
-from hutch.store import SandboxStatus
+from hutch.store import SandboxRecord, SandboxStatus
+
+if TYPE_CHECKING:
+    from hutch.server.state import State
 
 PORT_HEADER = b"e2b-sandbox-port"
 TRAFFIC_HEADER = "e2b-traffic-access-token"
@@ -62,7 +67,7 @@ class ByPort:
 
 async def forward(get_state: StateGetter, request: Request) -> Response:
     port = port_of(request.scope) or 0
-    st, rec = sandbox_of(get_state, request, request.headers.get("x-access-token") or request.headers.get(TRAFFIC_HEADER))
+    st, rec = _opened(get_state, request)
     if rec.status == SandboxStatus.FAILED:
         raise SandboxGone(rec.id)
     if not port:
@@ -78,6 +83,18 @@ async def forward(get_state: StateGetter, request: Request) -> Response:
     response.raw_headers = [(k, v) for k, v in answer.headers if k not in ANSWER_DROPPED] + \
         [(k.encode(), v.encode()) for k, v in BOX_ANSWER.items()]
     return response
+
+
+def _opened(get_state: StateGetter, request: Request) -> tuple[State, SandboxRecord]:
+    """The box the request may reach: at its E2B host name (hosts.py), a box made with
+    allowPublicTraffic answers anyone, as E2B's does; otherwise its token is checked (sandbox_of:
+    the same 401 for a wrong token and for a box that does not exist, or is not public)."""
+    if request.scope.get(HOST_FORM):
+        st = get_state()
+        rec = st.store.get_sandbox(request.headers.get("e2b-sandbox-id") or "")
+        if rec is not None and rec.public_traffic and rec.status != SandboxStatus.DELETED:
+            return st, rec
+    return sandbox_of(get_state, request, request.headers.get("x-access-token") or request.headers.get(TRAFFIC_HEADER))
 
 
 def _target(scope: Scope) -> bytes:

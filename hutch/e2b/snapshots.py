@@ -89,9 +89,11 @@ async def delete(c: Ctx, ref: str) -> None:
     await c.st.templates.delete(c.team_id, template.id)
 
 
-async def boot(c: Ctx, snap: SnapshotRecord, req: CreateSandbox) -> SandboxRecord:
+async def boot(c: Ctx, snap: SnapshotRecord, req: CreateSandbox, public_traffic: bool,
+               auto_resume: bool | None) -> SandboxRecord:
     """One box from the snapshot (E2B's create with a snapshot as its template)."""
-    return await c.st.snapshots.boot_one(c.team_id, snap.id, req, stable_token=True)
+    return await c.st.snapshots.boot_one(c.team_id, snap.id, req, stable_token=True, public_traffic=public_traffic,
+                                         auto_resume=auto_resume)
 
 
 def fork_request(rec: SandboxRecord, count: int, timeout: int) -> BootSnapshot:

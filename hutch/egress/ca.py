@@ -38,6 +38,52 @@ def _write_private(path: Path, data: bytes) -> None:
         f.write(data)
 
 
+def new_ca(common_name: str, permitted_domain: str | None = None) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A new CA's key and self-signed certificate; with `permitted_domain`, name-constrained to that
+    domain and the names below it (a client that trusts it trusts nothing else it could sign)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "hutch"),
+                      x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])])
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+               .serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(hours=1))
+               .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+               .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+               .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
+                                            data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                            crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+               .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False))
+    if permitted_domain is not None:
+        builder = builder.add_extension(x509.NameConstraints(permitted_subtrees=[x509.DNSName(permitted_domain)],
+                                                             excluded_subtrees=None), critical=True)
+    return key, builder.sign(key, hashes.SHA256())
+
+
+def issue_leaf(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, leaf_key: ec.EllipticCurvePrivateKey,
+               names: list[str], days: int) -> x509.Certificate:
+    """A server certificate for `names` (the first is its common name), signed by the CA."""
+    now = datetime.datetime.now(datetime.UTC)
+    return (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0][:64])]))
+            .issuer_name(ca_cert.subject).public_key(leaf_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+
+
+def write_pair(key: ec.EllipticCurvePrivateKey, cert: x509.Certificate, key_path: Path, cert_path: Path) -> None:
+    """The key (readable by root alone) and the certificate, as PEM."""
+    _write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
 class CertificateAuthority:
     def __init__(self, directory: Path) -> None:
         self.dir = directory
@@ -54,23 +100,8 @@ class CertificateAuthority:
 
     @staticmethod
     def _create(key_path: Path, cert_path: Path) -> None:
-        key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "hutch"),
-                          x509.NameAttribute(NameOID.COMMON_NAME, f"hutch egress CA {os.urandom(4).hex()}")])
-        now = datetime.datetime.now(datetime.UTC)
-        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-                .serial_number(x509.random_serial_number())
-                .not_valid_before(now - datetime.timedelta(hours=1))
-                .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
-                .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-                .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
-                                             data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                             crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
-                .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-                .sign(key, hashes.SHA256()))
-        _write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                   serialization.NoEncryption()))
-        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key, cert = new_ca(f"hutch egress CA {os.urandom(4).hex()}")
+        write_pair(key, cert, key_path, cert_path)
 
     def server_context(self, host: str) -> ssl.SSLContext:
         """A TLS server context presenting a certificate for `host` signed by this CA (HTTP/1.1
@@ -87,20 +118,9 @@ class CertificateAuthority:
             return ctx
 
     def _mint(self, host: str) -> ssl.SSLContext:
-        now = datetime.datetime.now(datetime.UTC)
         ca_key = self._key
         assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
-        cert = (x509.CertificateBuilder()
-                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host[:64])]))
-                .issuer_name(self._cert.subject).public_key(self._leaf_key.public_key())
-                .serial_number(x509.random_serial_number())
-                .not_valid_before(now - datetime.timedelta(hours=1))
-                .not_valid_after(now + datetime.timedelta(days=LEAF_DAYS))
-                .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
-                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-                .sign(ca_key, hashes.SHA256()))
+        cert = issue_leaf(ca_key, self._cert, self._leaf_key, [host], LEAF_DAYS)
         pem = cert.public_bytes(serialization.Encoding.PEM) + self._leaf_key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -19,6 +19,7 @@ from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hutch import console, e2b
+from hutch.e2b.hosts import HostListener
 from hutch.errors import ApiError
 from hutch.server import errors
 from hutch.server.config import ServerConfig
@@ -35,6 +36,7 @@ from hutch.server.routes import (
     templates,
     volumes,
 )
+from hutch.server.site_tls import site_tls
 from hutch.server.state import State
 
 log = logging.getLogger("hutch.server")
@@ -60,6 +62,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         app.state.hutch = st
         loop = asyncio.get_running_loop()
         tasks = []
+        hosts_listener: HostListener | None = None
         if st.local is not None:
             st.node.start_reaping()
             await st.sandboxes.reconcile()  # before any lifetime acts on a box not yet taken back
@@ -79,6 +82,11 @@ def create_app(config: ServerConfig) -> FastAPI:
             if st.pool is not None:
                 st.pool.start()
             await st.previews.proxy.start(config.host, config.preview_port)
+            if config.e2b_port:
+                tls = site_tls(config.e2b_tls_dir, config.e2b_domain, config.e2b_cert, config.e2b_key)
+                hosts_listener = HostListener(app, config.e2b_domain, str(tls.certfile), str(tls.keyfile))
+                await hosts_listener.start([config.host, "::1"] if config.host == "127.0.0.1" else [config.host],
+                                           config.e2b_port)
             yield
         finally:
             for task in tasks:
@@ -88,6 +96,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             await envd.close()  # E2B's watchers and process timers
             await st.templates.close()  # a build cut short is queued again for the next start
             await st.previews.proxy.close()
+            if hosts_listener is not None:
+                await hosts_listener.close()
             if st.local is not None:
                 await st.local.close()  # the sandboxes outlive the server; a restart takes them back
             else:

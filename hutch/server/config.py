@@ -76,6 +76,14 @@ class ServerConfig:
     preview_port: int = 7424
     preview_domain: str = "localhost"
     preview_https: bool = False
+    # E2B's host form (hutch.e2b.hosts): https://api.{e2b_domain} and https://{port}-{id}.{e2b_domain},
+    # over TLS on e2b_port of `host` (0: not served), with the operator's certificate or one hutch
+    # issues (hutch.server.site_tls). e2b_public_port: the port clients reach, if a balancer fronts it.
+    e2b_domain: str = "hutch.localhost"
+    e2b_port: int = 7443
+    e2b_public_port: int | None = None
+    e2b_cert: Path | None = None
+    e2b_key: Path | None = None
     # Templates: builds run at once (each a box at a time), where `from` may read local OCI images
     # (default: <data dir>/images), and whether `from` may pull from a registry over the host's network.
     max_builds: int = 2
@@ -109,6 +117,19 @@ class ServerConfig:
         # state of running boxes is meaningless after a reboot.
         digest = hashlib.sha256(str(self.data_dir.resolve()).encode()).hexdigest()[:10]
         return Path("/run/hutch") / digest
+
+    @property
+    def e2b_tls_dir(self) -> Path:
+        """hutch's own certificate of E2B's host form (a fleet's API servers share one, and its CA)."""
+        return (self.fleet.shared_dir if self.fleet else self.data_dir) / "e2b-tls"
+
+    @property
+    def e2b_site(self) -> str | None:
+        """What E2B_DOMAIN is set to: the domain, and the port clients reach when it is not 443."""
+        if not self.e2b_port:
+            return None
+        port = self.e2b_public_port or self.e2b_port
+        return self.e2b_domain if port == 443 else f"{self.e2b_domain}:{port}"
 
     @property
     def base_url(self) -> str:

@@ -259,8 +259,11 @@ class Sandboxes:
 
     async def create(self, team_id: str, req: CreateSandbox, *, stable_token: bool = False,
                      snapshot: tuple[SnapshotRecord, Path] | None = None,
-                     header_rules: Rules | None = None) -> SandboxRecord:
-        """A new box; with `stable_token` (E2B's API) its access token never rotates on resume.
+                     header_rules: Rules | None = None, public_traffic: bool = False,
+                     auto_resume: bool | None = None) -> SandboxRecord:
+        """A new box; with `stable_token` (E2B's API) its access token never rotates on resume;
+        with `public_traffic` (E2B's), its ports answer at their E2B host names without a token;
+        with `auto_resume` false (E2B's), a call or a request never wakes it once paused.
         With `snapshot` (hutch.server.snapshots: the record and its image), the box continues
         from it: the snapshot's template, shape, env (the create's on top), egress rules and
         secrets unless the create gives its own, and new stand-ins; no start command runs."""
@@ -286,6 +289,7 @@ class Sandboxes:
             network=req.network.model_dump() if req.network else origin.network, preview_access=req.preview_access,
             template_id=origin.template_id, rootfs=origin.rootfs, disk_mib=origin.disk_mib,
             stable_token=stable_token or None, pause_memory=req.pause_memory, header_rules=header_rules,
+            public_traffic=public_traffic or None, auto_resume=auto_resume,
         )
         wanted = req.secrets if req.secrets is not None else {
             env: name for env, name in origin.secrets.items() if env not in rec.env_vars}
@@ -701,6 +705,9 @@ class Sandboxes:
         takes the box meanwhile."""
         current = self.get(None, rec.id)  # the caller's record may be older than a pause
         if current.status != SandboxStatus.ACTIVE:
+            if current.auto_resume is False and current.status in (SandboxStatus.PAUSING, SandboxStatus.PAUSED):
+                raise ApiError(Code.SANDBOX_PAUSED, f"sandbox {rec.id} is paused, and traffic does not wake it "
+                                                    "(auto-resume is off): resume or connect to it first")
             current = await self.resume(None, rec.id)  # a failed box raises here
         agent = self.node.agent(current.runtime_id) if current.runtime_id else None
         if agent is None:

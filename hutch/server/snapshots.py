@@ -136,7 +136,8 @@ class Snapshots:
     # --- boot -----------------------------------------------------------------------------------
 
     async def boot(self, team_id: str, ref: str, req: CreateSandbox, count: int = 1, *,
-                   stable_token: bool = False) -> list[SandboxRecord | ApiError]:
+                   stable_token: bool = False, public_traffic: bool = False,
+                   auto_resume: bool | None = None) -> list[SandboxRecord | ApiError]:
         """`count` new boxes from a snapshot, restored at once; each one's outcome in order (a box
         that could not start is its error, and nothing of it is left)."""
         snap = self.get(team_id, ref)
@@ -144,6 +145,7 @@ class Snapshots:
         self._booting[snap.id] += count  # a delete meanwhile is refused
         try:
             results = await asyncio.gather(*(self.sandboxes.create(team_id, req, stable_token=stable_token,
+                                                                   public_traffic=public_traffic, auto_resume=auto_resume,
                                                                    snapshot=(snap, image)) for _ in range(count)),
                                            return_exceptions=True)
         finally:
@@ -165,21 +167,25 @@ class Snapshots:
             raise cut
         return out
 
-    async def boot_one(self, team_id: str, ref: str, req: CreateSandbox, *, stable_token: bool = False) -> SandboxRecord:
+    async def boot_one(self, team_id: str, ref: str, req: CreateSandbox, *, stable_token: bool = False,
+                       public_traffic: bool = False, auto_resume: bool | None = None) -> SandboxRecord:
         """One box from a snapshot (a create with `from_snapshot`); its failure raised."""
-        [one] = await self.boot(team_id, ref, req, 1, stable_token=stable_token)
+        [one] = await self.boot(team_id, ref, req, 1, stable_token=stable_token, public_traffic=public_traffic,
+                                auto_resume=auto_resume)
         if isinstance(one, ApiError):
             raise one
         return one
 
     async def fork(self, team_id: str, sandbox_id: str, req: BootSnapshot, *,
                    stable_token: bool = False) -> list[SandboxRecord | ApiError]:
-        """`req.count` copies of a box as it is now: a snapshot taken for them (not kept)."""
+        """`req.count` copies of a box as it is now: a snapshot taken for them (not kept), each as
+        open to traffic as the box is."""
         source = self.sandboxes.get(team_id, sandbox_id)
         snap = await self.take(team_id, sandbox_id, metadata={"hutch.fork_of": source.id})
         try:
             return await self.boot(team_id, snap.id, req.create(source.name, snap.id), req.count,
-                                   stable_token=stable_token)
+                                   stable_token=stable_token, public_traffic=bool(source.public_traffic),
+                                   auto_resume=source.auto_resume)
         finally:
             try:
                 await self.delete(team_id, snap.id)

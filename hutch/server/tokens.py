@@ -1,7 +1,11 @@
 """Per-sandbox data-plane access tokens, derived rather than stored.
 
 A token is an HMAC of the sandbox id and a generation number under the server's key: connect can
-hand it out again without the store keeping it, and bumping the generation revokes it.
+hand it out again without the store keeping it, and bumping the generation revokes it. The token
+names its sandbox in the clear (`hat_<id>.<mac>`; the id is no secret: it is in every URL), so a
+call that carries the token but not the id (E2B's SDKs before 2.25.1, after `connect`) finds its box
+with no lookup and no oracle: the MAC is checked against the named box, in constant time, as any
+other token is. Tokens of the older form (`hat_<mac>`) are still accepted.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import secrets
 from pathlib import Path
 
 PREFIX = "hat_"
+MAX_ID = 64  # the longest sandbox id a token may name
 
 
 def load_or_create_key(path: Path) -> bytes:
@@ -30,9 +35,23 @@ class TokenSigner:
     def __init__(self, key: bytes) -> None:
         self._key = key
 
-    def token(self, sandbox_id: str, generation: int) -> str:
+    def _mac(self, sandbox_id: str, generation: int) -> str:
         mac = hmac.new(self._key, f"sandbox:{sandbox_id}:{generation}".encode(), hashlib.sha256).digest()
-        return PREFIX + base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+        return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+
+    def token(self, sandbox_id: str, generation: int) -> str:
+        return f"{PREFIX}{sandbox_id}.{self._mac(sandbox_id, generation)}"
 
     def verify(self, token: str, sandbox_id: str, generation: int) -> bool:
-        return hmac.compare_digest(token.encode(), self.token(sandbox_id, generation).encode())
+        mac = self._mac(sandbox_id, generation)
+        return (hmac.compare_digest(token.encode(), f"{PREFIX}{sandbox_id}.{mac}".encode())
+                | hmac.compare_digest(token.encode(), f"{PREFIX}{mac}".encode()))  # both, always: no timing
+
+
+def sandbox_named(token: str | None) -> str | None:
+    """The sandbox id a token names (unchecked: `verify` decides), or None for a token that names
+    none (the older form, or not a token)."""
+    if not token or not token.startswith(PREFIX):
+        return None
+    named, dot, _ = token[len(PREFIX):].rpartition(".")
+    return named if dot and 0 < len(named) <= MAX_ID and named.isascii() else None

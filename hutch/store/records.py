@@ -103,6 +103,8 @@ class SandboxRecord:
     volumes: list[dict[str, Any]] | None = None  # its mounts: {"volume_id", "name", "path", "read_only"}
     # headers its egress proxy sets: {domain: {header: {"format": str, "secret": name or None}}}
     header_rules: dict[str, dict[str, dict[str, Any]]] | None = None
+    public_traffic: bool | None = None
+    auto_resume: bool | None = None
 
 
 SANDBOX_JSON = JsonColumns(("metadata", "env_vars", "network", "volumes", "header_rules"))

@@ -65,6 +65,11 @@ sandboxes = sa.Table(
     # JSON {domain: {header: {"format", "secret"}}}: headers the egress proxy sets on its requests to
     # the domain (E2B's network rules), a secret's value in "{value}"; or null: none
     sa.Column("header_rules", sa.Text),
+    # E2B's allowPublicTraffic: its ports answer at their E2B host names without its traffic token
+    sa.Column("public_traffic", sa.Boolean),
+    # false: paused, it wakes only when resumed or connected, never by a call or a request to a port
+    # (E2B's lifecycle.autoResume off, or its files-only pause); null: any call wakes it
+    sa.Column("auto_resume", sa.Boolean),
     sa.Index("ix_sandboxes_box_key", "box_key"),
 )
 network_log = sa.Table(

@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -156,6 +157,20 @@ describe("the e2b JS SDK's volumes, secrets and templates built from code", () =
     }
     await assert.rejects(Template.build(Template().fromBaseImage().runCmd("exit 4"), `js-bad-${run}`),
       (e) => /step 1/.test(String(e.message)));
+  });
+});
+
+describe("E2B_DOMAIN alone", () => {
+  test("a box made, a command, a file both ways, a second client by id, a port's URL, killed", () => {
+    assert.ok(process.env.E2B_DOMAIN && process.env.NODE_EXTRA_CA_CERTS, "client.env names E2B's domain and its CA");
+    const env = { PATH: process.env.PATH, E2B_API_KEY: process.env.E2B_API_KEY, E2B_DOMAIN: process.env.E2B_DOMAIN,
+                  NODE_EXTRA_CA_CERTS: process.env.NODE_EXTRA_CA_CERTS };
+    const stdout = execFileSync(process.execPath, [new URL("./domain.mjs", import.meta.url).pathname],
+                                { env, encoding: "utf8", timeout: 240_000 });
+    const out = JSON.parse(stdout.trim().split("\n").at(-1));
+    assert.match(out.envdHost, new RegExp(`^49983-[0-9a-f-]+\\.${process.env.E2B_DOMAIN.replace(/[.]/g, "\\.")}$`));
+    assert.deepEqual([out.echo, out.read, out.connected, out.port, out.killed],
+                     ["hello from user\n", "written by the JS SDK", "written by the JS SDK", "written by the JS SDK", true]);
   });
 });
 

@@ -606,7 +606,7 @@ class Fleet:
         api = self.servers[i]
         command = [*HUTCH, "--data-dir", str(api.data_dir), "serve", "--store", self.store_url, "--ray", self.ray_address,
                    "--shared", str(self.shared), "--host", "127.0.0.1", "--port", str(api.port),
-                   "--preview-port", str(api.preview_port), "--cache-dir", str(self.cache_dir),
+                   "--preview-port", str(api.preview_port), "--e2b-port", "0", "--cache-dir", str(self.cache_dir),
                    "--placement-wait", str(self.placement_wait), *self.api_args]
         api.spawn(command, self._env())
 

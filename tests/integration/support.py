@@ -170,6 +170,10 @@ class Server:
         return int(self.args[self.args.index("--preview-port") + 1])
 
     @property
+    def e2b_port(self) -> int:
+        return int(self.args[self.args.index("--e2b-port") + 1])
+
+    @property
     def config(self) -> ServerConfig:
         return ServerConfig(data_dir=self.data_dir)
 
@@ -273,7 +277,8 @@ def make_server(*args: str) -> Server:
     (root / "images").mkdir()  # where templates may import OCI images from (Server.image_dir)
     return Server(root / "data", free_port(), ("--egress-hosts", str(hosts), "--egress-no-system-dns",
                                                "--trust-ca", str(certificate()[0]), "--image-dir", str(root / "images"),
-                                               "--preview-port", str(free_port()), *args))
+                                               "--preview-port", str(free_port()), "--e2b-port", str(free_port()),
+                                               *args))
 
 
 def runsc_cli(server: Server, *args: str) -> str:

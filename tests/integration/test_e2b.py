@@ -12,6 +12,7 @@ import gzip
 import json
 import secrets
 import socket
+import ssl
 import struct
 import subprocess
 import time
@@ -166,16 +167,15 @@ def test_pause_then_connect_keeps_files_and_processes(env: Env, line: str, mode:
     assert out["same_handle"] == ["one\n", "two\n"]  # the token survives resumes (E2B keeps it)
 
 
-def test_get_host_names_the_ports_preview_url(env: Env) -> None:
+def test_get_host_names_the_ports_e2b_host_which_answers_over_tls(env: Env) -> None:
     out = run_client(env, "2.63.0", "host", "sync")
     try:
-        box = Sandbox.connect(out["id"])
-        assert out["host"] == f"8001-{out['id']}.localhost:{env.server.preview_port}"
-        assert f"http://{out['host']}" == box.publish_preview_port(8001).url  # hutch publishes it
+        assert out["host"] == f"8001-{out['id']}.{env.server.client_env('E2B_DOMAIN')}"
+        ca = env.server.client_env("NODE_EXTRA_CA_CERTS")
 
-        def answers() -> bool:  # the machine's resolver does not know *.localhost: the Host header
-            r = httpx.get(f"http://127.0.0.1:{env.server.preview_port}/", headers={"Host": out["host"]}, timeout=10)
-            return r.status_code == 200
+        def answers() -> bool:  # a public box (E2B's default): no token, no publishing
+            return httpx.get(f"https://{out['host']}/", verify=ssl.create_default_context(cafile=ca),
+                             timeout=10).status_code == 200
         wait_for(answers, 30)
     finally:
         e2b_kill(env, out["id"])
