@@ -29,6 +29,7 @@ from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, validation_message
 from hutch.errors import ApiError, Code
 from hutch.server import header_rules
 from hutch.server.models import MAX_FORKS, CreateSandbox, NetworkConfig, UpdateSandbox
+from hutch.server.sandboxes import E2BTraits
 from hutch.server.templates import BASE_TEMPLATE_ID
 from hutch.store import AuditLogRecord, SandboxRecord, SandboxStatus
 
@@ -187,7 +188,11 @@ class Control:
         keep_memory = body.get("autoPauseMemory")
         if keep_memory is not None and not isinstance(keep_memory, bool):
             raise ApiError(Code.INVALID_REQUEST, "autoPauseMemory must be a boolean")
-        wakes = _auto_resume(body, keep_memory)
+        secure = body.get("secure")
+        if secure is not None and not isinstance(secure, bool):
+            raise ApiError(Code.INVALID_REQUEST, "secure must be true or false")
+        traits = E2BTraits(public_traffic=_public_traffic(body), auto_resume=_auto_resume(body, keep_memory),
+                           secure=secure is not False)
         name = (snap.name or snap.template) if snap else template
         try:
             req = CreateSandbox(name=name[:128], from_template=None if snap else ref, timeout_seconds=timeout,
@@ -201,9 +206,8 @@ class Control:
         if snap is not None:  # env vars on top of the snapshot's; its processes and files
             if rules:
                 raise ApiError(Code.INVALID_REQUEST, "network.rules are not supported on a box from a snapshot by hutch")
-            return self.sandbox(c, await snapshots.boot(c, snap, req, _public_traffic(body), wakes))
-        rec = await c.st.sandboxes.create(c.team_id, req, stable_token=True, header_rules=rules,
-                                          public_traffic=_public_traffic(body), auto_resume=wakes)
+            return self.sandbox(c, await snapshots.boot(c, snap, req, traits))
+        rec = await c.st.sandboxes.create(c.team_id, req, e2b=traits, header_rules=rules)
         return self.sandbox(c, rec)
 
     async def list_sandboxes(self, c: Ctx, request: Request, states: tuple[str, ...]) -> Response:
@@ -238,7 +242,7 @@ class Control:
         if timeout <= 0:
             raise ApiError(Code.INVALID_REQUEST, "timeout must be greater than 0")
         req = snapshots.fork_request(rec, count, _clamp_timeout(timeout))
-        results = await c.st.snapshots.fork(c.team_id, rec.id, req, stable_token=True)
+        results = await c.st.snapshots.fork(c.team_id, rec.id, req, e2b=True)
         return [{"error": {"code": r.code.status, "message": r.message}} if isinstance(r, ApiError)
                 else {"sandbox": self.sandbox(c, r)} for r in results]
 

@@ -29,7 +29,7 @@ from hutch.server.tokens import sandbox_named
 from hutch.store import SandboxRecord, SandboxStatus
 
 ENVD_PORT = "49983"
-HOST_FORM = "hutch.e2b.host_form"  # in a request's scope: it came by a box's own E2B host name (hosts.py)
+HOST_FORM = "hutch.e2b.host_form"  # in a request's scope: it came through E2B's host form (hosts.py)
 
 if TYPE_CHECKING:
     from hutch.server.state import State

@@ -14,6 +14,7 @@ implementation: the same body guard, auth, audit and errors. The host names the 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import socket
@@ -22,12 +23,13 @@ from dataclasses import dataclass
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from hutch import e2b
 from hutch.e2b.envd import ENVD_PORT, HOST_FORM
 
 log = logging.getLogger("hutch.e2b")
 
-API_PREFIX = b"/e2b"
-ENVD_PREFIX = b"/e2b/envd"
+API_PREFIX = e2b.API_PREFIX.encode()  # where hutch's app serves E2B's control plane
+ENVD_PREFIX = e2b.ENVD_PREFIX.encode()  # and envd
 _REPLACED = frozenset({b"e2b-sandbox-id", b"e2b-sandbox-port"})
 
 
@@ -64,14 +66,12 @@ class HostRouter:
         self.app, self.domain = app, domain.lower()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket"):
+        if scope["type"] != "http":  # the listener takes no WebSocket upgrade (ws="none")
             return
         host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
         target = target_of(host, self.domain)
         if target is None:
-            if scope["type"] == "http":
-                return await _not_here(send, self.domain)
-            return await send({"type": "websocket.close", "code": 1008})
+            return await _not_here(send, self.domain)
         headers = [(k, v) for k, v in scope["headers"] if k not in _REPLACED]
         if target.sandbox_id is not None:
             headers.append((b"e2b-sandbox-id", target.sandbox_id.encode()))
@@ -97,7 +97,6 @@ class HostListener:
     starts and stops it; its state is the app's)."""
 
     def __init__(self, app: ASGIApp, domain: str, certfile: str, keyfile: str) -> None:
-        self.domain = domain
         self.config = uvicorn.Config(HostRouter(app, domain), lifespan="off", log_level="warning", access_log=False,
                                      loop="asyncio", ssl_certfile=certfile, ssl_keyfile=keyfile,
                                      timeout_graceful_shutdown=5, ws="none")
@@ -112,19 +111,27 @@ class HostListener:
         self.server.lifespan = self.config.lifespan_class(self.config)
         for host in hosts:
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock = socket.socket(family, socket.SOCK_STREAM)
+            except OSError as e:  # no IPv6 in this kernel
+                if host == "::1" and e.errno == errno.EAFNOSUPPORT:
+                    continue
+                raise
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
+            if host == "::1":  # beside 127.0.0.1's own socket; "::" stays dual-stack
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             try:
                 sock.bind((host, port))
             except OSError as e:
                 sock.close()
-                if host == "::1":  # a host without IPv6: 127.0.0.1 serves
+                # a host without IPv6 on loopback: 127.0.0.1 serves. Anything else (the port taken)
+                # fails the start: a client trying ::1 first would reach another program
+                if host == "::1" and e.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
                     log.info("E2B's host form: not on [::1]:%d (%s)", port, e)
                     continue
+                for made in self._sockets:
+                    made.close()
                 raise
-            sock.set_inheritable(True)
             self._sockets.append(sock)
         await self.server.startup(sockets=self._sockets)
         self._ticks = asyncio.get_running_loop().create_task(self.server.main_loop())

@@ -21,7 +21,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hutch.e2b.common import StateGetter
 from hutch.e2b.envd import ENVD_PORT, HOST_FORM, SandboxGone, sandbox_of
+from hutch.errors import ApiError, Code
+from hutch.guest.protocol import INTERPRETER_PORT
 from hutch.server import boxport
+from hutch.server.uploads import MAX_JSON_BODY, capped_body
 from hutch.store import SandboxRecord, SandboxStatus
 
 if TYPE_CHECKING:
@@ -67,12 +70,16 @@ class ByPort:
 
 async def forward(get_state: StateGetter, request: Request) -> Response:
     port = port_of(request.scope) or 0
-    st, rec = _opened(get_state, request)
+    st, rec = _opened(get_state, request, port)
     if rec.status == SandboxStatus.FAILED:
         raise SandboxGone(rec.id)
     if not port:
         raise SandboxGone(rec.id, boxport.NOT_OPEN)
-    body = await request.body()  # bounded by hutch's JSON limit (BodyLimit)
+    # read whole, and so bounded here: BodyLimit lets through what names an upload's path (`…/files`)
+    declared = request.headers.get("content-length")
+    length = int(declared) if declared and declared.isascii() and declared.isdigit() else None
+    body = b"".join([chunk async for chunk in capped_body(request.stream(), MAX_JSON_BODY, length,
+                                                          "requests to a sandbox's port")])
     try:
         answer = await boxport.exchange(st, rec, port, request.method, _target(request.scope),
                                         [(k, v) for k, v in request.headers.raw if k.lower() not in DROPPED], body)
@@ -85,16 +92,25 @@ async def forward(get_state: StateGetter, request: Request) -> Response:
     return response
 
 
-def _opened(get_state: StateGetter, request: Request) -> tuple[State, SandboxRecord]:
+def _opened(get_state: StateGetter, request: Request, port: int) -> tuple[State, SandboxRecord]:
     """The box the request may reach: at its E2B host name (hosts.py), a box made with
-    allowPublicTraffic answers anyone, as E2B's does; otherwise its token is checked (sandbox_of:
-    the same 401 for a wrong token and for a box that does not exist, or is not public)."""
+    allowPublicTraffic answers anyone on its ports, as E2B's does, but for its code interpreter's
+    unless the box was made with `secure: false` (e2b 1.x's: its interpreter client sends no
+    token); otherwise its token is checked (sandbox_of: the same 401 for a wrong token and for a
+    box that does not exist, or is not public). Only a caller with the token wakes a paused box
+    whose auto-resume was not asked for."""
+    token = request.headers.get("x-access-token") or request.headers.get(TRAFFIC_HEADER)
     if request.scope.get(HOST_FORM):
         st = get_state()
-        rec = st.store.get_sandbox(request.headers.get("e2b-sandbox-id") or "")
-        if rec is not None and rec.public_traffic and rec.status != SandboxStatus.DELETED:
+        rec = st.store.get_sandbox(request.headers.get("e2b-sandbox-id") or "")  # (never a deleted one)
+        if rec is not None and rec.public_traffic and (port != INTERPRETER_PORT or rec.secure is False):
+            known = bool(token) and st.signer.verify(token or "", rec.id, rec.token_generation)
+            if not known and rec.auto_resume is not True and rec.status in (SandboxStatus.PAUSING,
+                                                                                SandboxStatus.PAUSED):
+                raise ApiError(Code.SANDBOX_PAUSED, f"sandbox {rec.id} is paused: a request without its token "
+                                                    "wakes it only when it was made with auto-resume")
             return st, rec
-    return sandbox_of(get_state, request, request.headers.get("x-access-token") or request.headers.get(TRAFFIC_HEADER))
+    return sandbox_of(get_state, request, token)
 
 
 def _target(scope: Scope) -> bytes:

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from hutch.e2b.common import Ctx, validation_message
 from hutch.errors import ApiError, Code
 from hutch.server.models import BootSnapshot, CreateSandbox
+from hutch.server.sandboxes import E2BTraits
 from hutch.store import SandboxRecord, SnapshotRecord
 
 DEFAULT_TAG = ":default"
@@ -89,11 +90,9 @@ async def delete(c: Ctx, ref: str) -> None:
     await c.st.templates.delete(c.team_id, template.id)
 
 
-async def boot(c: Ctx, snap: SnapshotRecord, req: CreateSandbox, public_traffic: bool,
-               auto_resume: bool | None) -> SandboxRecord:
+async def boot(c: Ctx, snap: SnapshotRecord, req: CreateSandbox, traits: E2BTraits) -> SandboxRecord:
     """One box from the snapshot (E2B's create with a snapshot as its template)."""
-    return await c.st.snapshots.boot_one(c.team_id, snap.id, req, stable_token=True, public_traffic=public_traffic,
-                                         auto_resume=auto_resume)
+    return await c.st.snapshots.boot_one(c.team_id, snap.id, req, e2b=traits)
 
 
 def fork_request(rec: SandboxRecord, count: int, timeout: int) -> BootSnapshot:

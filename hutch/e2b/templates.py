@@ -303,7 +303,7 @@ def _reason(build: BuildRecord, entries: list[dict[str, Any]], origin: list[int]
 
 
 def _signature(st: State, team_id: str, digest: str, expires: int) -> str:
-    return st.signer.token(f"template-upload/{team_id}/{digest}", expires)
+    return st.signer.keyed(f"template-upload/{team_id}/{digest}", expires)
 
 
 async def receive_upload(st: State, request: Request, team_id: str, digest: str) -> Response:

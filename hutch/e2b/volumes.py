@@ -45,7 +45,7 @@ def stat_of(e: Entry) -> dict[str, Any]:
 
 
 def token_of(st: State, volume_id: str) -> str:
-    return st.signer.token(f"volume/{volume_id}", 1)
+    return st.signer.keyed(f"volume/{volume_id}", 1)
 
 
 def mounts_of(body: dict[str, Any]) -> dict[str, str | VolumeMountSpec] | None:

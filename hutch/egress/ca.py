@@ -13,6 +13,7 @@ What a box trusts is one read-only directory, mounted at /.hutch/ca: `ca.crt` (t
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import os
 import ssl
 import tempfile
@@ -26,21 +27,19 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+# every IPv4 and IPv6 address, excluded from a name-constrained CA (x509 leaves a type it does not
+# name unconstrained)
+NO_ADDRESSES = (x509.IPAddress(ipaddress.ip_network("0.0.0.0/0")), x509.IPAddress(ipaddress.ip_network("::/0")))
 CA_DAYS = 3650
 LEAF_DAYS = 30
 LEAF_REUSE_SECONDS = 24 * 3600  # a host's certificate is minted again after a day
 MAX_CACHED_HOSTS = 512
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-
-
 def new_ca(common_name: str, permitted_domain: str | None = None) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A new CA's key and self-signed certificate; with `permitted_domain`, name-constrained to that
-    domain and the names below it (a client that trusts it trusts nothing else it could sign)."""
+    domain and the names below it, and to no IP address (a client that trusts it trusts nothing
+    else it could sign)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "hutch"),
                       x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])])
@@ -56,7 +55,7 @@ def new_ca(common_name: str, permitted_domain: str | None = None) -> tuple[ec.El
                .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False))
     if permitted_domain is not None:
         builder = builder.add_extension(x509.NameConstraints(permitted_subtrees=[x509.DNSName(permitted_domain)],
-                                                             excluded_subtrees=None), critical=True)
+                                                             excluded_subtrees=list(NO_ADDRESSES)), critical=True)
     return key, builder.sign(key, hashes.SHA256())
 
 
@@ -78,10 +77,22 @@ def issue_leaf(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, le
 
 
 def write_pair(key: ec.EllipticCurvePrivateKey, cert: x509.Certificate, key_path: Path, cert_path: Path) -> None:
-    """The key (readable by root alone) and the certificate, as PEM."""
-    _write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                               serialization.NoEncryption()))
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    """The key (readable by root alone) and the certificate, as PEM, each written beside its place
+    and renamed in: a crash leaves the old file or the new one, never half of one."""
+    for path, data, mode in ((key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()), 0o600),
+                             (cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)):
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
 
 
 class CertificateAuthority:

@@ -2,7 +2,9 @@
 
 The code-interpreter template starts it as the box user with the template's own python3 (Debian's,
 which has jupyter_client and ipykernel); hutch's envd facade reaches it through the box's agent
-when a request carries `E2b-Sandbox-Port: 49999`, having checked the box's token. It listens on
+when a request carries `E2b-Sandbox-Port: 49999` (or comes to `49999-<id>.<E2B domain>`), having
+checked the box's token (not asked of a box made with E2B's `secure: false` and public traffic,
+whose e2b 1.x client sends none: hutch.e2b.ports). It listens on
 every address of the box, as E2B's does, which is loopback alone (a box has no network card).
 
     GET  /health                    200 "OK" once the default Python context runs (a default

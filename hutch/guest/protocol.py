@@ -17,6 +17,7 @@ CA_BUNDLE = f"{TRUST_DIR}/bundle.crt"  # public roots, the server's extra CAs an
 SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"  # Debian's bundle path: the box's is replaced by CA_BUNDLE
 SOCKET_NAME = "agent.sock"
 EGRESS_SOCKET = "egress.sock"  # the host's egress proxy for this box, in the channel directory
+INTERPRETER_PORT = 49999  # the code interpreter's server in a box (interpreter.py's PORT: a test keeps them equal)
 PROXY_PORT = 3128  # the agent's relay to it, on 127.0.0.1 in the box: every process's HTTP(S)_PROXY
 SUDO_SOCKET = "\0hutch-sudo"  # the agent's sudo service (sudod.py), in the box's own abstract namespace
 

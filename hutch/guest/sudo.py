@@ -185,7 +185,7 @@ def _stdio() -> list[int]:
     return fds
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def recv_exact(sock: socket.socket, n: int) -> bytes:
     buf = b""
     while len(buf) < n:
         part = sock.recv(n - len(buf))
@@ -228,7 +228,7 @@ def ask_the_agent(argv: list[str], env: dict[str, str], cwd: str, uid: int, gid:
         signal.signal(getattr(signal, name), forward)
     while True:
         try:
-                answer: tuple[int, int] = ANSWER.unpack(_recv_exact(sock, ANSWER.size))
+                answer: tuple[int, int] = ANSWER.unpack(recv_exact(sock, ANSWER.size))
         except (EOFError, OSError):
             return _fail("the agent ended the command's session")  # the agent died, or was replaced
         kind, value = answer

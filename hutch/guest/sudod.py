@@ -79,12 +79,10 @@ class SudoService:
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
                 conn.settimeout(REQUEST_SECONDS)
                 try:
-                    uid, req, fds = _read_request(conn)
-                except (OSError, EOFError, ValueError):
+                    uid, req, fds = _read_request(conn, self.allowed)
+                except (OSError, EOFError, ValueError, RecursionError):  # RecursionError: JSON nested too deep
                     return  # a caller that sent nothing sensible in time gets nothing
                 if uid not in self.allowed:
-                    for fd in fds:
-                        os.close(fd)
                     _answer(conn, sudo.REFUSED, 0)
                     return
                 try:
@@ -109,9 +107,10 @@ class SudoService:
 _CONTROL = socket.CMSG_SPACE(3 * _INT.size) + socket.CMSG_SPACE(_CREDS.size)
 
 
-def _read_request(conn: socket.socket) -> tuple[int, dict[str, Any], list[int]]:
+def _read_request(conn: socket.socket, allowed: tuple[int, ...]) -> tuple[int, dict[str, Any], list[int]]:
     """The uid the kernel vouches for, the request and the caller's stdio (three descriptors), or
-    ValueError. Bounded in size."""
+    ValueError. Bounded in size; a caller not `allowed` is told so before anything of its request
+    beyond the first bytes is read (no descriptor kept, an empty request)."""
     head, ancillary, flags, _addr = conn.recvmsg(sudo.LEN.size, _CONTROL)
     fds: list[int] = []
     uid = -1
@@ -123,13 +122,17 @@ def _read_request(conn: socket.socket) -> tuple[int, dict[str, Any], list[int]]:
     try:
         if not head:
             raise EOFError
+        if uid not in allowed:
+            for fd in fds:
+                os.close(fd)
+            return uid, {}, []
         if flags & socket.MSG_CTRUNC or len(fds) != 3:
             raise ValueError("not a request")
-        head += sudo._recv_exact(conn, sudo.LEN.size - len(head))
+        head += sudo.recv_exact(conn, sudo.LEN.size - len(head))
         (size,) = sudo.LEN.unpack(head)
         if size > sudo.MAX_REQUEST:
             raise ValueError("not a request")
-        req = json.loads(sudo._recv_exact(conn, size))
+        req = json.loads(sudo.recv_exact(conn, size))
         _check(req)
         return uid, req, fds
     except BaseException:

@@ -93,11 +93,11 @@ def create_app(config: ServerConfig) -> FastAPI:
                 task.cancel()
             if st.pool is not None:  # first: nobody's boxes, and no later step's failure may skip them
                 await st.pool.close()
+            if hosts_listener is not None:  # first: no new request reaches the services below
+                await hosts_listener.close()
             await envd.close()  # E2B's watchers and process timers
             await st.templates.close()  # a build cut short is queued again for the next start
             await st.previews.proxy.close()
-            if hosts_listener is not None:
-                await hosts_listener.close()
             if st.local is not None:
                 await st.local.close()  # the sandboxes outlive the server; a restart takes them back
             else:

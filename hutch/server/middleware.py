@@ -12,8 +12,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from hutch import e2b
 from hutch.errors import Code
 from hutch.server import errors
+from hutch.server.uploads import MAX_JSON_BODY
 
-MAX_JSON_BODY = 1 * 2**20
+__all__ = ["MAX_JSON_BODY", "BodyLimit"]
+
 
 
 class BodyLimit:

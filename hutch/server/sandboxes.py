@@ -123,6 +123,26 @@ class _KeptRunning(ApiError):
 
 
 @dataclass(frozen=True)
+class E2BTraits:
+    """What a box made through E2B's API (hutch.e2b) keeps of E2B's ways: its access token never
+    rotates on resume (the SDK keeps the one it was first given); with `public_traffic`, its ports
+    answer at their E2B host names without its traffic token (hutch.e2b.ports); with `auto_resume`
+    false, no call or request wakes it once paused (None: any does, hutch's way); `secure`, its code
+    interpreter's port wants the token even when its other ports are public."""
+
+    public_traffic: bool = False
+    auto_resume: bool | None = None
+    secure: bool = True
+
+    @classmethod
+    def of(cls, rec: SandboxRecord) -> E2BTraits | None:
+        """A box's traits, or None for a box hutch's own API made."""
+        if not rec.stable_token:
+            return None
+        return cls(bool(rec.public_traffic), rec.auto_resume, rec.secure is not False)
+
+
+@dataclass(frozen=True)
 class _Origin:
     """What a new box is made from: a template, or a snapshot (which adds its source's env, egress
     rules and secrets)."""
@@ -257,13 +277,10 @@ class Sandboxes:
                                                       "(wait for its build, or see why it failed)")
         return template
 
-    async def create(self, team_id: str, req: CreateSandbox, *, stable_token: bool = False,
+    async def create(self, team_id: str, req: CreateSandbox, *, e2b: E2BTraits | None = None,
                      snapshot: tuple[SnapshotRecord, Path] | None = None,
-                     header_rules: Rules | None = None, public_traffic: bool = False,
-                     auto_resume: bool | None = None) -> SandboxRecord:
-        """A new box; with `stable_token` (E2B's API) its access token never rotates on resume;
-        with `public_traffic` (E2B's), its ports answer at their E2B host names without a token;
-        with `auto_resume` false (E2B's), a call or a request never wakes it once paused.
+                     header_rules: Rules | None = None) -> SandboxRecord:
+        """A new box; with `e2b` (E2B's API), one that keeps E2B's ways (E2BTraits).
         With `snapshot` (hutch.server.snapshots: the record and its image), the box continues
         from it: the snapshot's template, shape, env (the create's on top), egress rules and
         secrets unless the create gives its own, and new stand-ins; no start command runs."""
@@ -288,8 +305,9 @@ class Sandboxes:
             auto_delete_seconds=req.auto_delete_seconds, pause_at=self._deadline(req.timeout_seconds),
             network=req.network.model_dump() if req.network else origin.network, preview_access=req.preview_access,
             template_id=origin.template_id, rootfs=origin.rootfs, disk_mib=origin.disk_mib,
-            stable_token=stable_token or None, pause_memory=req.pause_memory, header_rules=header_rules,
-            public_traffic=public_traffic or None, auto_resume=auto_resume,
+            pause_memory=req.pause_memory, header_rules=header_rules,
+            stable_token=True if e2b else None, public_traffic=(e2b and e2b.public_traffic) or None,
+            auto_resume=e2b.auto_resume if e2b else None, secure=False if e2b and not e2b.secure else None,
         )
         wanted = req.secrets if req.secrets is not None else {
             env: name for env, name in origin.secrets.items() if env not in rec.env_vars}
@@ -699,13 +717,15 @@ class Sandboxes:
 
     # --- the data plane's view ------------------------------------------------------------------
 
-    async def running_box(self, rec: SandboxRecord) -> BoxAgent:
+    async def running_box(self, rec: SandboxRecord, *, asked: bool = False) -> BoxAgent:
         """The agent of the live box behind a record, resumed first if it is paused (or pausing,
-        or resuming: the lock makes this wait for that to finish). Raises ChannelError if a pause
-        takes the box meanwhile."""
+        or resuming: the lock makes this wait for that to finish), unless traffic may not wake it
+        (auto-resume off) and the resume was not `asked` for by the call itself (a snapshot of it).
+        Raises ChannelError if a pause takes the box meanwhile."""
         current = self.get(None, rec.id)  # the caller's record may be older than a pause
         if current.status != SandboxStatus.ACTIVE:
-            if current.auto_resume is False and current.status in (SandboxStatus.PAUSING, SandboxStatus.PAUSED):
+            if not asked and current.auto_resume is False and current.status in (SandboxStatus.PAUSING,
+                                                                                 SandboxStatus.PAUSED):
                 raise ApiError(Code.SANDBOX_PAUSED, f"sandbox {rec.id} is paused, and traffic does not wake it "
                                                     "(auto-resume is off): resume or connect to it first")
             current = await self.resume(None, rec.id)  # a failed box raises here

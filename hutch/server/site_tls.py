@@ -13,6 +13,7 @@ client.env (Python's clients take one file, and still reach the rest of the inte
 from __future__ import annotations
 
 import datetime
+import fcntl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from hutch.egress.ca import issue_leaf, new_ca, write_pair
+from hutch.egress.ca import NO_ADDRESSES, issue_leaf, new_ca, write_pair
 
 LEAF_DAYS = 365
 RENEW_BEFORE_DAYS = 30  # a certificate with less left is issued again at start
@@ -37,22 +38,26 @@ class SiteTLS:
 
 
 def site_tls(directory: Path, domain: str, certfile: Path | None = None, keyfile: Path | None = None) -> SiteTLS:
-    """The listener's certificate: the operator's, or one issued (again, when the domain changed or
-    it nears its end) from the install's CA for `domain`."""
+    """The listener's certificate: the operator's, or one issued (again, when the domain changed,
+    a file is missing or does not match its key, or it nears its end) from the install's CA for
+    `domain`. A fleet's API servers share the directory: one at a time, under a lock."""
     if certfile is not None and keyfile is not None:
         return SiteTLS(certfile, keyfile, None, None)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(directory / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _issued(directory, domain)
+
+
+def _issued(directory: Path, domain: str) -> SiteTLS:
     ca_key_path, ca_path = directory / "ca.key", directory / "ca.crt"
-    ca = _load(ca_path)
-    if ca is None or _constrained_to(ca) != domain or not ca_key_path.exists():
-        key, cert = new_ca(f"hutch local CA for {domain}", permitted_domain=domain)
-        write_pair(key, cert, ca_key_path, ca_path)
-        ca = cert
-    ca_key = serialization.load_pem_private_key(ca_key_path.read_bytes(), password=None)
-    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    ca, ca_key = _load(ca_path), _load_key(ca_key_path)
+    if ca is None or ca_key is None or _constrained_to(ca) != domain or not _same_key(ca, ca_key):
+        ca_key, ca = new_ca(f"hutch local CA for {domain}", permitted_domain=domain)
+        write_pair(ca_key, ca, ca_key_path, ca_path)
     leaf_path, leaf_key_path = directory / "site.crt", directory / "site.key"
-    leaf = _load(leaf_path)
-    if leaf is None or not leaf_key_path.exists() or not _fits(leaf, ca, domain):
+    leaf, leaf_key = _load(leaf_path), _load_key(leaf_key_path)
+    if leaf is None or leaf_key is None or not _same_key(leaf, leaf_key) or not _fits(leaf, ca, domain):
         leaf_key = ec.generate_private_key(ec.SECP256R1())
         write_pair(leaf_key, issue_leaf(ca_key, ca, leaf_key, [domain, f"*.{domain}"], LEAF_DAYS),
                    leaf_key_path, leaf_path)
@@ -63,6 +68,18 @@ def site_tls(directory: Path, domain: str, certfile: Path | None = None, keyfile
     tmp.chmod(0o644)
     tmp.replace(bundle)
     return SiteTLS(leaf_path, leaf_key_path, ca_path, bundle)
+
+
+def _load_key(path: Path) -> ec.EllipticCurvePrivateKey | None:
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError):
+        return None
+    return key if isinstance(key, ec.EllipticCurvePrivateKey) else None
+
+
+def _same_key(cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> bool:
+    return cert.public_key() == key.public_key()
 
 
 def _load(path: Path) -> x509.Certificate | None:
@@ -78,6 +95,9 @@ def _constrained_to(ca: x509.Certificate) -> str | None:
     except x509.ExtensionNotFound:
         return None
     names = [n.value for n in permitted if isinstance(n, x509.DNSName)]
+    constraints = ca.extensions.get_extension_for_class(x509.NameConstraints).value
+    if list(constraints.excluded_subtrees or []) != list(NO_ADDRESSES):  # one made before addresses were excluded
+        return None
     return names[0] if len(names) == 1 else None
 
 

@@ -23,7 +23,7 @@ from hutch.node import boxfiles
 from hutch.node.api import AgentUnreachable, ChannelError
 from hutch.server.config import ServerConfig
 from hutch.server.models import BootSnapshot, CreateSandbox, SnapshotInfo, timestamp
-from hutch.server.sandboxes import Sandboxes, checkpoint_bound, checkpoint_size
+from hutch.server.sandboxes import E2BTraits, Sandboxes, checkpoint_bound, checkpoint_size
 from hutch.store import CheckpointBudgets, SandboxRecord, SnapshotRecord, Store
 
 log = logging.getLogger("hutch.server")
@@ -108,7 +108,7 @@ class Snapshots:
         if source.rootfs is None or not Path(source.rootfs).is_dir():
             raise ApiError(Code.TEMPLATE_ROOT_GONE, f"the template root of sandbox {source.id} is not on this server")
         try:
-            agent = await self.sandboxes.running_box(source)
+            agent = await self.sandboxes.running_box(source, asked=True)
             await boxfiles.save(agent, Path(source.rootfs), image, limit,
                                 tuple(m["path"] for m in source.volumes or ()))
         except boxfiles.TooLarge as e:
@@ -136,17 +136,15 @@ class Snapshots:
     # --- boot -----------------------------------------------------------------------------------
 
     async def boot(self, team_id: str, ref: str, req: CreateSandbox, count: int = 1, *,
-                   stable_token: bool = False, public_traffic: bool = False,
-                   auto_resume: bool | None = None) -> list[SandboxRecord | ApiError]:
+                   e2b: E2BTraits | None = None) -> list[SandboxRecord | ApiError]:
         """`count` new boxes from a snapshot, restored at once; each one's outcome in order (a box
         that could not start is its error, and nothing of it is left)."""
         snap = self.get(team_id, ref)
         image = self.image(snap.id)
         self._booting[snap.id] += count  # a delete meanwhile is refused
         try:
-            results = await asyncio.gather(*(self.sandboxes.create(team_id, req, stable_token=stable_token,
-                                                                   public_traffic=public_traffic, auto_resume=auto_resume,
-                                                                   snapshot=(snap, image)) for _ in range(count)),
+            results = await asyncio.gather(*(self.sandboxes.create(team_id, req, e2b=e2b, snapshot=(snap, image))
+                                             for _ in range(count)),
                                            return_exceptions=True)
         finally:
             self._booting[snap.id] -= count
@@ -167,25 +165,23 @@ class Snapshots:
             raise cut
         return out
 
-    async def boot_one(self, team_id: str, ref: str, req: CreateSandbox, *, stable_token: bool = False,
-                       public_traffic: bool = False, auto_resume: bool | None = None) -> SandboxRecord:
+    async def boot_one(self, team_id: str, ref: str, req: CreateSandbox, *,
+                       e2b: E2BTraits | None = None) -> SandboxRecord:
         """One box from a snapshot (a create with `from_snapshot`); its failure raised."""
-        [one] = await self.boot(team_id, ref, req, 1, stable_token=stable_token, public_traffic=public_traffic,
-                                auto_resume=auto_resume)
+        [one] = await self.boot(team_id, ref, req, 1, e2b=e2b)
         if isinstance(one, ApiError):
             raise one
         return one
 
     async def fork(self, team_id: str, sandbox_id: str, req: BootSnapshot, *,
-                   stable_token: bool = False) -> list[SandboxRecord | ApiError]:
-        """`req.count` copies of a box as it is now: a snapshot taken for them (not kept), each as
-        open to traffic as the box is."""
+                   e2b: bool = False) -> list[SandboxRecord | ApiError]:
+        """`req.count` copies of a box as it is now: a snapshot taken for them (not kept); with
+        `e2b` (E2B's API), each with the box's E2B traits (E2BTraits)."""
         source = self.sandboxes.get(team_id, sandbox_id)
         snap = await self.take(team_id, sandbox_id, metadata={"hutch.fork_of": source.id})
         try:
             return await self.boot(team_id, snap.id, req.create(source.name, snap.id), req.count,
-                                   stable_token=stable_token, public_traffic=bool(source.public_traffic),
-                                   auto_resume=source.auto_resume)
+                                   e2b=(E2BTraits.of(source) or E2BTraits()) if e2b else None)
         finally:
             try:
                 await self.delete(team_id, snap.id)

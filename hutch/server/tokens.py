@@ -40,12 +40,23 @@ class TokenSigner:
         return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
 
     def token(self, sandbox_id: str, generation: int) -> str:
+        """A box's access token, as it is handed out."""
         return f"{PREFIX}{sandbox_id}.{self._mac(sandbox_id, generation)}"
 
-    def verify(self, token: str, sandbox_id: str, generation: int) -> bool:
+    def forms(self, sandbox_id: str, generation: int) -> tuple[str, str]:
+        """Each form a box's token may come in: the current one, then the older (`hat_<mac>`),
+        which clients given it before the id was named in it still hold."""
         mac = self._mac(sandbox_id, generation)
-        return (hmac.compare_digest(token.encode(), f"{PREFIX}{sandbox_id}.{mac}".encode())
-                | hmac.compare_digest(token.encode(), f"{PREFIX}{mac}".encode()))  # both, always: no timing
+        return f"{PREFIX}{sandbox_id}.{mac}", f"{PREFIX}{mac}"
+
+    def keyed(self, name: str, n: int) -> str:
+        """A secret keyed to a name and a number that is no box's (a volume's token, a link's
+        signature): `hat_<mac>`, the form every such secret has always had."""
+        return PREFIX + self._mac(name, n)
+
+    def verify(self, token: str, sandbox_id: str, generation: int) -> bool:
+        # every form compared, always: how long it takes says nothing of which matched
+        return bool(sum(hmac.compare_digest(token.encode(), form.encode()) for form in self.forms(sandbox_id, generation)))
 
 
 def sandbox_named(token: str | None) -> str | None:

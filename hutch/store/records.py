@@ -105,6 +105,7 @@ class SandboxRecord:
     header_rules: dict[str, dict[str, dict[str, Any]]] | None = None
     public_traffic: bool | None = None
     auto_resume: bool | None = None
+    secure: bool | None = None
 
 
 SANDBOX_JSON = JsonColumns(("metadata", "env_vars", "network", "volumes", "header_rules"))

@@ -70,6 +70,8 @@ sandboxes = sa.Table(
     # false: paused, it wakes only when resumed or connected, never by a call or a request to a port
     # (E2B's lifecycle.autoResume off, or its files-only pause); null: any call wakes it
     sa.Column("auto_resume", sa.Boolean),
+    # E2B's `secure`, false: its code interpreter's port answers without a token when its ports are public
+    sa.Column("secure", sa.Boolean),
     sa.Index("ix_sandboxes_box_key", "box_key"),
 )
 network_log = sa.Table(

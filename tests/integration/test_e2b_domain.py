@@ -82,8 +82,8 @@ def test_camel_ais_e2b_interpreter_which_pins_the_old_sdk_runs_code_on_hutch(env
     assert run_client(env, "camel-0.2.90", "camel")["python"].strip() == "42"
 
 
-def _e2b_box(env: Env, **network: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"templateID": "base", "timeout": 120}
+def _e2b_box(env: Env, secure: bool = True, **network: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"templateID": "base", "timeout": 120, "secure": secure}
     if network:
         body["network"] = network
     r = httpx.post(url(env, "api", "/sandboxes"), json=body, headers={"X-API-KEY": env.server.e2b_key()},
@@ -176,3 +176,39 @@ def test_lifecycle_auto_resume_on_a_port_request_wakes_the_box_and_off_only_conn
     assert out["not_woken_by_port"] == "409" and out["envd_on_paused"] == "SandboxNotRunningException"
     assert out["sleeping_after"] == "paused"
     assert out["after_connect"] == "200 awake"
+
+
+def test_a_public_box_keeps_its_interpreter_port_and_its_sleep_to_token_holders(env: Env) -> None:
+    """allowPublicTraffic opens a box's ports, but not its code interpreter's (49999) unless the box
+    was made with secure=false (e2b 1.x's); and a request without the token wakes a paused box only
+    when it was made with auto-resume."""
+    secure, open_ = _e2b_box(env), _e2b_box(env, secure=False)
+    try:
+        for made in (secure, open_):
+            Sandbox.connect(made["sandboxID"]).commands.spawn(
+                "cd /tmp && echo hi > p.txt && (python3 -m http.server 8000 & exec python3 -m http.server 49999)")
+
+        def get(made: dict[str, Any], port: int, token: str | None = None) -> int:
+            headers = {"e2b-traffic-access-token": token} if token else {}
+            return httpx.get(url(env, f"{port}-{made['sandboxID']}", "/p.txt"), headers=headers, verify=tls(env),
+                             timeout=60).status_code
+
+        wait_for(lambda: get(secure, 49999, secure["trafficAccessToken"]) == 200 == get(open_, 49999), 30)
+        assert get(secure, 8000) == 200  # public
+        # a body to a port is read whole, so bounded, whatever its path says (an upload's is exempt elsewhere)
+        big = httpx.put(url(env, f"8000-{secure['sandboxID']}", "/x/files"), content=b"x" * (2 * 2**20),
+                        verify=tls(env), timeout=60)
+        assert big.status_code == 413, big.text
+        assert get(secure, 49999) == 401  # but not its interpreter's port
+        assert get(open_, 49999) == 200  # secure=false: that too
+        paused = httpx.post(url(env, "api", f"/sandboxes/{secure['sandboxID']}/pause"), verify=tls(env),
+                            headers={"X-API-KEY": env.server.e2b_key()}, timeout=120)
+        assert paused.status_code == 204, paused.text
+        assert get(secure, 8000) == 409  # no token: it sleeps on
+        info = httpx.get(url(env, "api", f"/sandboxes/{secure['sandboxID']}"), verify=tls(env),
+                         headers={"X-API-KEY": env.server.e2b_key()}).json()
+        assert info["state"] == "paused"
+        assert get(secure, 8000, secure["trafficAccessToken"]) == 200  # the token wakes it
+    finally:
+        _kill(env, secure["sandboxID"])
+        _kill(env, open_["sandboxID"])

@@ -4,6 +4,7 @@ certificate hutch issues for the domain."""
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import ssl
 from pathlib import Path
 
@@ -56,6 +57,8 @@ def test_hutch_issues_a_certificate_for_the_domain_from_a_ca_constrained_to_it(t
     ca = x509.load_pem_x509_certificate(tls.ca_file.read_bytes())
     permitted = ca.extensions.get_extension_for_class(x509.NameConstraints)
     assert permitted.critical and permitted.value.permitted_subtrees == [x509.DNSName("hutch.localhost")]
+    assert permitted.value.excluded_subtrees == [x509.IPAddress(ipaddress.ip_network("0.0.0.0/0")),
+                                                 x509.IPAddress(ipaddress.ip_network("::/0"))]  # no address either
     leaf = x509.load_pem_x509_certificate(tls.certfile.read_bytes())
     names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
     assert sorted(names) == ["*.hutch.localhost", "hutch.localhost"]
@@ -80,3 +83,18 @@ def test_a_new_domain_gets_a_new_ca_and_an_operators_certificate_is_used_as_give
     given = site_tls(tmp_path / "unused", "sandboxes.example.test", Path("/w.pem"), Path("/w.key"))
     assert (given.certfile, given.keyfile, given.ca_file, given.bundle) == (Path("/w.pem"), Path("/w.key"), None, None)
     assert not (tmp_path / "unused").exists()
+
+
+def test_a_key_that_does_not_match_its_certificate_is_issued_again(tmp_path: Path) -> None:
+    first = site_tls(tmp_path / "tls", "hutch.localhost")
+    other = site_tls(tmp_path / "other", "hutch.localhost")
+    first.keyfile.write_bytes(other.keyfile.read_bytes())  # a crash between two writes, say
+    again = site_tls(tmp_path / "tls", "hutch.localhost")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(again.certfile), str(again.keyfile))  # raises on a mismatched pair
+
+
+def test_the_interpreter_port_is_one_number_in_the_box_and_on_the_host() -> None:
+    from hutch.guest import interpreter, protocol
+
+    assert protocol.INTERPRETER_PORT == interpreter.PORT

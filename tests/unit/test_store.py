@@ -816,13 +816,14 @@ def test_a_database_of_the_hutch_before_migrations_keeps_its_rows_and_is_stamped
         c.execute(sa.text("ALTER TABLE secrets DROP COLUMN metadata"))
         c.execute(sa.text("ALTER TABLE sandboxes DROP COLUMN public_traffic"))  # revision 0008's
         c.execute(sa.text("ALTER TABLE sandboxes DROP COLUMN auto_resume"))
+        c.execute(sa.text("ALTER TABLE sandboxes DROP COLUMN secure"))  # revision 0009's
         c.execute(schema.teams.insert().values(id=team, name="team-a", created_at=1.0))
         c.execute(schema.api_keys.insert().values(key_hash="h" * 64, team_id=team, prefix="hutch_abc", created_at=1.0))
         rec = new_record(team, metadata={"k": "v"}, runtime_id="rt-1", status=SandboxStatus.PAUSED)
         c.execute(schema.sandboxes.insert().values(**{k: v for k, v in SANDBOX_JSON.row(rec).items()
                                                        if k not in ("node", "checkpoint_bytes", "pause_refused_at",
                                                                     "pause_memory", "volumes", "header_rules",
-                                                                    "public_traffic", "auto_resume")}))
+                                                                    "public_traffic", "auto_resume", "secure")}))
         c.execute(schema.templates.insert().values(id="tpl", team_id=team, name="mine", spec="{}", env="{}", created_at=1.0))
         c.execute(schema.network_log.insert().values(sandbox_id=rec.id, at=1.0, host="a.example", port=443, verdict="allowed",
                                                      rule="default", bytes_out=1, bytes_in=2))

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from starlette.responses import StreamingResponse
 
 from hutch.errors import ApiError, Code
-from hutch.guest.interpreter import PORT
+from hutch.guest.protocol import INTERPRETER_PORT as PORT
 from hutch.server import audit, boxport
 from hutch.server.auth import ActorDep, BoxDep
 from hutch.server.models import CodeContext, CreateCodeContext, RunCode
