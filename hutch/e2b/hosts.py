@@ -118,6 +118,9 @@ class HostListener:
                     continue
                 raise
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            # accepted sockets inherit it: without it, an answer's head and body (two TLS records)
+            # met Nagle and the client's delayed ACK, 40 ms a call (measured: 49 ms against 8 for a 404)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if host == "::1":  # beside 127.0.0.1's own socket; "::" stays dual-stack
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             try:
