@@ -12,9 +12,10 @@ from starlette.responses import Response, StreamingResponse
 from hutch.console import session
 from hutch.console.boxes import SessionDep
 from hutch.console.pages import StateDep, page, see_other
+from hutch.errors import ApiError
+from hutch.server.auth import team_for_key
 from hutch.server.models import BuildId, SecretName, TemplateRef
 from hutch.server.secrets import providers
-from hutch.store import API_KEY_PREFIX, E2B_KEY_PREFIX
 
 router = APIRouter()
 
@@ -40,7 +41,11 @@ async def sign_in(request: Request, st: StateDep) -> Response:
     """The API key, read once from the form, becomes a session; the browser keeps only the cookie."""
     session.check_origin(st, request)  # no one else's page signs a browser in as their team
     key = (await session.form(request)).get("api_key", "").strip()
-    team_id = st.store.team_for_api_key(key) if key.startswith((API_KEY_PREFIX, E2B_KEY_PREFIX)) else None
+    try:
+        team_id = team_for_key(st, key, request) if key else None
+    except ApiError:  # past the failed keys' limit (hutch.server.keyguard)
+        return page(request, "sign_in.html", None, status=429,
+                    error="Too many API keys that were not valid, from here or for this key: wait a minute.")
     if team_id is None:
         return page(request, "sign_in.html", None, status=401, error="That API key is not valid.")
     if (earlier := request.cookies.get(session.COOKIE)) is not None:

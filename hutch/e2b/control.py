@@ -28,6 +28,7 @@ from hutch.e2b import secrets, snapshots, templates, volumes
 from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, validation_message
 from hutch.errors import ApiError, Code
 from hutch.server import header_rules
+from hutch.server.auth import team_for_key
 from hutch.server.models import MAX_FORKS, CreateSandbox, NetworkConfig, UpdateSandbox
 from hutch.server.sandboxes import E2BTraits
 from hutch.server.templates import BASE_TEMPLATE_ID
@@ -126,7 +127,7 @@ class Control:
         key = request.headers.get("x-api-key")
         if not key:
             raise ApiError(Code.UNAUTHORIZED, "an API key is required (X-API-KEY)")
-        team_id = await run_in_threadpool(st.store.team_for_api_key, key)  # as hutch's sync dependencies
+        team_id = await run_in_threadpool(team_for_key, st, key, request)  # as hutch's sync dependencies
         if team_id is None:
             raise ApiError(Code.INVALID_API_KEY, "Invalid API key")
         return Ctx(st, team_id)

@@ -18,6 +18,7 @@ import os
 import shlex
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import BinaryIO
 
 from hutch.errors import ApiError, Code
 from hutch.guest import protocol
@@ -32,8 +33,7 @@ PRUNED = ("/proc", "/sys", "/dev", "/tmp", protocol.GUEST_ROOT, protocol.SYSTEM_
 MAX_LISTING = 32 * 2**20  # of the box's list of paths (about 300,000 of them)
 DOWNLOAD_SECONDS = 1800.0  # a box that trickles its list or its tar is cut off after this
 ROOT = boxcmd.Defaults(env={}, cwd="/", user="root")
-# One save at a time on this host: each holds a box's whole list of paths (and a template's) in memory
-_saving = asyncio.Semaphore(1)
+TAR_OVERHEAD = 1024  # what tar adds to a path at most: its header block and its last block's padding
 
 
 class TooLarge(Exception):
@@ -107,49 +107,80 @@ def _pruned(path: str, skip: tuple[str, ...] = ()) -> bool:
     return any(path == p or path.startswith(p + "/") for p in (*PRUNED, *skip))
 
 
-async def save(agent: BoxAgent, rootfs: Path, image: Path, limit: int, skip: tuple[str, ...] = ()) -> int:
+async def save(agent: BoxAgent, rootfs: Path, image: Path, limit: int, own: int, skip: tuple[str, ...] = ()) -> int:
     """Save what the running box changed of `rootfs` into `image`; the bytes saved. The tar is
     made on the box's own root first (it counts against the box's disk, or its memory), then
-    streamed out. Raises TooLarge past `limit` (or a list of paths past MAX_LISTING). `skip`:
-    where volumes are mounted (their files are the volume's, never the box's)."""
-    async with _saving:
-        return await _save(agent, rootfs, image, limit, skip)
-
-
-async def _save(agent: BoxAgent, rootfs: Path, image: Path, limit: int, skip: tuple[str, ...]) -> int:
+    streamed out. Raises TooLarge past `limit` (or a list of paths past MAX_LISTING), or past what
+    the box itself can hold (`own`: its disk's bytes, or its memory's, and a tar header a path): a
+    box's root controls the tar, and a sparse file is no way to make the host write more. `skip`:
+    where volumes are mounted (their files are the volume's, never the box's). Saves of different
+    boxes run at once: what the host holds of one is bounded (the list streams through a file)."""
     prune = " -o ".join(f"-path {shlex.quote(p)}" for p in (*PRUNED, *skip))
     await _run(agent, f"rm -rf {WORK} && mkdir -m 700 {WORK} && "
                       f"find / -xdev \\( {prune} \\) -prune -o -printf '%C@ %p\\0' > {WORK}/list", "list its files")
-    listing = await _download(agent, f"{WORK}/list", MAX_LISTING, what="list of paths")
-    template = await asyncio.to_thread(template_paths, rootfs)
-    seen: set[str] = set()
-    changed: list[str] = []
-    for item in listing.split(b"\0"):
-        stamp, _, raw = item.partition(b" ")
-        path = raw.decode("utf-8", "surrogateescape")
-        if not path.startswith("/") or _pruned(path, skip):
-            continue
-        seen.add(path)
-        try:
-            ctime = float(stamp)
-        except ValueError:
-            ctime = float("inf")
-        before = template.get(path)
-        if path != "/" and (before is None or abs(ctime - before) > 1e-3):
-            changed.append(path)
-    removed = [p for p in template if p not in seen and p != "/" and not _pruned(p, skip)]
     image.mkdir(parents=True, mode=0o700, exist_ok=True)
-    (image / REMOVED).write_bytes(b"\0".join(p.encode("utf-8", "surrogateescape") for p in removed))
-    await _upload(agent, f"{WORK}/changed", b"\0".join(p.encode("utf-8", "surrogateescape") for p in changed))
+    listing, changed_file = image / ".listing", image / ".changed"
+    try:
+        await _download(agent, f"{WORK}/list", MAX_LISTING, listing, what="list of paths")
+        template = await asyncio.to_thread(template_paths, rootfs)
+        changed = await asyncio.to_thread(_compare, listing, template, skip, image / REMOVED, changed_file)
+        await _upload(agent, f"{WORK}/changed", changed_file)
+    finally:
+        listing.unlink(missing_ok=True)
+        changed_file.unlink(missing_ok=True)
     # The box runs on: a path gone since it was listed is skipped, and one that changed as it was
     # read is tar's exit 1 (its content as it was read then)
     await _run(agent, f"tar --null --no-recursion --numeric-owner --ignore-failed-read -C / "
                       f"-cf {WORK}/files.tar -T {WORK}/changed", "save its files", ok=(0, 1))
+    bound = own + changed * TAR_OVERHEAD + TAR_OVERHEAD * 4  # each path's header and padding, the end blocks
     try:
-        await _download(agent, f"{WORK}/files.tar", limit, image / FILES)
+        if bound < limit:
+            await _download(agent, f"{WORK}/files.tar", bound, image / FILES, what="files, more than its own disk holds,")
+        else:
+            await _download(agent, f"{WORK}/files.tar", limit, image / FILES)
     finally:
         await _run(agent, f"rm -rf {WORK}", "clear its scratch directory")
     return (image / FILES).stat().st_size + (image / REMOVED).stat().st_size
+
+
+def _compare(listing: Path, template: dict[str, float], skip: tuple[str, ...], removed_out: Path,
+             changed_out: Path) -> int:
+    """The box's list of paths (`%C@ %p\\0` each) against the template's, read as it streams (a
+    thread's work: never the event loop's), writing the changed paths and the removed ones
+    (NUL-separated); how many changed. What it holds is the template's paths, not the box's."""
+    seen: set[str] = set()  # of the template's paths only
+    changed = 0
+    with open(listing, "rb") as f, open(changed_out, "wb") as out:
+        rest = b""
+        while chunk := f.read(1 << 20):
+            items = (rest + chunk).split(b"\0")
+            rest = items.pop()
+            for item in items:
+                changed += _one(item, template, skip, seen, out)
+        if rest:
+            changed += _one(rest, template, skip, seen, out)
+    removed = [p for p in template if p not in seen and p != "/" and not _pruned(p, skip)]
+    removed_out.write_bytes(b"\0".join(p.encode("utf-8", "surrogateescape") for p in removed))
+    return changed
+
+
+def _one(item: bytes, template: dict[str, float], skip: tuple[str, ...], seen: set[str], out: BinaryIO) -> int:
+    """One listed path: written to `out` (1) if the template lacks it or its ctime moved."""
+    stamp, _, raw = item.partition(b" ")
+    path = raw.decode("utf-8", "surrogateescape")
+    if not path.startswith("/") or _pruned(path, skip):
+        return 0
+    before = template.get(path)
+    if before is not None:
+        seen.add(path)
+    try:
+        ctime = float(stamp)
+    except ValueError:
+        ctime = float("inf")
+    if path == "/" or (before is not None and abs(ctime - before) <= 1e-3):
+        return 0
+    out.write(raw + b"\0")
+    return 1
 
 
 async def restore(agent: BoxAgent, image: Path, skip: tuple[str, ...] = ()) -> None:

@@ -16,14 +16,23 @@ from hutch.server.state import State, StateDep
 from hutch.store import SandboxRecord, SandboxStatus
 
 
-async def team(st: StateDep, authorization: Annotated[str | None, Header()] = None,
+async def team(conn: HTTPConnection, st: StateDep, authorization: Annotated[str | None, Header()] = None,
          x_api_key: Annotated[str | None, Header()] = None) -> str:
     key = x_api_key or (authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else None)
     if not key:
         raise ApiError(Code.UNAUTHORIZED, "an API key is required (Authorization: Bearer <key>)")
-    team_id = st.store.team_for_api_key(key)
+    team_id = team_for_key(st, key, conn)
     if team_id is None:
         raise ApiError(Code.INVALID_API_KEY, "the API key is not valid")
+    return team_id
+
+
+def team_for_key(st: State, key: str, conn: HTTPConnection) -> str | None:
+    """The team a key is for, or None; a wrong key counts against its source and its prefix, and
+    past their limit is a 429 (hutch.server.keyguard). Blocking (the store)."""
+    team_id = st.store.team_for_api_key(key)
+    if team_id is None:
+        st.keyguard.failed(conn.client.host if conn.client else None, key)
     return team_id
 
 

@@ -76,7 +76,7 @@ def _methods_of(request: Request) -> set[str]:
 
 
 ERROR_STATUSES = {400: "invalid input", 401: "no or a wrong API key or access token", 404: "no such thing (or not yours)",
-                  409: "the sandbox's state does not allow it", 413: "too large", 429: "a quota is reached",
+                  409: "the sandbox's state does not allow it", 413: "too large", 429: "a quota or a rate limit is reached",
                   502: "the sandbox's agent answered wrongly", 503: "the sandbox or node cannot do it now",
                   507: "the server's disk is full"}
 

@@ -106,6 +106,11 @@ def checkpoint_bound(rec: SandboxRecord) -> int:
     return (rec.memory_mib + (rec.disk_mib or 0)) * 2**20 + CHECKPOINT_SLACK
 
 
+def own_bytes(rec: SandboxRecord) -> int:
+    """What a box can write of its own: its disk, or (a box without one writes into memory) its memory."""
+    return (rec.disk_mib or rec.memory_mib) * 2**20
+
+
 def _mount_paths(rec: SandboxRecord) -> tuple[str, ...]:
     """Where the box mounts volumes: a files-only save or restore leaves those paths alone."""
     return tuple(m["path"] for m in rec.volumes or ())
@@ -538,7 +543,7 @@ class Sandboxes:
                                f"sandbox {rec.id}'s files cannot be saved here (a files-only pause is a single host's)")
         shutil.rmtree(image, ignore_errors=True)
         try:
-            await boxfiles.save(agent, rootfs, image, checkpoint_bound(rec), _mount_paths(rec))
+            await boxfiles.save(agent, rootfs, image, checkpoint_bound(rec), own_bytes(rec), _mount_paths(rec))
         except boxfiles.TooLarge as e:
             shutil.rmtree(image, ignore_errors=True)
             raise _KeptRunning(Code.CHECKPOINT_BUDGET, f"sandbox {rec.id} was not paused: {e}; it runs on") from e

@@ -23,7 +23,7 @@ from hutch.node import boxfiles
 from hutch.node.api import AgentUnreachable, ChannelError
 from hutch.server.config import ServerConfig
 from hutch.server.models import BootSnapshot, CreateSandbox, SnapshotInfo, timestamp
-from hutch.server.sandboxes import E2BTraits, Sandboxes, checkpoint_bound, checkpoint_size
+from hutch.server.sandboxes import E2BTraits, Sandboxes, checkpoint_bound, checkpoint_size, own_bytes
 from hutch.store import CheckpointBudgets, SandboxRecord, SnapshotRecord, Store
 
 log = logging.getLogger("hutch.server")
@@ -109,7 +109,7 @@ class Snapshots:
             raise ApiError(Code.TEMPLATE_ROOT_GONE, f"the template root of sandbox {source.id} is not on this server")
         try:
             agent = await self.sandboxes.running_box(source, asked=True)
-            await boxfiles.save(agent, Path(source.rootfs), image, limit,
+            await boxfiles.save(agent, Path(source.rootfs), image, limit, own_bytes(source),
                                 tuple(m["path"] for m in source.volumes or ()))
         except boxfiles.TooLarge as e:
             if e.what != "files":  # too many paths for a files-only snapshot: not the team's quota

@@ -32,6 +32,7 @@ from hutch.server import audit
 from hutch.server.config import ServerConfig
 from hutch.server.dataplane import DataPlane
 from hutch.server.guard import Guard
+from hutch.server.keyguard import KeyGuard
 from hutch.server.metrics import Metrics
 from hutch.server.previews import Previews
 from hutch.server.sandboxes import Sandboxes
@@ -146,6 +147,7 @@ class State:
             base_root = base_image.base_root_path(config.cache_dir)  # on every node, at the same path
         server_key = load_or_create_key(config.data_dir / "server.key")
         self.signer = TokenSigner(server_key)
+        self.keyguard = KeyGuard()  # failed API keys and sign-ins, limited (hutch.server.auth)
         self.templates = Templates(config, self.store, self.node)
         self.templates.register_base(base_root)
         self.sandboxes = Sandboxes(config, self.store, self.node, self.signer, self.secrets)

@@ -10,7 +10,18 @@ from typing import Any
 import httpx
 import pytest
 
-from hutch import ConflictError, NetworkConfig, NotFoundError, RateLimitError, Sandbox, Secret, Snapshot, ValidationError
+from hutch import (
+    ConflictError,
+    NetworkConfig,
+    NotFoundError,
+    RateLimitError,
+    Sandbox,
+    SandboxError,
+    Secret,
+    Snapshot,
+    Template,
+    ValidationError,
+)
 from hutch.sdk.codes import ServerCode
 from tests.integration.internet import Internet
 from tests.integration.support import COUNTER, Env, counted, logged, make_server, retire, wait_for
@@ -257,3 +268,25 @@ def test_a_files_only_pause_keeps_the_files_and_its_resume_boots_the_box_afresh(
     first = counted(box)
     box.pause()  # and a pause with the memory, after it, keeps the processes again
     assert counted(box) >= first
+
+
+def test_a_files_only_save_takes_no_more_than_the_box_can_hold_however_its_root_makes_the_tar() -> None:
+    """The box's root controls the tar the host downloads: here it grows it, sparse, to 3 GiB as
+    it is made. The host stops at what the box can hold of its own (its 1 GiB disk) and a tar
+    header a path, not at the team's quota."""
+    template = Template.create(f"small-disk-{random.token_hex(4)}", disk_mib=1024)
+    template.wait_until_ready(timeout_seconds=600)
+    box = Sandbox.create("sparse-tar", from_template=template)
+    try:
+        box.commands.run("head -c 64M /dev/urandom > /opt/changed", user="root")  # a tar that takes a while
+        box.commands.spawn("while :; do f=/var/tmp/.hutch-snapshot/files.tar; "
+                           "[ -f $f ] && truncate -s 3G $f 2>/dev/null; done", user="root")
+        with pytest.raises(SandboxError) as refused:
+            box.snapshot(memory=False)
+        assert refused.value.code == ServerCode.SNAPSHOT_FAILED, refused.value
+        assert "more than its own disk holds" in str(refused.value)
+        assert Snapshot.list(sandbox_id=box.id) == []  # nothing of it kept
+        assert box.commands.run("echo alive").stdout == "alive\n"
+    finally:
+        box.kill()
+        template.delete()

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from hutch import Sandbox
-from tests.integration.support import Env
+from tests.integration.support import Env, Server
 
 
 @pytest.fixture
@@ -116,3 +116,23 @@ def test_keys_and_tokens_never_reach_the_log(env: Env) -> None:
     log = env.server.log.read_text(errors="replace")
     for secret in (env.key_a, env.key_b, token, "hutch_wrong_key_123"):
         assert secret not in log
+
+
+def test_failed_keys_are_limited_per_source_with_a_typed_429_and_a_right_key_still_works(own_server: Server) -> None:
+    """Wrong keys from one address: past the burst, hutch's API, E2B's and the console's sign-in
+    answer 429 `rate_limited` (not 401), and say it in the log; the right key is let in throughout."""
+    url = own_server.url
+    answers = [httpx.get(f"{url}/v1/sandboxes", headers={"Authorization": f"Bearer hutch_wrong{i:04d}xyz"}).status_code
+               for i in range(40)]
+    assert answers[:30] == [401] * 30 and set(answers[30:]) == {429}, answers
+    limited = httpx.get(f"{url}/v1/sandboxes", headers={"Authorization": "Bearer hutch_wrong9999xyz"})
+    assert limited.json()["error"]["code"] == "rate_limited"
+    assert httpx.get(f"{url}/v1/sandboxes", headers={"Authorization": f"Bearer {own_server.admin_key()}"}).status_code == 200
+    e2b = httpx.get(f"{url}/e2b/sandboxes", headers={"X-API-KEY": "e2b_" + "0" * 40})
+    assert e2b.status_code == 429 and e2b.json()["code"] == 429
+    assert httpx.get(f"{url}/e2b/sandboxes", headers={"X-API-KEY": own_server.e2b_key()}).status_code == 200
+    sign_in = httpx.post(f"{url}/console/sign-in", data={"api_key": "hutch_wrongsignin"}, headers={"Origin": url})
+    assert sign_in.status_code == 429 and "Too many API keys" in sign_in.text
+    signed = httpx.post(f"{url}/console/sign-in", data={"api_key": own_server.admin_key()}, headers={"Origin": url})
+    assert signed.status_code == 303
+    assert "failed API keys rate-limited by source '127.0.0.1'" in own_server.log.read_text()
