@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import secrets
 import shlex
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -33,7 +34,9 @@ PRUNED = ("/proc", "/sys", "/dev", "/tmp", protocol.GUEST_ROOT, protocol.SYSTEM_
 MAX_LISTING = 32 * 2**20  # of the box's list of paths (about 300,000 of them)
 DOWNLOAD_SECONDS = 1800.0  # a box that trickles its list or its tar is cut off after this
 ROOT = boxcmd.Defaults(env={}, cwd="/", user="root")
-TAR_OVERHEAD = 1024  # what tar adds to a path at most: its header block and its last block's padding
+OWN_SLACK = 2**20  # past what a box holds of its own, what a tar of it may still take (its end blocks)
+# Saves' comparisons at once: each holds a template's paths (and may walk one), bounded together
+_comparing = asyncio.Semaphore(4)
 
 
 class TooLarge(Exception):
@@ -111,35 +114,44 @@ async def save(agent: BoxAgent, rootfs: Path, image: Path, limit: int, own: int,
     """Save what the running box changed of `rootfs` into `image`; the bytes saved. The tar is
     made on the box's own root first (it counts against the box's disk, or its memory), then
     streamed out. Raises TooLarge past `limit` (or a list of paths past MAX_LISTING), or past what
-    the box itself can hold (`own`: its disk's bytes, or its memory's, and a tar header a path): a
-    box's root controls the tar, and a sparse file is no way to make the host write more. `skip`:
-    where volumes are mounted (their files are the volume's, never the box's). Saves of different
-    boxes run at once: what the host holds of one is bounded (the list streams through a file)."""
+    the box itself can hold (`own`: where its writes are stored, disk or memory): a box's root
+    controls the tar, and a sparse file is no way to make the host write more. `skip`: where
+    volumes are mounted (their files are the volume's, never the box's). Saves run at once, each in
+    a scratch directory of its own; the host's comparisons a few at a time, each bounded (the list
+    streams through a file, and only the template's paths are kept)."""
+    return await _save(agent, rootfs, image, limit, own, skip)
+
+
+async def _save(agent: BoxAgent, rootfs: Path, image: Path, limit: int, own: int, skip: tuple[str, ...]) -> int:
+    work = f"{WORK}/{secrets.token_hex(8)}"  # this save's own: two saves of one box never share one
     prune = " -o ".join(f"-path {shlex.quote(p)}" for p in (*PRUNED, *skip))
-    await _run(agent, f"rm -rf {WORK} && mkdir -m 700 {WORK} && "
-                      f"find / -xdev \\( {prune} \\) -prune -o -printf '%C@ %p\\0' > {WORK}/list", "list its files")
+    await _run(agent, f"mkdir -p -m 700 {WORK} && mkdir -m 700 {work} && "
+                      f"find / -xdev \\( {prune} \\) -prune -o -printf '%C@ %p\\0' > {work}/list", "list its files")
     image.mkdir(parents=True, mode=0o700, exist_ok=True)
     listing, changed_file = image / ".listing", image / ".changed"
     try:
-        await _download(agent, f"{WORK}/list", MAX_LISTING, listing, what="list of paths")
-        template = await asyncio.to_thread(template_paths, rootfs)
-        changed = await asyncio.to_thread(_compare, listing, template, skip, image / REMOVED, changed_file)
-        await _upload(agent, f"{WORK}/changed", changed_file)
-    finally:
-        listing.unlink(missing_ok=True)
-        changed_file.unlink(missing_ok=True)
-    # The box runs on: a path gone since it was listed is skipped, and one that changed as it was
-    # read is tar's exit 1 (its content as it was read then)
-    await _run(agent, f"tar --null --no-recursion --numeric-owner --ignore-failed-read -C / "
-                      f"-cf {WORK}/files.tar -T {WORK}/changed", "save its files", ok=(0, 1))
-    bound = own + changed * TAR_OVERHEAD + TAR_OVERHEAD * 4  # each path's header and padding, the end blocks
-    try:
+        try:
+            await _download(agent, f"{work}/list", MAX_LISTING, listing, what="list of paths")
+            async with _comparing:  # the host's work, bounded; never while the box's own programs run
+                template = await asyncio.to_thread(template_paths, rootfs)
+                await asyncio.to_thread(_compare, listing, template, skip, image / REMOVED, changed_file)
+            await _upload(agent, f"{work}/changed", changed_file)
+        finally:
+            listing.unlink(missing_ok=True)
+            changed_file.unlink(missing_ok=True)
+        # The box runs on: a path gone since it was listed is skipped, and one that changed as it
+        # was read is tar's exit 1 (its content as it was read then)
+        await _run(agent, f"tar --null --no-recursion --numeric-owner --ignore-failed-read -C / "
+                          f"-cf {work}/files.tar -T {work}/changed", "save its files", ok=(0, 1))
+        # a tar made in the box is stored on its own disk (or in its memory), headers and all: one
+        # larger is a sparse file the box's root made, and the host does not write it out
+        bound = own + OWN_SLACK
         if bound < limit:
-            await _download(agent, f"{WORK}/files.tar", bound, image / FILES, what="files, more than its own disk holds,")
+            await _download(agent, f"{work}/files.tar", bound, image / FILES, what="files, more than its own disk holds,")
         else:
-            await _download(agent, f"{WORK}/files.tar", limit, image / FILES)
+            await _download(agent, f"{work}/files.tar", limit, image / FILES)
     finally:
-        await _run(agent, f"rm -rf {WORK}", "clear its scratch directory")
+        await _run(agent, f"rm -rf {work}", "clear its scratch directory")
     return (image / FILES).stat().st_size + (image / REMOVED).stat().st_size
 
 

@@ -107,8 +107,9 @@ def checkpoint_bound(rec: SandboxRecord) -> int:
 
 
 def own_bytes(rec: SandboxRecord) -> int:
-    """What a box can write of its own: its disk, or (a box without one writes into memory) its memory."""
-    return (rec.disk_mib or rec.memory_mib) * 2**20
+    """The most a box can store of its own: its disk or its memory, whichever is larger (a box
+    whose disk could not be made, or that came back from before disks, writes into memory)."""
+    return max(rec.disk_mib or 0, rec.memory_mib) * 2**20
 
 
 def _mount_paths(rec: SandboxRecord) -> tuple[str, ...]:

@@ -272,15 +272,15 @@ def test_a_files_only_pause_keeps_the_files_and_its_resume_boots_the_box_afresh(
 
 def test_a_files_only_save_takes_no_more_than_the_box_can_hold_however_its_root_makes_the_tar() -> None:
     """The box's root controls the tar the host downloads: here it grows it, sparse, to 3 GiB as
-    it is made. The host stops at what the box can hold of its own (its 1 GiB disk) and a tar
-    header a path, not at the team's quota."""
+    it is made. The host stops at what the box can hold of its own (its 1 GiB disk, its memory
+    no more), not at the team's quota."""
     template = Template.create(f"small-disk-{random.token_hex(4)}", disk_mib=1024)
     template.wait_until_ready(timeout_seconds=600)
     box = Sandbox.create("sparse-tar", from_template=template)
     try:
         box.commands.run("head -c 64M /dev/urandom > /opt/changed", user="root")  # a tar that takes a while
-        box.commands.spawn("while :; do f=/var/tmp/.hutch-snapshot/files.tar; "
-                           "[ -f $f ] && truncate -s 3G $f 2>/dev/null; done", user="root")
+        box.commands.spawn("while :; do for f in /var/tmp/.hutch-snapshot/*/files.tar; do "
+                           "[ -f $f ] && truncate -s 3G $f 2>/dev/null; done; done", user="root")
         with pytest.raises(SandboxError) as refused:
             box.snapshot(memory=False)
         assert refused.value.code == ServerCode.SNAPSHOT_FAILED, refused.value
