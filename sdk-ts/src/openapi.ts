@@ -2184,7 +2184,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2293,7 +2293,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2397,7 +2397,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2501,7 +2501,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2611,7 +2611,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2716,7 +2716,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2826,7 +2826,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2937,7 +2937,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -3046,7 +3046,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -3154,7 +3154,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -3262,7 +3262,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -3368,7 +3368,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -3477,7 +3477,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -3586,7 +3586,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -3695,7 +3695,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -3803,7 +3803,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -3911,7 +3911,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -4019,7 +4019,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -4122,7 +4122,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -4221,7 +4221,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -4334,7 +4334,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -4438,7 +4438,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -4546,7 +4546,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -4654,7 +4654,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -4760,7 +4760,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -4864,7 +4864,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -4974,7 +4974,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -5083,7 +5083,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -5189,7 +5189,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -5299,7 +5299,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -5408,7 +5408,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -5515,7 +5515,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -5621,7 +5621,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -5731,7 +5731,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -5836,7 +5836,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -5943,7 +5943,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -6054,7 +6054,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -6161,7 +6161,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -6267,7 +6267,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -6373,7 +6373,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -6484,7 +6484,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -6591,7 +6591,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -6701,7 +6701,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -6805,7 +6805,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -6913,7 +6913,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -7019,7 +7019,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -7123,7 +7123,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -7233,7 +7233,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -7343,7 +7343,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -7452,7 +7452,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -7558,7 +7558,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -7662,7 +7662,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -7772,7 +7772,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -7876,7 +7876,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -7984,7 +7984,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -8090,7 +8090,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -8194,7 +8194,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -8300,7 +8300,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -8410,7 +8410,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -8517,7 +8517,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -8624,7 +8624,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -8734,7 +8734,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -8841,7 +8841,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -8949,7 +8949,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -9055,7 +9055,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -9159,7 +9159,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -9269,7 +9269,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -9377,7 +9377,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -9485,7 +9485,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -9591,7 +9591,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -9700,7 +9700,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -9810,7 +9810,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -9920,7 +9920,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -10028,7 +10028,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description a quota is reached */
+            /** @description a quota or a rate limit is reached */
             429: {
                 headers: {
                     [name: string]: unknown;
