@@ -145,11 +145,9 @@ async def _save(agent: BoxAgent, rootfs: Path, image: Path, limit: int, own: int
                           f"-cf {work}/files.tar -T {work}/changed", "save its files", ok=(0, 1))
         # a tar made in the box is stored on its own disk (or in its memory), headers and all: one
         # larger is a sparse file the box's root made, and the host does not write it out
-        bound = own + OWN_SLACK
-        if bound < limit:
-            await _download(agent, f"{work}/files.tar", bound, image / FILES, what="files, more than its own disk holds,")
-        else:
-            await _download(agent, f"{work}/files.tar", limit, image / FILES)
+        own_bound = own + OWN_SLACK
+        await _download(agent, f"{work}/files.tar", min(own_bound, limit), image / FILES,
+                        what="files, more than its own disk holds," if own_bound < limit else "files")
     finally:
         await _run(agent, f"rm -rf {work}", "clear its scratch directory")
     return (image / FILES).stat().st_size + (image / REMOVED).stat().st_size

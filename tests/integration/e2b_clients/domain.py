@@ -25,10 +25,6 @@ def create(cls: Any, **kwargs: Any) -> Any:
     return cls.create(**kwargs) if hasattr(cls, "create") else cls(**kwargs)
 
 
-def connect(cls: Any, sandbox_id: str) -> Any:
-    return cls.connect(sandbox_id)
-
-
 def basics(cls: Any) -> None:
     """Create, a command, a file both ways, a second client by id, a port URL, kill."""
     sbx = create(cls)
@@ -40,7 +36,7 @@ def basics(cls: Any) -> None:
         out["read"] = sbx.files.read("/tmp/note.txt")
         out["cat"] = sbx.commands.run("cat /tmp/note.txt").stdout
         # a second client by id (e2b before 2.25.1 then sends no E2b-Sandbox-Id: the token names the box)
-        again = connect(cls, sbx.sandbox_id)
+        again = cls.connect(sbx.sandbox_id)
         out["connected"] = again.commands.run("cat /tmp/note.txt").stdout
         # a server in the box, reached at its port's host (a box is public unless made otherwise)
         sbx.commands.run("cd /tmp && python3 -m http.server 8000 >/dev/null 2>&1", background=True)
