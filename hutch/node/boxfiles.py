@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import secrets
 import shlex
@@ -35,6 +36,7 @@ MAX_LISTING = 32 * 2**20  # of the box's list of paths (about 300,000 of them)
 DOWNLOAD_SECONDS = 1800.0  # a box that trickles its list or its tar is cut off after this
 ROOT = boxcmd.Defaults(env={}, cwd="/", user="root")
 OWN_SLACK = 2**20  # past what a box holds of its own, what a tar of it may still take (its end blocks)
+log = logging.getLogger("hutch.boxfiles")
 # Saves' comparisons at once: each holds a template's paths (and may walk one), bounded together
 _comparing = asyncio.Semaphore(4)
 
@@ -51,6 +53,16 @@ async def _run(agent: BoxAgent, script: str, what: str, ok: tuple[int, ...] = (0
     code = await boxcmd.run(agent, script, ROOT, timeout=1800)
     if code not in ok:
         raise ApiError(Code.SNAPSHOT_FAILED, f"the box could not {what} (exit {code})")
+
+
+async def _clear(agent: BoxAgent, work: str) -> None:
+    """Remove a save's scratch directory from the box, at best: what stays is on the box's own disk,
+    a box's root can keep writing into it as it goes, and the save's own answer (or its error) is
+    the one that counts."""
+    try:
+        await _run(agent, f"rm -rf {work}", "clear its scratch directory")
+    except Exception as e:  # never the save's answer
+        log.info("a save's scratch directory stays in the box: %s", e)
 
 
 async def _download(agent: BoxAgent, path: str, limit: int, target: Path | None = None,
@@ -149,7 +161,7 @@ async def _save(agent: BoxAgent, rootfs: Path, image: Path, limit: int, own: int
         await _download(agent, f"{work}/files.tar", min(own_bound, limit), image / FILES,
                         what="files, more than its own disk holds," if own_bound < limit else "files")
     finally:
-        await _run(agent, f"rm -rf {work}", "clear its scratch directory")
+        await _clear(agent, work)
     return (image / FILES).stat().st_size + (image / REMOVED).stat().st_size
 
 
