@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.snapshots [-n 20]
 
 For an idle box and for one holding 256 MB of incompressible data in a process:
+- `snapshot(memory=False)` (files only: the box's own `find` and `tar`), beside `snapshot()`;
 - `snapshot()`, beside raw `runsc checkpoint` (what a pause costs), raw checkpoint then restore
   (what a snapshot does today: the source is checkpointed, then restored from its image), and raw
   `checkpoint --leave-running` (the same image, the box never stopped);
@@ -138,6 +139,10 @@ def one_round(s: Samples, sb: Sandbox, snap: SnapshotInfo, box: RawImage, raw: R
     sb.commands.run("true")
     s["away"].append(since(t))
     Snapshot.delete_by_id(taken.id, **kw)
+    t = time.perf_counter()
+    files = sb.snapshot(memory=False)
+    s["files_only"].append(since(t))
+    Snapshot.delete_by_id(files.id, **kw)
     checkpoint, restore, raw_size = raw_checkpoint_and_restore(raw, mib)
     s["raw_checkpoint"].append(checkpoint)
     s["raw_restore"].append(restore)
@@ -161,7 +166,8 @@ def many_round(s: Samples, snap: SnapshotInfo, box: RawImage, kw: ClientArgs) ->
 
 # figure name (with {label} and {k}) -> its samples' key; and each figure's floors
 FIGURES = {
-    "snapshot_{label}": "take", "snapshot_to_next_exec_{label}": "away", "snap_plain_run_true_{label}": "plain",
+    "snapshot_{label}": "take", "snapshot_files_only_{label}": "files_only",
+    "snapshot_to_next_exec_{label}": "away", "snap_plain_run_true_{label}": "plain",
     "fork_to_first_exec_{label}": "one", "fork_call_to_first_exec_{label}": "call",
     "forks_{k}_wall_{label}": "wall", "forks_{k}_each_{label}": "each",
     "raw_snap_checkpoint_{label}": "raw_checkpoint", "raw_snap_restore_{label}": "raw_restore",
@@ -172,7 +178,7 @@ FIGURES = {
 }
 PAIRS = [
     ("snapshot_{label}", "raw_snap_checkpoint_{label}"), ("snapshot_{label}", "raw_snap_checkpoint_restore_{label}"),
-    ("snapshot_{label}", "raw_snap_leave_running_{label}"),
+    ("snapshot_{label}", "raw_snap_leave_running_{label}"), ("snapshot_files_only_{label}", "snapshot_{label}"),
     ("snapshot_to_next_exec_{label}", "snap_plain_run_true_{label}"),
     ("fork_to_first_exec_{label}", "raw_restore_exec_{label}"), ("fork_to_first_exec_{label}", "raw_snap_restore_{label}"),
     ("fork_call_to_first_exec_{label}", "raw_fork_call_{label}"),

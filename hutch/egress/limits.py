@@ -2,7 +2,10 @@
 
 A box's connections are capped (so one box cannot take every slot), and so are all boxes'
 together, within what the process' descriptors allow (so the proxy never takes the ones the API
-needs). A request head, and the TLS hello after a CONNECT, must come whole within one deadline
+needs). A box's cap is also a quarter of that budget at most, whatever `nofile` is; and once every
+slot is taken, a box holding less than an even share of them takes the oldest connection of the
+box holding the most, if that one holds more than its share: idle connections held by a few boxes
+never shut the others out. A request head, and the TLS hello after a CONNECT, must come whole within one deadline
 (no slow drip), and a connection with no byte either way for a while is closed.
 
 A box's refusals are rate-limited: each costs a store read (the box's rules). A connection whose
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 
 MAX_CONNECTIONS = 4096  # every box's together
 MAX_CONNECTIONS_PER_BOX = 256
+MIN_CONNECTIONS_PER_BOX = 16  # however few descriptors the process has, a box's cap is never below this
 HEAD_SECONDS = 10.0  # the whole request head, and the whole TLS hello after a CONNECT
 IDLE_SECONDS = 300.0  # without a byte either way, a connection is closed
 REFUSALS_LOGGED_PER_SECOND = 10  # a box's refusals written one by one; the rest of each second, in one row
@@ -37,6 +41,10 @@ class EgressLimits:
     refusals_logged_per_second: int = REFUSALS_LOGGED_PER_SECOND
     refusals_per_second: float = REFUSALS_PER_SECOND
     refusal_burst: int = REFUSAL_BURST
+
+    def box_cap(self, budget: int) -> int:
+        """A box's cap when every box's connections together may be `budget`."""
+        return min(self.per_box, max(MIN_CONNECTIONS_PER_BOX, budget // 4))
 
 
 def descriptor_budget() -> int:

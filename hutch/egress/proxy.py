@@ -79,7 +79,8 @@ class _Box:
     """What the proxy keeps of one box's listener."""
 
     refusals: TokenBucket
-    connections: set[asyncio.Task[None]] = field(default_factory=set)
+    connections: dict[asyncio.Task[None], None] = field(default_factory=dict)  # oldest first
+    cut: set[asyncio.Task[None]] = field(default_factory=set)  # closed to make room for other boxes
     resolving: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(RESOLVES_PER_BOX))
     sandbox_id: str | None = None  # whose box it is, once a policy read has told (for refusals made unread)
     unattributed: list[LogEntry] = field(default_factory=list)  # refusals made before that, for their rows
@@ -161,24 +162,41 @@ class EgressProxy:
         now = asyncio.get_running_loop().time()
         if box is None:
             box = self._boxes[key] = _Box(TokenBucket(self.limits.refusals_per_second, self.limits.refusal_burst, now))
-        if len(box.connections) >= self.limits.per_box:  # a box holding this many open is not browsing
-            self._shed(key, box, writer, 503, "too_many_connections",
-                       f"a box holds at most {self.limits.per_box} connections")
+        budget = self.max_connections
+        cap = self.limits.box_cap(budget)
+        if len(box.connections) >= cap:  # a box holding this many open is not browsing
+            self._shed(key, box, writer, 503, "too_many_connections", f"a box holds at most {cap} connections")
             return
-        if self._open >= self.max_connections:
+        if self._open >= budget and not self._make_room(box, budget):
             self._shed(key, box, writer, 503, "proxy_busy", "the proxy holds all the connections it takes: try again later")
             return
         if not box.refusals.has(now):  # each refusal cost a store read: past the box's rate, none is made
             self._shed(key, box, writer, 429, "rate_limited", self._rate_message)
             return
         task = asyncio.get_running_loop().create_task(self._serve(key, box, reader, writer))
-        box.connections.add(task)
+        box.connections[task] = None
         self._open += 1
         task.add_done_callback(lambda t: self._ended(box, t))
 
     def _ended(self, box: _Box, task: asyncio.Task[None]) -> None:
-        box.connections.discard(task)
+        box.connections.pop(task, None)
+        box.cut.discard(task)
         self._open -= 1
+
+    def _make_room(self, box: _Box, budget: int) -> bool:
+        """Every slot is taken: if `box` holds less than an even share of them, close the oldest
+        connection of the box holding the most, when that one holds more than its share."""
+        holders = sum(1 for b in self._boxes.values() if b.connections) + (0 if box.connections else 1)
+        share = max(1, budget // holders)
+        if len(box.connections) >= share:
+            return False
+        most = max(self._boxes.values(), key=lambda b: len(b.connections) - len(b.cut))
+        oldest = next((t for t in most.connections if t not in most.cut), None)
+        if len(most.connections) - len(most.cut) <= share or oldest is None:
+            return False
+        most.cut.add(oldest)
+        oldest.cancel()
+        return True
 
     @property
     def _rate_message(self) -> str:
@@ -301,6 +319,8 @@ class EgressProxy:
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             if idle.expired and entry is not None:
                 entry.error = f"closed after {self.limits.idle_seconds:g} s idle (no byte either way)"
+            elif asyncio.current_task() in box.cut and entry is not None:
+                entry.error = "closed to make room for other boxes' connections (this box held more than its share)"
         except Exception:  # never let a box's connection take the proxy down
             log.exception("egress connection of box %s", key)
         finally:

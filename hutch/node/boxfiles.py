@@ -33,7 +33,10 @@ REMOVED = "removed"  # the template's paths the box had removed, NUL-separated
 WORK = "/var/tmp/.hutch-snapshot"  # the box's scratch directory while it is saved or restored (on its root)
 PRUNED = ("/proc", "/sys", "/dev", "/tmp", protocol.GUEST_ROOT, protocol.SYSTEM_BUNDLE, WORK)
 MAX_LISTING = 32 * 2**20  # of the box's list of paths (about 300,000 of them)
-DOWNLOAD_SECONDS = 1800.0  # a box that trickles its list or its tar is cut off after this
+# A save's whole budget (its listing, the host's comparison, its tar and their downloads): the box
+# runs `find` and `tar` itself, and one that drips them is cut off here, never held to other boxes
+SAVE_SECONDS = 900.0
+CLEAR_SECONDS = 30.0  # removing a save's scratch directory, at best
 ROOT = boxcmd.Defaults(env={}, cwd="/", user="root")
 OWN_SLACK = 2**20  # past what a box holds of its own, what a tar of it may still take (its end blocks)
 log = logging.getLogger("hutch.boxfiles")
@@ -49,8 +52,9 @@ class TooLarge(Exception):
         self.limit, self.what = limit, what
 
 
-async def _run(agent: BoxAgent, script: str, what: str, ok: tuple[int, ...] = (0,)) -> None:
-    code = await boxcmd.run(agent, script, ROOT, timeout=1800)
+async def _run(agent: BoxAgent, script: str, what: str, ok: tuple[int, ...] = (0,),
+               seconds: float = SAVE_SECONDS) -> None:
+    code = await boxcmd.run(agent, script, ROOT, timeout=seconds)
     if code not in ok:
         raise ApiError(Code.SNAPSHOT_FAILED, f"the box could not {what} (exit {code})")
 
@@ -60,30 +64,27 @@ async def _clear(agent: BoxAgent, work: str) -> None:
     a box's root can keep writing into it as it goes, and the save's own answer (or its error) is
     the one that counts."""
     try:
-        await _run(agent, f"rm -rf {work}", "clear its scratch directory")
+        async with asyncio.timeout(CLEAR_SECONDS):
+            await _run(agent, f"rm -rf {work}", "clear its scratch directory", seconds=CLEAR_SECONDS)
     except Exception as e:  # never the save's answer
         log.info("a save's scratch directory stays in the box: %s", e)
 
 
 async def _download(agent: BoxAgent, path: str, limit: int, target: Path | None = None,
                     what: str = "files") -> bytes:
-    """A file of the box, at most `limit` bytes (else TooLarge) within DOWNLOAD_SECONDS: into
-    `target`, or returned."""
+    """A file of the box, at most `limit` bytes (else TooLarge): into `target`, or returned."""
     got, kept = 0, bytearray()
     download = await agent.read_file(path, root=True)
     out = open(target, "wb") if target else None  # noqa: SIM115 (closed below, on every way out)
     try:
-        async with asyncio.timeout(DOWNLOAD_SECONDS):
-            async for chunk in download:
-                got += len(chunk)
-                if got > limit:
-                    raise TooLarge(limit, what)
-                if out:
-                    await asyncio.to_thread(out.write, chunk)
-                else:
-                    kept += chunk
-    except TimeoutError:
-        raise ApiError(Code.SNAPSHOT_FAILED, f"the box's {what} did not arrive within {DOWNLOAD_SECONDS:.0f} s") from None
+        async for chunk in download:
+            got += len(chunk)
+            if got > limit:
+                raise TooLarge(limit, what)
+            if out:
+                await asyncio.to_thread(out.write, chunk)
+            else:
+                kept += chunk
     finally:
         await download.aclose()
         if out:
@@ -130,8 +131,13 @@ async def save(agent: BoxAgent, rootfs: Path, image: Path, limit: int, own: int,
     controls the tar, and a sparse file is no way to make the host write more. `skip`: where
     volumes are mounted (their files are the volume's, never the box's). Saves run at once, each in
     a scratch directory of its own; the host's comparisons a few at a time, each bounded (the list
-    streams through a file, and only the template's paths are kept)."""
-    return await _save(agent, rootfs, image, limit, own, skip)
+    streams through a file, and only the template's paths are kept). All of it within SAVE_SECONDS,
+    else snapshot_failed: the box's own programs pace it."""
+    try:
+        async with asyncio.timeout(SAVE_SECONDS):
+            return await _save(agent, rootfs, image, limit, own, skip)
+    except TimeoutError:
+        raise ApiError(Code.SNAPSHOT_FAILED, f"the box's files were not saved within {SAVE_SECONDS:.0f} s") from None
 
 
 async def _save(agent: BoxAgent, rootfs: Path, image: Path, limit: int, own: int, skip: tuple[str, ...]) -> int:

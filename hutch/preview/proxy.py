@@ -38,6 +38,7 @@ log = logging.getLogger("hutch.preview")
 MAX_CONNECTIONS = 1024
 MAX_PER_CLIENT = 128  # one client address cannot hold every connection
 MAX_PER_BOX = 64  # nor can one sandbox's visitors (a browser opens 6 a host): the rest stay for other boxes
+MIN_PER_BOX = 8  # however few descriptors the process has, a box's share is never below this
 IDLE_SECONDS = 300.0  # no next request, no byte of a body or an upgraded connection, a client not reading
 FDS_PER_CONNECTION = 8  # a connection holds 2 descriptors (client, tunnel): at most a quarter of the process'
 
@@ -45,13 +46,19 @@ FDS_PER_CONNECTION = 8  # a connection holds 2 descriptors (client, tunnel): at 
 @dataclass(frozen=True)
 class PreviewLimits:
     """How much of the server the preview listener may hold. Past `connections` or `per_client`
-    a connection is closed at once; past `per_box`, its first request is answered 503."""
+    a connection is closed at once; past a box's cap (`per_box`, and a quarter of what the
+    descriptors allow at most, so a box that never answers its visitors holds no more than that),
+    its first request is answered 503."""
 
     connections: int = MAX_CONNECTIONS  # and never more than the descriptors allow (FDS_PER_CONNECTION)
     per_client: int = MAX_PER_CLIENT
     per_box: int = MAX_PER_BOX
     head_seconds: float = http_relay.HEAD_TIMEOUT  # a whole request head: no slow drip (slowloris)
     idle_seconds: float = IDLE_SECONDS
+
+    def box_cap(self, budget: int) -> int:
+        """A box's cap when every box's connections together may be `budget`."""
+        return min(self.per_box, max(MIN_PER_BOX, budget // 4))
 
 
 @dataclass(frozen=True)
@@ -167,8 +174,9 @@ class PreviewProxy:
                 raise Answer(421, "one connection serves one port of one sandbox")
             to_box = self._admit(request, published, host or "", client)
             if bound is None:
-                if self._per_box.get(published.sandbox_id, 0) >= self.limits.per_box:
-                    raise Answer(503, f"this sandbox has {self.limits.per_box} preview connections open already: "
+                cap = self.limits.box_cap(self.max_connections)
+                if self._per_box.get(published.sandbox_id, 0) >= cap:
+                    raise Answer(503, f"this sandbox has {cap} preview connections open already: "
                                       "close some and try again")
                 bound = published
                 self._per_box[published.sandbox_id] = self._per_box.get(published.sandbox_id, 0) + 1

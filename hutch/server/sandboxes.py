@@ -63,6 +63,7 @@ log = logging.getLogger("hutch.server")
 CHECKPOINT_DONE = "hutch-checkpoint-complete"  # written into an image directory once it is whole
 STUCK_SECONDS = 1800.0  # a pause or resume older than this was left by a server that died (a pause may take 10 min)
 PAUSE_RETRY_SECONDS = 60  # after an automatic pause failed
+LIFETIME_STEPS = 16  # boxes paused or deleted by their deadlines at once, each on its own
 DISK_RESERVE = 64 * 2**20  # below this much free space in the data dir, a failed pause is called a full disk
 RETENTION_EVERY = 60  # lifetime ticks between two passes of the logs' retention
 CHECKPOINT_SHARE = 0.8  # of the checkpoints' filesystem, their default budget (the rest: the store, roots, disks)
@@ -169,6 +170,8 @@ class Sandboxes:
                  secrets: Secrets) -> None:
         self.config, self.store, self.node, self.signer, self.secrets = config, store, node, signer, secrets
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._saving: dict[str, asyncio.Task[int]] = {}  # files-only pauses under way: a kill cuts them short
+        self._lifetime_steps: dict[str, asyncio.Task[None]] = {}  # the scheduler's, one per box
         self._starting = 0
         self.booting_roots: Counter[str] = Counter()  # template roots of creates not yet recorded
         self.pool: WarmPool | None = None
@@ -543,14 +546,26 @@ class Sandboxes:
             raise _KeptRunning(Code.INVALID_STATE if agent is None else Code.INVALID_REQUEST,
                                f"sandbox {rec.id}'s files cannot be saved here (a files-only pause is a single host's)")
         shutil.rmtree(image, ignore_errors=True)
+        # the box's own programs pace the save (within its deadline): a kill cuts it short, never waits
+        save = asyncio.ensure_future(boxfiles.save(agent, rootfs, image, checkpoint_bound(rec), own_bytes(rec),
+                                                   _mount_paths(rec)))
+        self._saving[rec.id] = save
         try:
-            await boxfiles.save(agent, rootfs, image, checkpoint_bound(rec), own_bytes(rec), _mount_paths(rec))
+            await save
+        except asyncio.CancelledError:
+            shutil.rmtree(image, ignore_errors=True)
+            current = asyncio.current_task()
+            if not save.cancelled() or (current is not None and current.cancelling()):
+                raise  # the pause's own caller went
+            raise _KeptRunning(Code.NOT_FOUND, f"sandbox {rec.id} was deleted while its files were saved") from None
         except boxfiles.TooLarge as e:
             shutil.rmtree(image, ignore_errors=True)
             raise _KeptRunning(Code.CHECKPOINT_BUDGET, f"sandbox {rec.id} was not paused: {e}; it runs on") from e
         except BaseException:
             shutil.rmtree(image, ignore_errors=True)
             raise
+        finally:
+            self._saving.pop(rec.id, None)
         (image / boxfiles.MARKER).touch()
         (image / CHECKPOINT_DONE).touch()  # whole before the box goes: a server that stops now keeps it
         await self.node.stop(rec.runtime_id, rec.box_key)
@@ -702,7 +717,12 @@ class Sandboxes:
 
     async def kill(self, team_id: str | None, sandbox_id: str, *, only_if_due: bool = False) -> None:
         """Delete a sandbox and all it holds. With `only_if_due` (auto-delete), only if it is
-        still paused past its deadline once the lock is held: a call may have resumed it since."""
+        still paused past its deadline once the lock is held: a call may have resumed it since.
+        A files-only pause under way is cut short (its box's programs pace it), never waited for."""
+        saving = self._saving.get(sandbox_id)
+        if saving is not None and not only_if_due:
+            self.get(team_id, sandbox_id)  # only the box's own team cuts it short
+            saving.cancel()
         async with self._locks[sandbox_id]:
             rec = self.get(team_id, sandbox_id)
             due = rec.delete_at is not None and rec.delete_at <= time.time()
@@ -799,18 +819,33 @@ class Sandboxes:
                 except Exception:
                     log.exception("pruning the logs failed")
             to_pause, to_delete = self.store.due(time.time())
-            for sandbox_id in to_pause + to_delete:
-                try:
-                    if sandbox_id in to_pause:
-                        log.info("sandbox %s reached its timeout: pausing", sandbox_id)
-                        await self.pause(None, sandbox_id, only_if_due=True)
-                    else:
-                        log.info("sandbox %s was paused past its auto-delete: deleting", sandbox_id)
-                        await self.kill(None, sandbox_id, only_if_due=True)
-                except ApiError as e:
-                    log.warning("lifetime action on %s failed: %s", sandbox_id, e.message)
-                except Exception:
-                    log.exception("lifetime action on %s failed", sandbox_id)
+            try:
+                for sandbox_id in to_pause + to_delete:
+                    if len(self._lifetime_steps) >= LIFETIME_STEPS:
+                        break  # the rest at the next tick: still due
+                    if sandbox_id not in self._lifetime_steps:  # a slow one holds itself back, no other box
+                        step = asyncio.get_running_loop().create_task(self._lifetime_step(sandbox_id, sandbox_id in to_pause))
+                        self._lifetime_steps[sandbox_id] = step
+            except asyncio.CancelledError:  # the server stops: so do the steps under way
+                for step in list(self._lifetime_steps.values()):
+                    step.cancel()
+                raise
+
+    async def _lifetime_step(self, sandbox_id: str, pause: bool) -> None:
+        """A timeout's pause or an auto-delete's kill, of one box (the scheduler's own task)."""
+        try:
+            if pause:
+                log.info("sandbox %s reached its timeout: pausing", sandbox_id)
+                await self.pause(None, sandbox_id, only_if_due=True)
+            else:
+                log.info("sandbox %s was paused past its auto-delete: deleting", sandbox_id)
+                await self.kill(None, sandbox_id, only_if_due=True)
+        except ApiError as e:
+            log.warning("lifetime action on %s failed: %s", sandbox_id, e.message)
+        except Exception:
+            log.exception("lifetime action on %s failed", sandbox_id)
+        finally:
+            self._lifetime_steps.pop(sandbox_id, None)
 
     def prune_logs(self, now: float | None = None) -> int:
         """The logs' retention (on a worker thread: it deletes in batches): rows older than

@@ -315,6 +315,29 @@ def test_connections_past_a_boxs_cap_or_the_proxys_are_refused_and_others_go_on(
     run(test)
 
 
+def test_a_box_under_its_share_takes_the_oldest_connection_of_the_box_holding_the_most(tmp_path: Path) -> None:
+    async def test() -> None:
+        async with harness(tmp_path, limits=EgressLimits(connections=6, per_box=6)) as h:
+            held = [(await h.ask("CONNECT example.test:7 HTTP/1.1\r\n\r\n", "a"))[1] for _ in range(6)]
+            answer, conn = await h.ask("CONNECT example.test:7 HTTP/1.1\r\n\r\n", "b")
+            assert answer.startswith(b"HTTP/1.1 200"), "every slot was a's: b takes a's oldest"
+            assert await asyncio.wait_for(held[0][0].read(), 5) == b"", "a's oldest connection is closed"
+            assert await h.refused("CONNECT example.test:7 HTTP/1.1\r\n\r\n", "a") == "proxy_busy", \
+                "a, over its share, takes nothing back"
+            for _, writer in [*held, conn]:
+                writer.close()
+            await h.settled()
+            cut = [r for r in h.rows if r.sandbox_id == "sb-a" and r.verdict == "allowed" and r.error]
+            assert len(cut) == 1 and "make room for other boxes" in (cut[0].error or ""), h.rows
+    run(test)
+
+
+def test_a_boxs_cap_is_a_quarter_of_the_budget_at_most(tmp_path: Path) -> None:
+    assert EgressLimits(per_box=256).box_cap(256) == 64  # nofile 1024: four boxes leave room
+    assert EgressLimits(per_box=256).box_cap(16384) == 256
+    assert EgressLimits(per_box=256).box_cap(8) == 16  # never below a floor a browser needs
+
+
 def test_the_cap_in_all_stays_within_the_processs_descriptors(tmp_path: Path) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))

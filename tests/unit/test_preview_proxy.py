@@ -314,6 +314,28 @@ def test_the_global_cap_is_kept_within_the_processs_descriptors() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
+def test_at_few_descriptors_a_box_holds_a_quarter_of_the_previews_and_another_box_answers() -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))  # 64 preview connections in all
+    try:
+        async def test() -> None:
+            async with harness() as h:
+                token = [("X-Hutch-Preview-Token", KEYS.token("a", 8000, 7))]
+                held = [await h.connect() for _ in range(16)]
+                for conn in held:
+                    assert (await h.send(conn, headers=token)).status == 200
+                assert (await h.get(headers=token)).status == 503, "a box's cap: a quarter of the 64"
+                assert (await h.get(sandbox="b", headers=[("X-Hutch-Preview-Token", KEYS.token("b", 8000, 3))])).status \
+                    == 200
+                for _, writer in held:
+                    writer.close()
+        run(test)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 async def drip(writer: asyncio.StreamWriter, data: bytes) -> None:
     """A byte every 50 ms (slowloris), until the other end closes."""
     try:

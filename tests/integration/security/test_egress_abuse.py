@@ -86,6 +86,29 @@ print(json.dumps(refused), flush=True)
 time.sleep(hold)
 '''
 
+# Tunnels to an allowed host, each used once then held open and idle (a tunnel's idle limit is
+# minutes): what each got is tallied in /tmp/held once all are asked
+HOLD_TUNNELS = r'''
+import json, socket, sys, time
+n, hold = int(sys.argv[1]), float(sys.argv[2])
+conns, got = [], {}
+for _ in range(n):
+    c = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    try:
+        c.sendall(b"CONNECT example.test:80 HTTP/1.1\r\n\r\n")
+        line = c.recv(4096).split(b"\r\n")[0].split(b" ")
+        status = line[1].decode() if len(line) > 1 else "closed"
+        if status == "200":  # the tunnel's first bytes: a request, kept alive after its answer
+            c.sendall(b"GET / HTTP/1.1\r\nHost: example.test\r\n\r\n")
+            c.recv(4096)
+    except OSError as e:
+        status = type(e).__name__
+    got[status] = got.get(status, 0) + 1
+    conns.append(c)
+open("/tmp/held", "w").write(json.dumps(got))
+time.sleep(hold)
+'''
+
 FLOOD = r'''
 import json, socket, sys
 codes = {}
@@ -176,6 +199,39 @@ def test_four_boxes_holding_300_idle_connections_leave_the_server_answering(own_
             assert not hog.errors, hog.errors
     finally:
         for box in [*boxes, bystander]:
+            box.kill()
+
+
+def test_boxes_holding_every_tunnel_the_proxy_takes_leave_room_for_another_boxs_egress(
+        own_server: Server, internet: Internet) -> None:
+    """At nofile 1024 the proxy takes 256 connections: four boxes asking 100 tunnels each get 64
+    (a quarter), and a fifth box's fetch takes the oldest tunnel of one of them."""
+    kw = own_server.client_args()
+    hogs = [Sandbox.create(name=f"tunnels{n}", **kw) for n in range(4)]
+    bystander = Sandbox.create(name="bystander", **kw)
+    assert own_server.proc is not None
+    resource.prlimit(own_server.proc.pid, resource.RLIMIT_NOFILE, (1024, 1024))
+    try:
+        holding = [in_background(functools.partial(run_script, box, HOLD_TUNNELS, 100, 30)) for box in hogs]
+        for box, hold in zip(hogs, holding, strict=True):
+            asked = functools.partial(lambda b, h: b.files.exists("/tmp/held") or not h.thread.is_alive(), box, hold)
+            wait_for(asked, 60, "the tunnels asked")
+            assert not hold.errors, hold.errors
+        assert [json.loads(box.files.read("/tmp/held")) for box in hogs] == [{"200": 64, "503": 36}] * 4
+        fetch = bystander.commands.run("curl -sS -o /dev/null -w '%{http_code}' http://example.test/",
+                                       timeout_seconds=30)
+        assert fetch.stdout == "200", fetch.stdout + fetch.stderr
+        def cut() -> int:
+            return sum("make room for other boxes" in (e.error or "")
+                       for box in hogs for e in box.get_network_log(limit=200).entries)
+
+        wait_for(lambda: cut() >= 1, 30, "the room made told in a hog's network log")
+        assert cut() == 1, "one hog's oldest tunnel made the room"
+        for hold in holding:
+            hold.join(120)
+            assert not hold.errors, hold.errors
+    finally:
+        for box in [*hogs, bystander]:
             box.kill()
 
 

@@ -1,0 +1,45 @@
+"""Work the host does on a box's behalf, paced by programs the box controls (a files-only save
+runs the box's own `find` and `tar`): one box that stalls it holds back no other box's lifetime,
+and its own team's kill cuts it short rather than waiting for it."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from hutch import NotFoundError, Sandbox
+from tests.integration.support import Env, wait_for
+
+STALLING_FIND = "printf '#!/bin/sh\\nexec sleep 3600\\n' > /usr/bin/find"  # the box's root rewrites its find
+
+
+def _status(env: Env, key: str, sandbox_id: str) -> str:
+    with env.api(key) as api:
+        return str(api.get(f"/v1/sandboxes/{sandbox_id}").json()["status"])
+
+
+def test_a_box_stalling_its_files_only_pause_holds_back_no_other_box_and_its_kill_cuts_it_short(env: Env) -> None:
+    with env.api(env.key_a) as api:
+        made = api.post("/v1/sandboxes", json={"name": "stalls-its-save", "pause_memory": False}, timeout=120)
+        assert made.status_code == 201, made.text
+        stalling = Sandbox.connect(made.json()["id"], api_key=env.key_a, base_url=env.url)
+    stalling.commands.run(STALLING_FIND, user="root")
+    stalling.update(timeout_seconds=1)  # its timeout's pause saves its files: through the find it stalls
+    wait_for(lambda: _status(env, env.key_a, stalling.id) == "pausing", 30, "the stalling box's pause to begin")
+
+    other = Sandbox.create(name="another-team", timeout_seconds=2, api_key=env.key_b, base_url=env.url)
+    try:
+        # another team's timeout is kept while the first box's save hangs on
+        wait_for(lambda: other.get_info().status == "paused", 60, "the other team's box to be paused at its timeout")
+        assert _status(env, env.key_a, stalling.id) == "pausing"
+        with env.api(env.key_b) as api:  # only the box's own team may cut its save short
+            assert api.delete(f"/v1/sandboxes/{stalling.id}").status_code == 404
+        assert _status(env, env.key_a, stalling.id) == "pausing"
+    finally:
+        other.kill()
+
+    with env.api(env.key_a) as api:  # the owner's kill does not wait out the save the box paces
+        killed = api.delete(f"/v1/sandboxes/{stalling.id}", timeout=httpx.Timeout(60))
+    assert killed.status_code == 204, killed.text
+    with pytest.raises(NotFoundError):
+        stalling.get_info()
