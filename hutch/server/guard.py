@@ -32,6 +32,7 @@ STORE_VARIABLE = "HUTCH_GUARD_STORE"
 # that finds it held when its server is gone knows a new server runs the root: it sweeps nothing
 # (that server's pool and creates are in no record yet), and a new server waits for a sweep.
 LOCK_NAME = ".hutch-server.lock"
+LOCK_WAIT = 5.0  # a lock held longer than this after the server's end is a new server's
 IN_FLIGHT_WAIT = 60.0  # a boot or a delete the server started goes on without it: let it finish first
 
 
@@ -100,14 +101,27 @@ def stop_unclaimed(runsc: str, state_dir: str, db_url: str) -> list[str]:
     server holds the root (its lock), and the lock is held while the sweep runs."""
     lock = os.open(Path(state_dir) / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(lock)
-        return []
-    try:
+        if not _take(lock):
+            log.warning("a new server runs %s: its boxes are its own to keep", state_dir)
+            return []
         return _sweep(runsc, state_dir, db_url)
     finally:
         os.close(lock)
+
+
+def _take(lock: int) -> bool:
+    """The root's lock, once the dead server's hold on it is gone: the kernel may release its end of
+    our pipe (which woke us) a moment before its lock, so a held lock is asked again for a while
+    before it means a new server."""
+    deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
 
 def _sweep(runsc: str, state_dir: str, db_url: str) -> list[str]:
