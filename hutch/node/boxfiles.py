@@ -213,7 +213,16 @@ def _one(item: bytes, template: dict[str, float], skip: tuple[str, ...], seen: s
 
 async def restore(agent: BoxAgent, image: Path, skip: tuple[str, ...] = ()) -> None:
     """Lay a files-only snapshot over a fresh box of its template: removals, then the saved files;
-    nothing of it at or under `skip`, where the new box mounts volumes (their files are live)."""
+    nothing of it at or under `skip`, where the new box mounts volumes (their files are live). All
+    of it within SAVE_SECONDS: the files laid back are the old box's, its programs among them."""
+    try:
+        async with asyncio.timeout(SAVE_SECONDS):
+            await _restore(agent, image, skip)
+    except TimeoutError:
+        raise ApiError(Code.RESUME_FAILED, f"the box's files were not laid back within {SAVE_SECONDS:.0f} s") from None
+
+
+async def _restore(agent: BoxAgent, image: Path, skip: tuple[str, ...]) -> None:
     await _run(agent, f"rm -rf {WORK} && mkdir -m 700 {WORK}", "make its scratch directory")
     removed = await asyncio.to_thread((image / REMOVED).read_bytes)  # written by the host (save)
     kept = [p for p in removed.split(b"\0") if p and not _pruned(p.decode("utf-8", "surrogateescape"), skip)]

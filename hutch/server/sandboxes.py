@@ -20,9 +20,10 @@ import stat
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hutch.errors import ApiError, BuildFailure, Code, not_found
 from hutch.node import boxcmd, boxfiles
@@ -59,6 +60,7 @@ from hutch.store import (
 )
 
 log = logging.getLogger("hutch.server")
+T = TypeVar("T")
 
 CHECKPOINT_DONE = "hutch-checkpoint-complete"  # written into an image directory once it is whole
 STUCK_SECONDS = 1800.0  # a pause or resume older than this was left by a server that died (a pause may take 10 min)
@@ -129,6 +131,10 @@ class _KeptRunning(ApiError):
     """A pause refused before anything was done to the box: it runs on."""
 
 
+class _CutShort(Exception):
+    """Work a box paces (its files saved or laid back) that a kill of the box cut short."""
+
+
 @dataclass(frozen=True)
 class E2BTraits:
     """What a box made through E2B's API (hutch.e2b) keeps of E2B's ways: its access token never
@@ -170,7 +176,8 @@ class Sandboxes:
                  secrets: Secrets) -> None:
         self.config, self.store, self.node, self.signer, self.secrets = config, store, node, signer, secrets
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._saving: dict[str, asyncio.Task[int]] = {}  # files-only pauses under way: a kill cuts them short
+        self._box_paced: dict[str, asyncio.Task[Any]] = {}  # files saved or laid back: a kill cuts them short
+        self._kills_waiting: Counter[str] = Counter()  # kills waiting for a box's lock: no paced work starts
         self._lifetime_steps: dict[str, asyncio.Task[None]] = {}  # the scheduler's, one per box
         self._starting = 0
         self.booting_roots: Counter[str] = Counter()  # template roots of creates not yet recorded
@@ -546,17 +553,11 @@ class Sandboxes:
             raise _KeptRunning(Code.INVALID_STATE if agent is None else Code.INVALID_REQUEST,
                                f"sandbox {rec.id}'s files cannot be saved here (a files-only pause is a single host's)")
         shutil.rmtree(image, ignore_errors=True)
-        # the box's own programs pace the save (within its deadline): a kill cuts it short, never waits
-        save = asyncio.ensure_future(boxfiles.save(agent, rootfs, image, checkpoint_bound(rec), own_bytes(rec),
-                                                   _mount_paths(rec)))
-        self._saving[rec.id] = save
         try:
-            await save
-        except asyncio.CancelledError:
+            await self._paced_by_box(rec.id, boxfiles.save(agent, rootfs, image, checkpoint_bound(rec), own_bytes(rec),
+                                                           _mount_paths(rec)))
+        except _CutShort:
             shutil.rmtree(image, ignore_errors=True)
-            current = asyncio.current_task()
-            if not save.cancelled() or (current is not None and current.cancelling()):
-                raise  # the pause's own caller went
             raise _KeptRunning(Code.NOT_FOUND, f"sandbox {rec.id} was deleted while its files were saved") from None
         except boxfiles.TooLarge as e:
             shutil.rmtree(image, ignore_errors=True)
@@ -564,30 +565,51 @@ class Sandboxes:
         except BaseException:
             shutil.rmtree(image, ignore_errors=True)
             raise
-        finally:
-            self._saving.pop(rec.id, None)
         (image / boxfiles.MARKER).touch()
         (image / CHECKPOINT_DONE).touch()  # whole before the box goes: a server that stops now keeps it
         await self.node.stop(rec.runtime_id, rec.box_key)
 
+    async def _paced_by_box(self, sandbox_id: str, work: Coroutine[Any, Any, T]) -> T:
+        """Work under the box's lock that programs the box controls pace (its files saved or laid
+        back, each within its own deadline): a kill of the box cuts it short (_CutShort) rather than
+        wait for it. The caller's own cancellation stays a cancellation."""
+        if self._kills_waiting[sandbox_id]:
+            work.close()
+            raise _CutShort()
+        task = asyncio.ensure_future(work)
+        self._box_paced[sandbox_id] = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not task.cancelled() or (current is not None and current.cancelling()):
+                raise
+            raise _CutShort() from None
+        finally:
+            self._box_paced.pop(sandbox_id, None)
+
     async def _boot_files(self, rec: SandboxRecord, rootfs: Path, limits: Limits, image: Path) -> BoxRef:
-        """The resume of a files-only pause: a fresh box of the template with the saved files,
-        its start command run; nothing of it is left if that fails."""
+        """The resume of a files-only pause: a fresh box of the template with the saved files (the
+        box's own, so they pace it: a kill cuts it short), its start command run; nothing of it is
+        left if that fails."""
         box = await self.node.boot(rec.box_key, rootfs, limits, volumes=mounts_of(rec.volumes))
         try:
             agent = self.node.agent(box.runtime_id)
             if agent is None:
                 raise BoxStartError("the box ended as it started")
-            await boxfiles.restore(agent, image, _mount_paths(rec))
-            template = self.store.get_template(rec.template_id) if rec.template_id else None
-            spec = template.spec if template else {}
-            if spec.get("start_cmd") or spec.get("ready_cmd"):
-                await boxcmd.start_and_wait_ready(agent, spec.get("start_cmd"), spec.get("ready_cmd"),
-                                                  self.defaults(rec, template), spec["ready_timeout_seconds"])
+            await self._paced_by_box(rec.id, self._take_files_back(rec, agent, image))
         except BaseException:
             await asyncio.shield(self.node.stop(box.runtime_id, rec.box_key))
             raise
         return box
+
+    async def _take_files_back(self, rec: SandboxRecord, agent: BoxAgent, image: Path) -> None:
+        await boxfiles.restore(agent, image, _mount_paths(rec))
+        template = self.store.get_template(rec.template_id) if rec.template_id else None
+        spec = template.spec if template else {}
+        if spec.get("start_cmd") or spec.get("ready_cmd"):
+            await boxcmd.start_and_wait_ready(agent, spec.get("start_cmd"), spec.get("ready_cmd"),
+                                              self.defaults(rec, template), spec["ready_timeout_seconds"])
 
     def files_only(self, rec: SandboxRecord) -> bool:
         """Whether a paused box kept its files only (its resume boots it afresh)."""
@@ -691,6 +713,9 @@ class Sandboxes:
                 else:
                     box = await self.node.restore(rec.box_key, rootfs, limits, image, volumes=mounts_of(rec.volumes))
                 self.metrics.resume_seconds.observe(time.perf_counter() - started)
+            except _CutShort:  # its kill waits for the lock: it finds the box paused, as it was
+                self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.RESUMING,), status=SandboxStatus.PAUSED)
+                raise ApiError(Code.NOT_FOUND, f"sandbox {rec.id} was deleted while it was resumed") from None
             except Exception as e:
                 log.error("resuming %s failed: %s", rec.id, e)
                 # the image is still there: try again (unless the sandbox was killed meanwhile)
@@ -718,11 +743,23 @@ class Sandboxes:
     async def kill(self, team_id: str | None, sandbox_id: str, *, only_if_due: bool = False) -> None:
         """Delete a sandbox and all it holds. With `only_if_due` (auto-delete), only if it is
         still paused past its deadline once the lock is held: a call may have resumed it since.
-        A files-only pause under way is cut short (its box's programs pace it), never waited for."""
-        saving = self._saving.get(sandbox_id)
-        if saving is not None and not only_if_due:
-            self.get(team_id, sandbox_id)  # only the box's own team cuts it short
-            saving.cancel()
+        A files-only pause or resume under way is cut short (its box's programs pace it), never
+        waited for."""
+        if only_if_due:
+            await self._kill(team_id, sandbox_id, only_if_due)
+            return
+        self.get(team_id, sandbox_id)  # only the box's own team cuts its work short
+        self._kills_waiting[sandbox_id] += 1
+        try:
+            if (paced := self._box_paced.get(sandbox_id)) is not None:
+                paced.cancel()
+            await self._kill(team_id, sandbox_id, only_if_due)
+        finally:
+            self._kills_waiting[sandbox_id] -= 1
+            if not self._kills_waiting[sandbox_id]:
+                del self._kills_waiting[sandbox_id]
+
+    async def _kill(self, team_id: str | None, sandbox_id: str, only_if_due: bool) -> None:
         async with self._locks[sandbox_id]:
             rec = self.get(team_id, sandbox_id)
             due = rec.delete_at is not None and rec.delete_at <= time.time()

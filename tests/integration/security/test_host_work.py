@@ -1,8 +1,11 @@
 """Work the host does on a box's behalf, paced by programs the box controls (a files-only save
-runs the box's own `find` and `tar`): one box that stalls it holds back no other box's lifetime,
-and its own team's kill cuts it short rather than waiting for it."""
+runs the box's own `find` and `tar`, and its resume lays the box's own programs back before it
+runs them): one box that stalls it holds back no other box's lifetime, and its own team's kill cuts
+it short rather than waiting for it."""
 
 from __future__ import annotations
+
+import threading
 
 import httpx
 import pytest
@@ -11,6 +14,12 @@ from hutch import NotFoundError, Sandbox
 from tests.integration.support import Env, wait_for
 
 STALLING_FIND = "printf '#!/bin/sh\\nexec sleep 3600\\n' > /usr/bin/find"  # the box's root rewrites its find
+
+
+# the box's root rewrites its rm: as it was for the save, but the resume's last step (removing its
+# scratch directory, once the box's files are back) stalls
+STALLING_RM = ("cp /usr/bin/rm /usr/bin/rm.real && printf '#!/bin/sh\\nif [ \"$2\" = /var/tmp/.hutch-snapshot ]; "
+               "then exec sleep 3600; fi\\nexec /usr/bin/rm.real \"$@\"\\n' > /usr/bin/rm")
 
 
 def _status(env: Env, key: str, sandbox_id: str) -> str:
@@ -43,3 +52,33 @@ def test_a_box_stalling_its_files_only_pause_holds_back_no_other_box_and_its_kil
     assert killed.status_code == 204, killed.text
     with pytest.raises(NotFoundError):
         stalling.get_info()
+
+
+def test_a_box_stalling_its_files_only_resume_is_killed_at_once(env: Env) -> None:
+    box = Sandbox.create(name="stalls-its-resume", api_key=env.key_a, base_url=env.url)
+    assert box.commands.run(STALLING_RM, user="root").exit_code == 0
+    assert box.commands.run("rm -rf /home/user/gone-already && echo rm works").stdout.strip() == "rm works"
+    box.pause(memory=False)  # its resume lays its files back, the stalling rm among them
+    assert _status(env, env.key_a, box.id) == "paused"
+
+    answers: list[httpx.Response] = []
+
+    def resume() -> None:
+        with env.api(env.key_a) as api:
+            answers.append(api.post(f"/v1/sandboxes/{box.id}/resume", timeout=httpx.Timeout(120)))
+
+    resuming = threading.Thread(target=resume)
+    resuming.start()
+    try:
+        wait_for(lambda: _status(env, env.key_a, box.id) == "resuming", 30, "the resume to begin")
+        with env.api(env.key_b) as api:  # only the box's own team may cut its resume short
+            assert api.delete(f"/v1/sandboxes/{box.id}").status_code == 404
+        with env.api(env.key_a) as api:  # the owner's kill does not wait out the resume the box's files pace
+            killed = api.delete(f"/v1/sandboxes/{box.id}", timeout=httpx.Timeout(60))
+        assert killed.status_code == 204, killed.text
+    finally:
+        resuming.join(120)
+    assert [a.status_code for a in answers] == [404]
+    assert answers[0].json()["error"]["code"] == "not_found"
+    with pytest.raises(NotFoundError):
+        box.get_info()
