@@ -66,6 +66,7 @@ CHECKPOINT_DONE = "hutch-checkpoint-complete"  # written into an image directory
 STUCK_SECONDS = 1800.0  # a pause or resume older than this was left by a server that died (a pause may take 10 min)
 PAUSE_RETRY_SECONDS = 60  # after an automatic pause failed
 LIFETIME_STEPS = 16  # boxes paused or deleted by their deadlines at once, each on its own
+LIFETIME_STEPS_PER_TEAM = 4  # of them, one team's: its boxes that stall their pauses hold back no other team's
 DISK_RESERVE = 64 * 2**20  # below this much free space in the data dir, a failed pause is called a full disk
 RETENTION_EVERY = 60  # lifetime ticks between two passes of the logs' retention
 CHECKPOINT_SHARE = 0.8  # of the checkpoints' filesystem, their default budget (the rest: the store, roots, disks)
@@ -135,6 +136,24 @@ class _CutShort(Exception):
     """Work a box paces (its files saved or laid back) that a kill of the box cut short."""
 
 
+def next_steps(due: list[tuple[str, str, bool]], running: dict[str, tuple[str, Any]]) -> list[tuple[str, str, bool]]:
+    """Of the boxes due (id, team, pause or delete), in order, those the scheduler starts now
+    beside the steps `running` (id: (team, step)): none twice, at most LIFETIME_STEPS in all and
+    LIFETIME_STEPS_PER_TEAM of one team's; the rest wait for a next tick, still due."""
+    held = Counter(team for team, _ in running.values())
+    room = LIFETIME_STEPS - len(running)
+    chosen = []
+    for sandbox_id, team, pause in due:
+        if room <= 0:
+            break
+        if sandbox_id in running or held[team] >= LIFETIME_STEPS_PER_TEAM:
+            continue  # a slow one holds back itself and its team, no other
+        chosen.append((sandbox_id, team, pause))
+        held[team] += 1
+        room -= 1
+    return chosen
+
+
 @dataclass(frozen=True)
 class E2BTraits:
     """What a box made through E2B's API (hutch.e2b) keeps of E2B's ways: its access token never
@@ -178,7 +197,7 @@ class Sandboxes:
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._box_paced: dict[str, asyncio.Task[Any]] = {}  # files saved or laid back: a kill cuts them short
         self._kills_waiting: Counter[str] = Counter()  # kills waiting for a box's lock: no paced work starts
-        self._lifetime_steps: dict[str, asyncio.Task[None]] = {}  # the scheduler's, one per box
+        self._lifetime_steps: dict[str, tuple[str, asyncio.Task[None]]] = {}  # the scheduler's, one per box: its team's
         self._starting = 0
         self.booting_roots: Counter[str] = Counter()  # template roots of creates not yet recorded
         self.pool: WarmPool | None = None
@@ -857,14 +876,13 @@ class Sandboxes:
                     log.exception("pruning the logs failed")
             to_pause, to_delete = self.store.due(time.time())
             try:
-                for sandbox_id in to_pause + to_delete:
-                    if len(self._lifetime_steps) >= LIFETIME_STEPS:
-                        break  # the rest at the next tick: still due
-                    if sandbox_id not in self._lifetime_steps:  # a slow one holds itself back, no other box
-                        step = asyncio.get_running_loop().create_task(self._lifetime_step(sandbox_id, sandbox_id in to_pause))
-                        self._lifetime_steps[sandbox_id] = step
+                due = [(sandbox_id, team, False) for sandbox_id, team in to_delete]  # deletes first: they free room
+                due += [(sandbox_id, team, True) for sandbox_id, team in to_pause]
+                for sandbox_id, team, pause in next_steps(due, self._lifetime_steps):
+                    step = asyncio.get_running_loop().create_task(self._lifetime_step(sandbox_id, pause))
+                    self._lifetime_steps[sandbox_id] = (team, step)
             except asyncio.CancelledError:  # the server stops: so do the steps under way
-                for step in list(self._lifetime_steps.values()):
+                for _, step in list(self._lifetime_steps.values()):
                     step.cancel()
                 raise
 

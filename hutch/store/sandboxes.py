@@ -177,10 +177,13 @@ class SandboxQueries(Database):
             row = c.execute(q).first()
         return SANDBOX_JSON.record(SandboxRecord, row) if row else None
 
-    def due(self, now: float) -> tuple[list[str], list[str]]:
-        """Ids of active sandboxes past their pause deadline, and of paused ones past deletion."""
+    def due(self, now: float) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """(id, team id) of active sandboxes past their pause deadline, and of paused ones past
+        deletion, the longest due first."""
         c_ = sandboxes.c
         with self._tx() as c:
-            to_pause = c.execute(sa.select(c_.id).where(c_.status == SandboxStatus.ACTIVE, c_.pause_at <= now)).scalars().all()
-            to_delete = c.execute(sa.select(c_.id).where(c_.status == SandboxStatus.PAUSED, c_.delete_at <= now)).scalars().all()
-        return list(to_pause), list(to_delete)
+            to_pause = c.execute(sa.select(c_.id, c_.team_id).where(c_.status == SandboxStatus.ACTIVE, c_.pause_at <= now)
+                                 .order_by(c_.pause_at)).all()
+            to_delete = c.execute(sa.select(c_.id, c_.team_id).where(c_.status == SandboxStatus.PAUSED,
+                                                                      c_.delete_at <= now).order_by(c_.delete_at)).all()
+        return [(r[0], r[1]) for r in to_pause], [(r[0], r[1]) for r in to_delete]

@@ -193,7 +193,7 @@ def test_due_lists_active_sandboxes_to_pause_and_paused_ones_to_delete(store: St
     add_sandbox(store, team, status=SandboxStatus.PAUSED, delete_at=now + 1)
     add_sandbox(store, team, status=SandboxStatus.ACTIVE, delete_at=now - 1)  # runs: not deleted on its own
     add_sandbox(store, team, status=SandboxStatus.DELETED, pause_at=now - 1, delete_at=now - 1)
-    assert store.due(now) == ([to_pause.id], [to_delete.id])
+    assert store.due(now) == ([(to_pause.id, team)], [(to_delete.id, team)])
 
 
 # --- templates and builds -----------------------------------------------------------------------
