@@ -3,8 +3,11 @@
 
 The box is reached through the same tunnel as a preview URL (the agent's, a paused box resumed
 first). One request per tunnel: it goes in framed anew by h11 (`Connection: close`), and the
-answer streams back in the chunks it comes in (never parsed or buffered whole), its head bounded, a stall of IDLE_SECONDS
-ending it. An answer the box cuts short raises CutShort from the body, and only once the store
+answer streams back in the chunks it comes in (never parsed or buffered whole), its head bounded
+in size and, with the request's sending, in time (HEAD_SECONDS in all: no drip holds it), a stall
+of IDLE_SECONDS ending it. A box has at most MAX_PER_BOX exchanges under way, a team
+MAX_PER_TEAM (429 past them): a port that never answers holds no more of the server than that.
+An answer the box cuts short raises CutShort from the body, and only once the store
 says whether the box is going (a kill): a client that then asks hears "killed". Nothing here
 filters headers: each caller says what goes to the box and what comes back.
 """
@@ -14,13 +17,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import weakref
+from collections import Counter
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import h11
 
-from hutch.errors import ApiError
+from hutch.errors import ApiError, Code
 from hutch.http_relay import Upstream
 from hutch.node.api import AgentUnreachable, ChannelError
 from hutch.store import SandboxRecord, SandboxStatus
@@ -34,6 +39,9 @@ HEAD_SECONDS = 300.0  # a context's kernel starts before its answer's head comes
 IDLE_SECONDS = 300.0  # the code interpreter writes a keep-alive line every 10 s of a long cell
 SETTLE_SECONDS = 5.0  # a cut tunnel: how long a kill in progress may take to be recorded
 NOT_OPEN = "The sandbox is running but port is not open"  # E2B's proxy's words, which its SDK reads
+MAX_PER_BOX = 64  # exchanges under way with one box's ports (each a client connection and a tunnel)
+MAX_PER_TEAM = 256
+_under_way: Counter[str] = Counter()  # by box id and by team id (distinct: a box id is a UUID, a team's is not)
 
 
 class PortUnavailable(Exception):
@@ -61,24 +69,56 @@ async def exchange(st: State, rec: SandboxRecord, port: int, method: str, target
     head = h11.Request(method=method, target=target,
                        headers=[(b"host", f"127.0.0.1:{port}".encode()), (b"connection", b"close"),
                                 (b"content-length", str(len(body)).encode()), *headers])
-    upstream = await _open(st, rec, port)
+    hold = _Hold(rec)
+    try:
+        upstream = await _open(st, rec, port)
+    except BaseException:
+        hold.release()
+        raise
     conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
     reader, writer = upstream
     try:
-        for event in (head, h11.Data(data=body), h11.EndOfMessage()) if body else (head, h11.EndOfMessage()):
-            writer.write(conn.send(event) or b"")
-        await writer.drain()
-        answer = await _next(conn, reader, HEAD_SECONDS)
+        async with asyncio.timeout(HEAD_SECONDS):  # the request sent and the answer's head, in all
+            for event in (head, h11.Data(data=body), h11.EndOfMessage()) if body else (head, h11.EndOfMessage()):
+                writer.write(conn.send(event) or b"")
+            await writer.drain()
+            answer = await _next(conn, reader)
         if not isinstance(answer, h11.Response):
             raise PortUnavailable("The sandbox's server on the port did not answer")
     except (OSError, TimeoutError, h11.ProtocolError, asyncio.IncompleteReadError):
         writer.close()
+        hold.release()
         raise PortUnavailable(NOT_OPEN) from None
     except BaseException:
         writer.close()
+        hold.release()
         raise
-    return Answer(answer.status_code, [(bytes(k), bytes(v)) for k, v in answer.headers],
-                  _body(conn, upstream, st, rec))
+    stream = _body(conn, upstream, st, rec, hold)
+    weakref.finalize(stream, hold.release)  # a body never started never runs its own end
+    return Answer(answer.status_code, [(bytes(k), bytes(v)) for k, v in answer.headers], stream)
+
+
+class _Hold:
+    """An exchange counted against its box and its team (refused, 429, past either's cap) until
+    released: once, by its body's end or, for a body never read, its collection."""
+
+    def __init__(self, rec: SandboxRecord) -> None:
+        if _under_way[rec.id] >= MAX_PER_BOX:
+            raise ApiError(Code.RATE_LIMITED, f"sandbox {rec.id} has {MAX_PER_BOX} requests to its ports under "
+                                              "way, the most it may; send more once some end")
+        if _under_way[rec.team_id] >= MAX_PER_TEAM:
+            raise ApiError(Code.RATE_LIMITED, f"this team has {MAX_PER_TEAM} requests to its sandboxes' ports "
+                                              "under way, the most it may; send more once some end")
+        self.keys: tuple[str, ...] = (rec.id, rec.team_id)
+        for key in self.keys:
+            _under_way[key] += 1
+
+    def release(self) -> None:
+        keys, self.keys = self.keys, ()
+        for key in keys:
+            _under_way[key] -= 1
+            if _under_way[key] <= 0:
+                del _under_way[key]
 
 
 async def read_bounded(answer: Answer, limit: int) -> bytes:
@@ -111,12 +151,12 @@ async def _open(st: State, rec: SandboxRecord, port: int) -> Upstream:
     raise PortUnavailable("The sandbox was paused while the request ran; call again")
 
 
-async def _next(conn: h11.Connection, reader: asyncio.StreamReader, timeout: float) -> object:
+async def _next(conn: h11.Connection, reader: asyncio.StreamReader, idle: float | None = None) -> object:
     while True:
         event = conn.next_event()
         if event is not h11.NEED_DATA:
             return event
-        data = await asyncio.wait_for(reader.read(READ), timeout)
+        data = await asyncio.wait_for(reader.read(READ), idle)
         conn.receive_data(data)  # b"": the box closed its end (h11 then ends or errs the message)
 
 
@@ -134,8 +174,8 @@ async def _settle(st: State, rec: SandboxRecord) -> None:
         await asyncio.sleep(0.1)
 
 
-async def _body(conn: h11.Connection, upstream: Upstream, st: State,
-                rec: SandboxRecord) -> AsyncGenerator[bytes, None]:
+async def _body(conn: h11.Connection, upstream: Upstream, st: State, rec: SandboxRecord,
+                hold: _Hold) -> AsyncGenerator[bytes, None]:
     reader, writer = upstream
     try:
         while True:
@@ -152,6 +192,7 @@ async def _body(conn: h11.Connection, upstream: Upstream, st: State,
                 await _settle(st, rec)
                 raise CutShort("the box closed the connection")
     finally:
+        hold.release()
         writer.close()
         with contextlib.suppress(Exception):
             await writer.wait_closed()

@@ -16,6 +16,7 @@ import ssl
 import struct
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import httpx
 import pytest
 
 from hutch import RunStep, Sandbox, Secret, Template
+from hutch.server import boxport
 from tests.integration.internet import Internet
 from tests.integration.support import Env, needs_installed, wait_for
 
@@ -244,6 +246,56 @@ def e2b_kill(env: Env, sandbox_id: str) -> None:
 
 def envd(env: Env, sandbox_id: str, token: str | None) -> dict[str, str]:
     return {"E2b-Sandbox-Id": sandbox_id, **({"X-Access-Token": token} if token else {})}
+
+
+# Accepts every connection on 8080 and answers none of them until /tmp/answer exists
+HOLDING_SERVER = """
+import os, socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8080)); s.listen(512); s.settimeout(0.05)
+held = []
+while True:
+    try:
+        held.append(s.accept()[0])
+    except OSError:
+        pass
+    if os.path.exists("/tmp/answer"):
+        for c in held:
+            c.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nConnection: close\\r\\n\\r\\nok"); c.close()
+        held = []
+"""
+
+
+def test_a_port_that_never_answers_holds_a_bounded_share_of_the_forwarder(env: Env) -> None:
+    box, token = e2b_box(env)
+    other, other_token = e2b_box(env)
+    url = f"{env.url}/e2b/envd/"
+    headers = {**envd(env, box, token), "E2b-Sandbox-Port": "8080"}
+    try:
+        sb = Sandbox.connect(box, **env.server.client_args())
+        sb.files.write("/tmp/hold.py", HOLDING_SERVER)
+        sb.commands.spawn("python3 /tmp/hold.py")
+        wait_for(lambda: ":8080" in sb.commands.run("cat /proc/net/tcp | awk '{print $2}' | "
+                                                     "grep -i ':1F90' | sed 's/.*/:8080/'").stdout,
+                 30, "the box's server")
+        limits = httpx.Limits(max_connections=boxport.MAX_PER_BOX + 8)
+        with httpx.Client(limits=limits, timeout=120, headers=headers) as client, \
+                ThreadPoolExecutor(boxport.MAX_PER_BOX) as pool:
+            held = [pool.submit(client.get, url) for _ in range(boxport.MAX_PER_BOX)]
+            # once all of them are under way, the next is refused at once, not at a deadline
+            wait_for(lambda: client.get(url).status_code == 429, 60, "the box's cap on requests to its ports")
+            refused = client.get(url)
+            assert refused.status_code == 429 and "under way" in refused.text, refused.text
+            # the same team's other box is not held back by this one's (nothing listens there: it says so)
+            elsewhere = client.get(url, headers={**envd(env, other, other_token), "E2b-Sandbox-Port": "8080"})
+            assert elsewhere.status_code == 502, elsewhere.text
+            assert not any(f.done() for f in held)
+            sb.files.write("/tmp/answer", "")
+            assert [f.result().text for f in held] == ["ok"] * boxport.MAX_PER_BOX
+            assert client.get(url).text == "ok"  # their ends gave their places back
+    finally:
+        for b in (box, other):
+            e2b_kill(env, b)
 
 
 def test_uploads_gzip_and_forms_are_bounded(env: Env) -> None:
