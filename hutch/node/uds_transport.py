@@ -2,7 +2,8 @@
 
 httpx's own transport (httpcore's pool on anyio streams, cancel scopes, sniffio) cost ~1.2 ms more
 server CPU per command on the channel than this one, under the same httpx client. The peer is hostile: heads are capped,
-bodies come in bounded pieces, and every read and write is bounded by the request's timeouts.
+bodies come in bounded pieces, every read and write is bounded by the request's timeouts, and an
+answer's whole head by its read timeout.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ READ_SIZE = 64 * 2**10
 MAX_HEAD = 64 * 2**10  # h11's cap on an incomplete head (or chunk header) held in its buffer
 MAX_CONNECTIONS = 100  # open to one box at once (httpx's default); past it a request waits its pool timeout
 IDLE_SECONDS = 5.0  # a kept connection unused this long is closed (httpx's default)
+MAX_INFORMATIONAL = 8  # 1xx answers before a request's final one
 
 
 class _Conn:
@@ -112,12 +114,7 @@ class UnixTransport(httpx.AsyncBaseTransport):
             # A peer that answers before it has read the body must read the rest first (the agent
             # does): one that hangs up on unread bytes resets the socket, and its answer is lost.
             await self._send(conn, request, timeout.get("write"))
-            while True:
-                event = await conn.next_event(timeout.get("read"), request)
-                if isinstance(event, h11.Response):
-                    break
-                if not isinstance(event, h11.InformationalResponse):
-                    raise httpx.RemoteProtocolError("the peer sent something other than a response", request=request)
+            event = await self._head(conn, timeout.get("read"), request)
         except BaseException:
             self._done(conn, reuse=False)
             raise
@@ -125,6 +122,24 @@ class UnixTransport(httpx.AsyncBaseTransport):
             event.status_code, headers=event.headers.raw_items(),
             stream=_Body(self, conn, timeout.get("read"), request),
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": event.reason})
+
+    @staticmethod
+    async def _head(conn: _Conn, timeout: float | None, request: httpx.Request) -> h11.Response:
+        """The answer's head: within `timeout` in all (a peer dripping it, or sending one
+        informational answer after another, is cut off as one that sent nothing), after at most
+        MAX_INFORMATIONAL 1xx answers."""
+        try:
+            async with asyncio.timeout(timeout):
+                for _ in range(MAX_INFORMATIONAL + 1):
+                    event = await conn.next_event(None, request)
+                    if isinstance(event, h11.Response):
+                        return event
+                    if not isinstance(event, h11.InformationalResponse):
+                        raise httpx.RemoteProtocolError("the peer sent something other than a response", request=request)
+        except TimeoutError:
+            raise httpx.ReadTimeout("timed out reading the answer's head from the socket", request=request) from None
+        raise httpx.RemoteProtocolError(f"the peer sent more than {MAX_INFORMATIONAL} informational answers",
+                                        request=request)
 
     async def aclose(self) -> None:
         self._closed = True

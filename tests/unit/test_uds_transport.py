@@ -352,6 +352,34 @@ def test_a_silent_peer_is_a_read_timeout(sock: Path, head: bytes) -> None:
     serve(sock, reply, main)
 
 
+@pytest.mark.parametrize("drip", [b"x-drip: 1\r\n", b"HTTP/1.1 102 Processing\r\n\r\n"], ids=["header", "1xx"])
+def test_a_head_dripped_within_each_read_timeout_is_still_a_read_timeout(sock: Path, drip: bytes) -> None:
+    async def reply(n: int, writer: asyncio.StreamWriter) -> bool:
+        if drip.startswith(b"x-"):
+            writer.write(b"HTTP/1.1 200 OK\r\n")
+        for _ in range(300):  # a piece every 0.1 s: each read comes well within the 0.3 s read timeout
+            writer.write(drip)
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        return True
+
+    async def main(server: Server) -> None:
+        async with client(UnixTransport(str(sock)), read=0.3) as http:
+            with pytest.raises(httpx.ReadTimeout):
+                await asyncio.wait_for(http.get("/"), 10)  # (without the whole head's bound: past 10 s, a failure)
+
+    serve(sock, reply, main)
+
+
+def test_more_informational_answers_than_any_peer_sends_are_a_protocol_error(sock: Path) -> None:
+    async def main(server: Server) -> None:
+        async with client(UnixTransport(str(sock))) as http:
+            with pytest.raises(httpx.RemoteProtocolError):
+                await http.get("/")
+
+    serve(sock, answering(b"HTTP/1.1 102 Processing\r\n\r\n" * 9 + ok(b"late")), main)
+
+
 def test_a_missing_socket_is_a_connect_error(sock: Path) -> None:
     async def main() -> None:
         async with client(UnixTransport(str(sock))) as http:
