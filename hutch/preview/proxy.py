@@ -22,6 +22,7 @@ import functools
 import logging
 import resource
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode
@@ -39,6 +40,7 @@ MAX_CONNECTIONS = 1024
 MAX_PER_CLIENT = 128  # one client address cannot hold every connection
 MAX_PER_BOX = 64  # nor can one sandbox's visitors (a browser opens 6 a host): the rest stay for other boxes
 MIN_PER_BOX = 8  # however few descriptors the process has, a box's share is never below this
+MAX_PER_TEAM = 256  # nor can one team's boxes together (at most half of what the descriptors allow)
 IDLE_SECONDS = 300.0  # no next request, no byte of a body or an upgraded connection, a client not reading
 FDS_PER_CONNECTION = 8  # a connection holds 2 descriptors (client, tunnel): at most a quarter of the process'
 
@@ -47,18 +49,23 @@ FDS_PER_CONNECTION = 8  # a connection holds 2 descriptors (client, tunnel): at 
 class PreviewLimits:
     """How much of the server the preview listener may hold. Past `connections` or `per_client`
     a connection is closed at once; past a box's cap (`per_box`, and a quarter of what the
-    descriptors allow at most, so a box that never answers its visitors holds no more than that),
-    its first request is answered 503."""
+    descriptors allow at most, so a box that never answers its visitors holds no more than that)
+    or its team's (`per_team`, and half of what they allow), its first request is answered 503."""
 
     connections: int = MAX_CONNECTIONS  # and never more than the descriptors allow (FDS_PER_CONNECTION)
     per_client: int = MAX_PER_CLIENT
     per_box: int = MAX_PER_BOX
+    per_team: int = MAX_PER_TEAM
     head_seconds: float = http_relay.HEAD_TIMEOUT  # a whole request head: no slow drip (slowloris)
     idle_seconds: float = IDLE_SECONDS
 
     def box_cap(self, budget: int) -> int:
         """A box's cap when every box's connections together may be `budget`."""
         return min(self.per_box, max(MIN_PER_BOX, budget // 4))
+
+    def team_cap(self, budget: int) -> int:
+        """A team's cap (all its boxes') when every box's connections together may be `budget`."""
+        return min(self.per_team, max(MIN_PER_BOX, budget // 2))
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,7 @@ class Published:
     port: int
     private: bool
     generation: int
+    team_id: str
 
 
 @dataclass(frozen=True)
@@ -118,7 +126,8 @@ class PreviewProxy:
         self._live: dict[tuple[str, int], set[asyncio.Task[None]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._per_client: dict[str, int] = {}
-        self._per_box: dict[str, int] = {}
+        self._per_box: Counter[str] = Counter()
+        self._per_team: Counter[str] = Counter()
 
     async def start(self, host: str, port: int) -> None:
         # read at start: the server may have raised its limit by then
@@ -175,11 +184,16 @@ class PreviewProxy:
             to_box = self._admit(request, published, host or "", client)
             if bound is None:
                 cap = self.limits.box_cap(self.max_connections)
-                if self._per_box.get(published.sandbox_id, 0) >= cap:
+                if self._per_box[published.sandbox_id] >= cap:
                     raise Answer(503, f"this sandbox has {cap} preview connections open already: "
                                       "close some and try again")
+                team_cap = self.limits.team_cap(self.max_connections)
+                if self._per_team[published.team_id] >= team_cap:
+                    raise Answer(503, f"this sandbox's team has {team_cap} preview connections open already: "
+                                      "close some and try again")
                 bound = published
-                self._per_box[published.sandbox_id] = self._per_box.get(published.sandbox_id, 0) + 1
+                self._per_box[published.sandbox_id] += 1
+                self._per_team[published.team_id] += 1
                 self._live.setdefault((published.sandbox_id, published.port), set()).add(me)
             return Forward(to_box, answer_headers=functools.partial(headers.from_box, private=published.private))
 
@@ -199,9 +213,10 @@ class PreviewProxy:
         finally:
             if bound is not None:
                 self._live.get((bound.sandbox_id, bound.port), set()).discard(me)
-                left = self._per_box.pop(bound.sandbox_id, 1) - 1
-                if left:
-                    self._per_box[bound.sandbox_id] = left
+                for held, key in ((self._per_box, bound.sandbox_id), (self._per_team, bound.team_id)):
+                    held[key] -= 1
+                    if held[key] <= 0:
+                        del held[key]
             for w in (upstream[1] if upstream else None, writer):
                 if w is not None:
                     w.close()

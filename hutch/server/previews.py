@@ -73,10 +73,11 @@ class Previews:
     # --- what the proxy asks ----------------------------------------------------------------------
 
     def lookup(self, sandbox_id: str, port: int) -> Published | None:
-        rec = self.store.published_port(sandbox_id, port)
-        if rec is None:
+        found = self.store.published_port(sandbox_id, port)
+        if found is None:
             return None
-        return Published(sandbox_id, port, rec.access == "private", rec.generation)
+        rec, team_id = found
+        return Published(sandbox_id, port, rec.access == "private", rec.generation, team_id)
 
     async def open_tunnel(self, sandbox_id: str, port: int) -> Upstream:
         """A stream to the port inside the box, resuming a paused box first."""

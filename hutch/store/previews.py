@@ -25,13 +25,19 @@ class PreviewQueries(Database):
             found = c.execute(sa.select(preview_ports).where(p.sandbox_id == rec.sandbox_id, p.port == rec.port)).one()
             return PreviewPortRecord(**found._mapping)
 
-    def published_port(self, sandbox_id: str, port: int) -> PreviewPortRecord | None:
-        """A published port of a sandbox that still exists, in one query (every preview request)."""
+    def published_port(self, sandbox_id: str, port: int) -> tuple[PreviewPortRecord, str] | None:
+        """A published port of a sandbox that still exists, and the sandbox's team, in one query
+        (every preview request)."""
         p, sb = preview_ports.c, sandboxes.c
         with self._tx() as c:
-            row = c.execute(sa.select(preview_ports).select_from(preview_ports.join(sandboxes, sb.id == p.sandbox_id))
+            row = c.execute(sa.select(preview_ports, sb.team_id)
+                            .select_from(preview_ports.join(sandboxes, sb.id == p.sandbox_id))
                             .where(p.sandbox_id == sandbox_id, p.port == port, sb.status != SandboxStatus.DELETED)).first()
-        return PreviewPortRecord(**row._mapping) if row else None
+        if row is None:
+            return None
+        fields = dict(row._mapping)
+        team_id = fields.pop("team_id")
+        return PreviewPortRecord(**fields), team_id
 
     def preview_port(self, sandbox_id: str, port: int) -> PreviewPortRecord | None:
         with self._tx() as c:

@@ -19,8 +19,8 @@ from hutch.preview.access import PreviewKeys
 from hutch.preview.proxy import PreviewLimits, PreviewProxy, PreviewSite, Published
 
 KEYS = PreviewKeys(b"k" * 32)
-PORTS = {("a", 8000): Published("a", 8000, True, 7), ("a", 8001): Published("a", 8001, False, 1),
-         ("b", 8000): Published("b", 8000, True, 3)}
+PORTS = {("a", 8000): Published("a", 8000, True, 7, "team-1"), ("a", 8001): Published("a", 8001, False, 1, "team-1"),
+         ("b", 8000): Published("b", 8000, True, 3, "team-2"), ("c", 8000): Published("c", 8000, False, 5, "team-1")}
 
 # what the stand-in box answers, by path
 BOX_HEADERS: dict[str, list[tuple[str, str]]] = {
@@ -295,6 +295,24 @@ def test_past_the_per_box_cap_a_box_is_refused_while_another_answers() -> None:
             held.pop()[1].close()
             await asyncio.sleep(0.2)
             assert (await h.get(port=8001)).status == 200, "a slot comes back when a connection ends"
+            for _, writer in held:
+                writer.close()
+    run(test)
+
+
+def test_past_the_per_team_cap_a_teams_other_box_is_refused_while_another_team_answers() -> None:
+    async def test() -> None:
+        async with harness(limits=PreviewLimits(per_box=3, per_team=4)) as h:
+            held = [await h.connect() for _ in range(4)]
+            for n, conn in enumerate(held):  # three to box a, the fourth to box c: both team-1's
+                assert (await h.send(conn, sandbox="c" if n == 3 else "a", port=8000 if n == 3 else 8001)).status == 200
+            refused = await h.get(sandbox="c")
+            assert refused.status == 503 and b"team" in refused.body
+            assert (await h.get(sandbox="b", headers=[("X-Hutch-Preview-Token", KEYS.token("b", 8000, 3))])).status \
+                == 200
+            held.pop()[1].close()
+            await asyncio.sleep(0.2)
+            assert (await h.get(sandbox="c")).status == 200, "a slot comes back when a connection ends"
             for _, writer in held:
                 writer.close()
     run(test)

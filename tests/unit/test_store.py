@@ -517,7 +517,7 @@ def test_a_port_published_again_changes_its_access_and_keeps_its_credentials(sto
                                                  created_at=2.0))
     assert again == PreviewPortRecord(sandbox_id=box.id, port=8080, access="private", generation=7, created_at=1.0)
     assert store.preview_port(box.id, 8080) == again
-    assert store.published_port(box.id, 8080) == again
+    assert store.published_port(box.id, 8080) == (again, team)
     assert store.preview_port(box.id, 9000) is None
 
 
