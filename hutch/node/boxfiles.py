@@ -42,6 +42,7 @@ OWN_SLACK = 2**20  # past what a box holds of its own, what a tar of it may stil
 log = logging.getLogger("hutch.boxfiles")
 # Saves' comparisons at once: each holds a template's paths (and may walk one), bounded together
 _comparing = asyncio.Semaphore(4)
+_clearing: set[asyncio.Future[None]] = set()  # scratch directories cleared after a save cut short, at best
 
 
 class TooLarge(Exception):
@@ -166,8 +167,15 @@ async def _save(agent: BoxAgent, rootfs: Path, image: Path, limit: int, own: int
         own_bound = own + OWN_SLACK
         await _download(agent, f"{work}/files.tar", min(own_bound, limit), image / FILES,
                         what="files, more than its own disk holds," if own_bound < limit else "files")
-    finally:
+    except asyncio.CancelledError:  # cut short (a kill, the deadline): the box's own rm is not waited for
+        clearing = asyncio.ensure_future(_clear(agent, work))
+        _clearing.add(clearing)
+        clearing.add_done_callback(_clearing.discard)
+        raise
+    except BaseException:
         await _clear(agent, work)
+        raise
+    await _clear(agent, work)
     return (image / FILES).stat().st_size + (image / REMOVED).stat().st_size
 
 

@@ -91,6 +91,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         finally:
             for task in tasks:
                 task.cancel()
+            await asyncio.wait(tasks, timeout=60)  # the scheduler's steps end before what they use closes
             if st.pool is not None:  # first: nobody's boxes, and no later step's failure may skip them
                 await st.pool.close()
             if hosts_listener is not None:  # first: no new request reaches the services below

@@ -66,6 +66,7 @@ CHECKPOINT_DONE = "hutch-checkpoint-complete"  # written into an image directory
 STUCK_SECONDS = 1800.0  # a pause or resume older than this was left by a server that died (a pause may take 10 min)
 PAUSE_RETRY_SECONDS = 60  # after an automatic pause failed
 LIFETIME_STEPS = 16  # boxes paused or deleted by their deadlines at once, each on its own
+STEPS_STOP_SECONDS = 30.0  # a stopping server waits this long at most for its cancelled steps to end
 LIFETIME_STEPS_PER_TEAM = 4  # of them, one team's: its boxes that stall their pauses hold back no other team's
 DISK_RESERVE = 64 * 2**20  # below this much free space in the data dir, a failed pause is called a full disk
 RETENTION_EVERY = 60  # lifetime ticks between two passes of the logs' retention
@@ -860,6 +861,16 @@ class Sandboxes:
         """Pause boxes past their timeout and delete boxes paused past their auto-delete. The
         deadlines are in the store, so a restarted server keeps them. Now and then, settle a
         pause or resume left midway by a server that died (a fleet's others live on)."""
+        try:
+            await self._run_lifetimes(every)
+        finally:  # the server stops: so do the steps under way, before it closes what they use
+            steps = [step for _, step in self._lifetime_steps.values()]
+            for step in steps:
+                step.cancel()
+            if steps:
+                await asyncio.wait(steps, timeout=STEPS_STOP_SECONDS)
+
+    async def _run_lifetimes(self, every: float) -> None:
         ticks = 0
         while True:
             await asyncio.sleep(every)
@@ -875,16 +886,11 @@ class Sandboxes:
                 except Exception:
                     log.exception("pruning the logs failed")
             to_pause, to_delete = self.store.due(time.time())
-            try:
-                due = [(sandbox_id, team, False) for sandbox_id, team in to_delete]  # deletes first: they free room
-                due += [(sandbox_id, team, True) for sandbox_id, team in to_pause]
-                for sandbox_id, team, pause in next_steps(due, self._lifetime_steps):
-                    step = asyncio.get_running_loop().create_task(self._lifetime_step(sandbox_id, pause))
-                    self._lifetime_steps[sandbox_id] = (team, step)
-            except asyncio.CancelledError:  # the server stops: so do the steps under way
-                for _, step in list(self._lifetime_steps.values()):
-                    step.cancel()
-                raise
+            due = [(sandbox_id, team, False) for sandbox_id, team in to_delete]  # deletes first: they free room
+            due += [(sandbox_id, team, True) for sandbox_id, team in to_pause]
+            for sandbox_id, team, pause in next_steps(due, self._lifetime_steps):
+                step = asyncio.get_running_loop().create_task(self._lifetime_step(sandbox_id, pause))
+                self._lifetime_steps[sandbox_id] = (team, step)
 
     async def _lifetime_step(self, sandbox_id: str, pause: bool) -> None:
         """A timeout's pause or an auto-delete's kill, of one box (the scheduler's own task)."""

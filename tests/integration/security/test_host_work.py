@@ -11,15 +11,24 @@ import httpx
 import pytest
 
 from hutch import NotFoundError, Sandbox
-from tests.integration.support import Env, wait_for
+from tests.integration.support import Env, Server, wait_for
 
-STALLING_FIND = "printf '#!/bin/sh\\nexec sleep 3600\\n' > /usr/bin/find"  # the box's root rewrites its find
+STALLING_TAR = "printf '#!/bin/sh\\nexec sleep 3600\\n' > /usr/bin/tar"  # the box's root rewrites its tar
 
 
-# the box's root rewrites its rm: as it was for the save, but the resume's last step (removing its
-# scratch directory, once the box's files are back) stalls
-STALLING_RM = ("cp /usr/bin/rm /usr/bin/rm.real && printf '#!/bin/sh\\nif [ \"$2\" = /var/tmp/.hutch-snapshot ]; "
-               "then exec sleep 3600; fi\\nexec /usr/bin/rm.real \"$@\"\\n' > /usr/bin/rm")
+
+
+def stalling_rm(pattern: str) -> str:
+    """The box's root rewrites its rm: as it was, but for a path that matches `pattern` (a shell
+    case pattern): that one stalls."""
+    return ("cp /usr/bin/rm /usr/bin/rm.real && printf '#!/bin/sh\\ncase \"$2\" in %s) exec sleep 3600;; esac\\n"
+            f"exec /usr/bin/rm.real \"$@\"\\n' '{pattern}' > /usr/bin/rm")
+
+
+# a save's scratch directory, which a save cut short leaves to be cleared (never waited for)
+SAVE_SCRATCH = "/var/tmp/.hutch-snapshot/*"
+# the resume's last step (removing its scratch directory, once the box's files are back)
+RESUME_SCRATCH = "/var/tmp/.hutch-snapshot"
 
 
 def _status(env: Env, key: str, sandbox_id: str) -> str:
@@ -32,8 +41,9 @@ def test_a_box_stalling_its_files_only_pause_holds_back_no_other_box_and_its_kil
         made = api.post("/v1/sandboxes", json={"name": "stalls-its-save", "pause_memory": False}, timeout=120)
         assert made.status_code == 201, made.text
         stalling = Sandbox.connect(made.json()["id"], api_key=env.key_a, base_url=env.url)
-    stalling.commands.run(STALLING_FIND, user="root")
-    stalling.update(timeout_seconds=1)  # its timeout's pause saves its files: through the find it stalls
+    stalling.commands.run(STALLING_TAR, user="root")
+    assert stalling.commands.run(stalling_rm(SAVE_SCRATCH), user="root").exit_code == 0
+    stalling.update(timeout_seconds=1)  # its timeout's pause saves its files: through the tar it stalls
     wait_for(lambda: _status(env, env.key_a, stalling.id) == "pausing", 30, "the stalling box's pause to begin")
 
     other = Sandbox.create(name="another-team", timeout_seconds=2, api_key=env.key_b, base_url=env.url)
@@ -47,8 +57,8 @@ def test_a_box_stalling_its_files_only_pause_holds_back_no_other_box_and_its_kil
     finally:
         other.kill()
 
-    with env.api(env.key_a) as api:  # the owner's kill does not wait out the save the box paces
-        killed = api.delete(f"/v1/sandboxes/{stalling.id}", timeout=httpx.Timeout(60))
+    with env.api(env.key_a) as api:  # the owner's kill waits out neither the save the box paces nor its rm
+        killed = api.delete(f"/v1/sandboxes/{stalling.id}", timeout=httpx.Timeout(20))
     assert killed.status_code == 204, killed.text
     with pytest.raises(NotFoundError):
         stalling.get_info()
@@ -56,7 +66,7 @@ def test_a_box_stalling_its_files_only_pause_holds_back_no_other_box_and_its_kil
 
 def test_a_box_stalling_its_files_only_resume_is_killed_at_once(env: Env) -> None:
     box = Sandbox.create(name="stalls-its-resume", api_key=env.key_a, base_url=env.url)
-    assert box.commands.run(STALLING_RM, user="root").exit_code == 0
+    assert box.commands.run(stalling_rm(RESUME_SCRATCH), user="root").exit_code == 0
     assert box.commands.run("rm -rf /home/user/gone-already && echo rm works").stdout.strip() == "rm works"
     box.pause(memory=False)  # its resume lays its files back, the stalling rm among them
     assert _status(env, env.key_a, box.id) == "paused"
@@ -82,3 +92,20 @@ def test_a_box_stalling_its_files_only_resume_is_killed_at_once(env: Env) -> Non
     assert answers[0].json()["error"]["code"] == "not_found"
     with pytest.raises(NotFoundError):
         box.get_info()
+
+
+def test_a_server_stopped_while_a_box_stalls_its_timeouts_pause_keeps_the_box(own_server: Server) -> None:
+    kw = own_server.client_args()
+    with httpx.Client(base_url=own_server.url, headers={"Authorization": f"Bearer {own_server.admin_key()}"}) as api:
+        made = api.post("/v1/sandboxes", json={"name": "stalls-at-stop", "pause_memory": False}, timeout=120)
+        assert made.status_code == 201, made.text
+    box = Sandbox.connect(made.json()["id"], **kw)
+    box.commands.run(STALLING_TAR, user="root")
+    box.update(timeout_seconds=1)
+    wait_for(lambda: box.get_info().status == "pausing", 30, "its timeout's pause to begin")
+    own_server.stop()  # the pause under way ends with the server: the box is not failed for it
+    own_server.start()
+    again = Sandbox.connect(box.id, **kw)
+    # taken back as it was, running (and its timeout, due, pauses it again: the stall goes on)
+    assert again.get_info().status in ("active", "pausing")
+    again.kill()
