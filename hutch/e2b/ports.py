@@ -70,7 +70,7 @@ class ByPort:
 
 async def forward(get_state: StateGetter, request: Request) -> Response:
     port = port_of(request.scope) or 0
-    st, rec = _opened(get_state, request, port)
+    st, rec, anyone = _opened(get_state, request, port)
     if rec.status == SandboxStatus.FAILED:
         raise SandboxGone(rec.id)
     if not port:
@@ -82,7 +82,8 @@ async def forward(get_state: StateGetter, request: Request) -> Response:
                                                           "requests to a sandbox's port")])
     try:
         answer = await boxport.exchange(st, rec, port, request.method, _target(request.scope),
-                                        [(k, v) for k, v in request.headers.raw if k.lower() not in DROPPED], body)
+                                        [(k, v) for k, v in request.headers.raw if k.lower() not in DROPPED], body,
+                                        anyone=anyone)
     except boxport.PortUnavailable as e:
         raise SandboxGone(rec.id, str(e)) from None
     response = StreamingResponse(answer.body, status_code=answer.status)
@@ -92,13 +93,13 @@ async def forward(get_state: StateGetter, request: Request) -> Response:
     return response
 
 
-def _opened(get_state: StateGetter, request: Request, port: int) -> tuple[State, SandboxRecord]:
+def _opened(get_state: StateGetter, request: Request, port: int) -> tuple[State, SandboxRecord, bool]:
     """The box the request may reach: at its E2B host name (hosts.py), a box made with
     allowPublicTraffic answers anyone on its ports, as E2B's does, but for its code interpreter's
     unless the box was made with `secure: false` (e2b 1.x's: its interpreter client sends no
     token); otherwise its token is checked (sandbox_of: the same 401 for a wrong token and for a
     box that does not exist, or is not public). Only a caller with the token wakes a paused box
-    whose auto-resume was not asked for."""
+    whose auto-resume was not asked for. The flag: whether the caller is anyone (no token)."""
     token = request.headers.get("x-access-token") or request.headers.get(TRAFFIC_HEADER)
     if request.scope.get(HOST_FORM):
         st = get_state()
@@ -109,8 +110,9 @@ def _opened(get_state: StateGetter, request: Request, port: int) -> tuple[State,
                                                                                 SandboxStatus.PAUSED):
                 raise ApiError(Code.SANDBOX_PAUSED, f"sandbox {rec.id} is paused: a request without its token "
                                                     "wakes it only when it was made with auto-resume")
-            return st, rec
-    return sandbox_of(get_state, request, token)
+            return st, rec, not known
+    st, rec = sandbox_of(get_state, request, token)
+    return st, rec, False
 
 
 def _target(scope: Scope) -> bytes:

@@ -167,11 +167,11 @@ class EgressProxy:
         if len(box.connections) >= cap:  # a box holding this many open is not browsing
             self._shed(key, box, writer, 503, "too_many_connections", f"a box holds at most {cap} connections")
             return
-        if self._open >= budget and not self._make_room(box, budget):
-            self._shed(key, box, writer, 503, "proxy_busy", "the proxy holds all the connections it takes: try again later")
-            return
         if not box.refusals.has(now):  # each refusal cost a store read: past the box's rate, none is made
             self._shed(key, box, writer, 429, "rate_limited", self._rate_message)
+            return  # (and before making room: a box shed anyway never takes another's connection)
+        if self._open >= budget and not self._make_room(box, budget):
+            self._shed(key, box, writer, 503, "proxy_busy", "the proxy holds all the connections it takes: try again later")
             return
         task = asyncio.get_running_loop().create_task(self._serve(key, box, reader, writer))
         box.connections[task] = None

@@ -63,13 +63,14 @@ class Answer:
 
 
 async def exchange(st: State, rec: SandboxRecord, port: int, method: str, target: bytes,
-                   headers: list[tuple[bytes, bytes]], body: bytes) -> Answer:
+                   headers: list[tuple[bytes, bytes]], body: bytes, *, anyone: bool = False) -> Answer:
     """Send one request to `port` in the box and wait for its answer's head. `headers` go as they
-    are, after hutch's own host, connection and content-length."""
+    are, after hutch's own host, connection and content-length. `anyone`: a caller without the
+    box's token (a public box's visitor), counted apart from the team's own calls."""
     head = h11.Request(method=method, target=target,
                        headers=[(b"host", f"127.0.0.1:{port}".encode()), (b"connection", b"close"),
                                 (b"content-length", str(len(body)).encode()), *headers])
-    hold = _Hold(rec)
+    hold = _Hold(rec, anyone)
     try:
         upstream = await _open(st, rec, port)
     except BaseException:
@@ -100,16 +101,26 @@ async def exchange(st: State, rec: SandboxRecord, port: int, method: str, target
 
 class _Hold:
     """An exchange counted against its box and its team (refused, 429, past either's cap) until
-    released: once, by its body's end or, for a body never read, its collection."""
+    released: once, by its body's end or, for a body never read, its collection. A public box's
+    visitors (`anyone`) count apart, against the box's own share for them: strangers never take
+    the team's places."""
 
-    def __init__(self, rec: SandboxRecord) -> None:
+    def __init__(self, rec: SandboxRecord, anyone: bool) -> None:
+        if anyone:
+            key = f"{rec.id}/anyone"
+            if _under_way[key] >= MAX_PER_BOX:
+                raise ApiError(Code.RATE_LIMITED, f"sandbox {rec.id} has {MAX_PER_BOX} requests from visitors to its "
+                                                  "ports under way, the most it takes; send more once some end")
+            self.keys: tuple[str, ...] = (key,)
+            _under_way[key] += 1
+            return
         if _under_way[rec.id] >= MAX_PER_BOX:
             raise ApiError(Code.RATE_LIMITED, f"sandbox {rec.id} has {MAX_PER_BOX} requests to its ports under "
                                               "way, the most it may; send more once some end")
         if _under_way[rec.team_id] >= MAX_PER_TEAM:
             raise ApiError(Code.RATE_LIMITED, f"this team has {MAX_PER_TEAM} requests to its sandboxes' ports "
                                               "under way, the most it may; send more once some end")
-        self.keys: tuple[str, ...] = (rec.id, rec.team_id)
+        self.keys = (rec.id, rec.team_id)
         for key in self.keys:
             _under_way[key] += 1
 

@@ -65,7 +65,7 @@ T = TypeVar("T")
 CHECKPOINT_DONE = "hutch-checkpoint-complete"  # written into an image directory once it is whole
 STUCK_SECONDS = 1800.0  # a pause or resume older than this was left by a server that died (a pause may take 10 min)
 PAUSE_RETRY_SECONDS = 60  # after an automatic pause failed
-LIFETIME_STEPS = 16  # boxes paused or deleted by their deadlines at once, each on its own
+LIFETIME_STEPS = 64  # boxes paused or deleted by their deadlines at once, each on its own (a task waiting on it)
 STEPS_STOP_SECONDS = 30.0  # a stopping server waits this long at most for its cancelled steps to end
 LIFETIME_STEPS_PER_TEAM = 4  # of them, one team's: its boxes that stall their pauses hold back no other team's
 DISK_RESERVE = 64 * 2**20  # below this much free space in the data dir, a failed pause is called a full disk
@@ -772,8 +772,10 @@ class Sandboxes:
         self._kills_waiting[sandbox_id] += 1
         try:
             if (paced := self._box_paced.get(sandbox_id)) is not None:
-                paced.cancel()
-            await self._kill(team_id, sandbox_id, only_if_due)
+                paced.cancel()  # its caller hears "deleted": the kill goes on even if this one's caller goes
+                await asyncio.shield(self._kill(team_id, sandbox_id, only_if_due))
+            else:
+                await self._kill(team_id, sandbox_id, only_if_due)
         finally:
             self._kills_waiting[sandbox_id] -= 1
             if not self._kills_waiting[sandbox_id]:

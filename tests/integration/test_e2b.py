@@ -248,7 +248,8 @@ def envd(env: Env, sandbox_id: str, token: str | None) -> dict[str, str]:
     return {"E2b-Sandbox-Id": sandbox_id, **({"X-Access-Token": token} if token else {})}
 
 
-# Accepts every connection on 8080 and answers none of them until /tmp/answer exists
+# Accepts every connection on 8080 and answers none of them until /tmp/answer exists; /tmp/held
+# says how many it holds
 HOLDING_SERVER = """
 import os, socket, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -257,6 +258,7 @@ held = []
 while True:
     try:
         held.append(s.accept()[0])
+        open("/tmp/held", "w").write(str(len(held)))
     except OSError:
         pass
     if os.path.exists("/tmp/answer"):
@@ -282,9 +284,9 @@ def test_a_port_that_never_answers_holds_a_bounded_share_of_the_forwarder(env: E
         with httpx.Client(limits=limits, timeout=120, headers=headers) as client, \
                 ThreadPoolExecutor(boxport.MAX_PER_BOX) as pool:
             held = [pool.submit(client.get, url) for _ in range(boxport.MAX_PER_BOX)]
-            # once all of them are under way, the next is refused at once, not at a deadline
-            wait_for(lambda: client.get(url).status_code == 429, 60, "the box's cap on requests to its ports")
-            refused = client.get(url)
+            wait_for(lambda: sb.commands.run("cat /tmp/held 2>/dev/null").stdout == str(boxport.MAX_PER_BOX), 60,
+                     "the box's server to hold every request")
+            refused = client.get(url)  # once all of them are under way, the next is refused at once
             assert refused.status_code == 429 and "under way" in refused.text, refused.text
             # the same team's other box is not held back by this one's (nothing listens there: it says so)
             elsewhere = client.get(url, headers={**envd(env, other, other_token), "E2b-Sandbox-Port": "8080"})
