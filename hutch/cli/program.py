@@ -9,6 +9,7 @@ from pathlib import Path
 
 from hutch.cli import (
     commands,
+    events,
     files,
     fleet,
     mcp,
@@ -28,7 +29,7 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     server.add_serve, server.add_build_base, server.add_team_create, sandboxes.add_create, templates.add_template,
     snapshots.add_snapshot, volumes.add_volume, secrets.add_secret, previews.add_preview, mcp.add_mcp, secrets.add_providers,
     sandboxes.add_ls, sandboxes.add_info, commands.add_exec, commands.add_shell, sandboxes.add_netlog,
-    sandboxes.add_audit, commands.add_ps, files.add_cp, sandboxes.add_kill, fleet.add_node, fleet.add_nodes,
+    sandboxes.add_audit, events.add_events, commands.add_ps, files.add_cp, sandboxes.add_kill, fleet.add_node, fleet.add_nodes,
 )
 
 

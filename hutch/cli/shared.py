@@ -15,6 +15,7 @@ from hutch.sdk import (
     AuditEntry,
     BuildInfo,
     BuildLogLine,
+    Event,
     NetworkLogEntry,
     PreviewPort,
     ProcessInfo,
@@ -92,7 +93,7 @@ def split_remote(spec: str) -> tuple[str | None, str]:
 
 def info_json(info: SandboxInfo | ProcessInfo | NetworkLogEntry | AuditEntry | PreviewPort | SecretInfo
               | SecretAuditEntry | Provider | TemplateInfo | BuildInfo | BuildLogLine | SnapshotInfo
-              | VolumeInfo) -> dict[str, Any]:
+              | VolumeInfo | Event) -> dict[str, Any]:
     """An SDK record as --json prints it: times as strings, a template's steps as the HTTP API spells them."""
     data: dict[str, Any] = json.loads(json.dumps(asdict(info), default=str))
     if isinstance(info, TemplateInfo):

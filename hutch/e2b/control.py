@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
 from starlette.responses import JSONResponse
 
-from hutch.e2b import secrets, snapshots, templates, volumes
+from hutch.e2b import events, secrets, snapshots, templates, volumes
 from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, validation_message
 from hutch.errors import ApiError, Code
 from hutch.server import header_rules
@@ -263,12 +263,12 @@ class Control:
             raise ApiError(Code.ALREADY_PAUSED, f"sandbox {sandbox_id!r} is already paused")
         kill_at_timeout = rec.auto_delete_seconds == 0
         if kill_at_timeout:  # "kill" at its timeout, but a pause asked for is kept
-            await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(auto_delete_seconds=None))
+            await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(auto_delete_seconds=None), said=False)
         try:
             await c.st.sandboxes.pause(c.team_id, rec.id, memory=memory)
         except BaseException:
             if kill_at_timeout:  # it runs on: its timeout still kills it
-                await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(auto_delete_seconds=0))
+                await c.st.sandboxes.update(c.team_id, rec.id, UpdateSandbox(auto_delete_seconds=0), said=False)
             raise
 
     async def connect(self, c: Ctx, sandbox_id: str, body: dict[str, Any]) -> Response:
@@ -568,3 +568,4 @@ def control_routes(app: FastAPI, get_state: StateGetter) -> None:
 
     volumes.volume_routes(app, get_state, ctl.ctx, _body)
     secrets.secret_routes(app, ctl.ctx, _body, _page)
+    events.event_routes(app, ctl.ctx)

@@ -14,6 +14,7 @@ from hutch.sdk.errors import (
     ServerError,
     ValidationError,
 )
+from hutch.sdk.events import Events
 from hutch.sdk.process import AsyncProcess, Process, PtySize
 from hutch.sdk.sandbox import AsyncSandbox, Sandbox
 from hutch.sdk.secrets import AsyncSecret, Provider, Secret
@@ -30,6 +31,8 @@ from hutch.sdk.types import (
     CopyStep,
     EntryInfo,
     EnvStep,
+    Event,
+    EventPage,
     Execution,
     ExecutionError,
     FilesystemEvent,
@@ -76,6 +79,9 @@ __all__ = [
     "CopyStep",
     "EntryInfo",
     "EnvStep",
+    "Event",
+    "EventPage",
+    "Events",
     "Execution",
     "ExecutionError",
     "FilesystemEvent",

@@ -331,6 +331,34 @@ class SecretAuditPage:
         return cls([SecretAuditEntry.from_json(e) for e in d["entries"]], d["next_before"])
 
 
+# --- events ---------------------------------------------------------------------------------------
+
+@dataclass
+class Event:
+    """One change of state of the team's: `id` is its cursor (ids only grow, in the order the
+    changes were made)."""
+
+    id: int
+    type: str  # sandbox.created, sandbox.paused, snapshot.deleted, template.build.ready, ...
+    at: datetime
+    sandbox_id: str | None
+    data: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Event:
+        return cls(**_stamped(d))
+
+
+@dataclass
+class EventPage:
+    events: list[Event]
+    next: int  # the cursor to ask from next
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> EventPage:
+        return cls([Event.from_json(e) for e in d["events"]], d["next"])
+
+
 # --- templates ------------------------------------------------------------------------------------
 
 @dataclass

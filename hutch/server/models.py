@@ -492,6 +492,26 @@ def timestamp(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=UTC)
 
 
+# --- events ---------------------------------------------------------------------------------------
+
+class EventInfo(BaseModel):
+    """One change of state: `id` is its cursor (ids only grow, in the order the changes were made)."""
+
+    id: int
+    type: str = Field(description="sandbox.created, .updated, .paused, .resumed, .killed, .failed; "
+                                  "snapshot.created, .deleted; template.build.queued, .running, .ready, "
+                                  ".failed, .cancelled")
+    at: datetime
+    sandbox_id: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict, description="what else it says: a reason, a template, an id")
+
+
+class EventPage(BaseModel):
+    events: list[EventInfo]
+    next: int = Field(description="the cursor to ask from next (`after`): the last event's id, or the one asked "
+                                  "from if there was none")
+
+
 # --- files: entries and events --------------------------------------------------------------------
 
 class LinkEnd(BaseModel):

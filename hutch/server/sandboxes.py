@@ -51,6 +51,7 @@ from hutch.server.tokens import TokenSigner
 from hutch.server.volumes import Volumes, mounts_of
 from hutch.store import (
     CheckpointBudgets,
+    Event,
     PauseRefused,
     SandboxRecord,
     SandboxStatus,
@@ -377,7 +378,9 @@ class Sandboxes:
             try:
                 # the team's count and the insert in one transaction: creates at once (on any API
                 # server) cannot take more than the team's places between them
-                inserted = self.store.insert_sandbox(rec, bindings, team_max=self.config.team_max_sandboxes)
+                made = Event("sandbox.created", {"template_id": rec.template_id, "source": source,
+                                                 **({"snapshot_id": snapshot[0].id} if snapshot else {})})
+                inserted = self.store.insert_sandbox(rec, bindings, team_max=self.config.team_max_sandboxes, event=made)
             except BaseException as e:
                 await self.node.stop(box.runtime_id, rec.box_key)  # never a box without a record
                 if isinstance(e, LookupError):  # a volume it mounts was deleted meanwhile
@@ -454,8 +457,9 @@ class Sandboxes:
             raise
 
     async def update(self, team_id: str, sandbox_id: str, req: UpdateSandbox, *,
-                     header_rules: Rules | _Unchanged | None = UNCHANGED) -> SandboxRecord:
-        """`header_rules` (hutch.server.header_rules), if given, replace the box's."""
+                     header_rules: Rules | _Unchanged | None = UNCHANGED, said: bool = True) -> SandboxRecord:
+        """`header_rules` (hutch.server.header_rules), if given, replace the box's. `said`: whether
+        it is an event (not for a change that is how another call is carried out)."""
         async with self._locks[sandbox_id]:
             rec = self.get(team_id, sandbox_id)
             changes = {k: getattr(req, k) for k in req.model_fields_set}
@@ -471,7 +475,10 @@ class Sandboxes:
             if "auto_delete_seconds" in changes and rec.status == SandboxStatus.PAUSED:
                 changes["delete_at"] = self._deadline(changes["auto_delete_seconds"])
             if changes:
-                self.store.update_sandbox(rec.id, **changes)
+                shown = {k: v for k, v in changes.items() if k in ("timeout_seconds", "auto_delete_seconds")}
+                asked = sorted(k for k in changes if k not in ("pause_at", "pause_refused_at", "delete_at"))
+                event = Event("sandbox.updated", {"changed": asked, **shown}) if said else None
+                self.store.update_sandbox(rec.id, event=event, **changes)
             return self.get(team_id, sandbox_id)
 
     async def attach_secret(self, team_id: str, sandbox_id: str, env: str, secret: str) -> list[SecretBinding]:
@@ -503,7 +510,7 @@ class Sandboxes:
             if rec.status == SandboxStatus.PAUSED:
                 return
             if only_if_due and rec.auto_delete_seconds == 0:  # it would be deleted once paused: no checkpoint
-                await self._remove(rec)
+                await self._remove(rec, "timeout")
                 self._locks.pop(sandbox_id, None)
                 return
             if rec.status != SandboxStatus.ACTIVE or not rec.runtime_id:
@@ -537,9 +544,12 @@ class Sandboxes:
             except Exception as e:
                 raise await self._checkpoint_failed(rec, e, Code.PAUSE_FAILED, retry=True) from e
             size = await asyncio.to_thread(checkpoint_size, image)  # what it holds of the budgets from now on
+            files_only = memory is False or (memory is None and rec.pause_memory is False)
             self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.PAUSED,
                                       runtime_id=None, pause_at=None, delete_at=self._deadline(rec.auto_delete_seconds),
-                                      checkpoint_bytes=size, pause_refused_at=None)
+                                      checkpoint_bytes=size, pause_refused_at=None,
+                                      event=Event("sandbox.paused", {"memory": not files_only,
+                                                                     "reason": "timeout" if only_if_due else "asked"}))
         if rec.auto_delete_seconds == 0:
             await self.kill(team_id, sandbox_id, only_if_due=True)
 
@@ -742,6 +752,7 @@ class Sandboxes:
                 self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.RESUMING,), status=SandboxStatus.PAUSED)
                 raise ApiError(Code.RESUME_FAILED, f"the sandbox could not be resumed: {e}") from e
             if not self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.RESUMING,), status=SandboxStatus.ACTIVE,
+                                             event=Event("sandbox.resumed", {"memory": not self.files_only(rec)}),
                                              runtime_id=box.runtime_id, node=box.node, delete_at=None,
                                              checkpoint_bytes=None,
                                              token_generation=rec.token_generation + (0 if rec.stable_token else 1),
@@ -787,15 +798,16 @@ class Sandboxes:
             due = rec.delete_at is not None and rec.delete_at <= time.time()
             if only_if_due and not (rec.status == SandboxStatus.PAUSED and due):
                 return
-            await self._remove(rec)
+            await self._remove(rec, "auto_delete" if only_if_due else "asked")
         self._locks.pop(sandbox_id, None)
 
-    async def _remove(self, rec: SandboxRecord) -> None:
-        """With the box's lock held."""
+    async def _remove(self, rec: SandboxRecord, why: str) -> None:
+        """With the box's lock held; `why`: asked, timeout (a deadline that deletes) or auto_delete."""
         if rec.runtime_id:
             await self.node.stop(rec.runtime_id, rec.box_key)
         shutil.rmtree(self.image_dir(rec.id), ignore_errors=True)
-        self.store.update_sandbox(rec.id, status=SandboxStatus.DELETED, runtime_id=None, pause_at=None, delete_at=None)
+        self.store.update_sandbox(rec.id, status=SandboxStatus.DELETED, runtime_id=None, pause_at=None, delete_at=None,
+                                  event=Event("sandbox.killed", {"reason": why}))
         self.store.delete_network_log(rec.id)
         self.store.delete_bindings(rec.id)
         self.store.unpublish_port(rec.id)
@@ -847,7 +859,8 @@ class Sandboxes:
         rec = self.store.get_sandbox(sandbox_id)
         running = (SandboxStatus.ACTIVE, SandboxStatus.PAUSING, SandboxStatus.RESUMING)
         changed = self.store.update_sandbox(sandbox_id, only_if_status=running,
-                                            status=SandboxStatus.FAILED, failure=why, pause_at=None)
+                                            status=SandboxStatus.FAILED, failure=why, pause_at=None,
+                                            event=Event("sandbox.failed", {"reason": why}))
         if changed and rec is not None and rec.runtime_id:
             self.node.stop_later(rec.runtime_id, rec.box_key)
 

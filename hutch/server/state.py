@@ -31,6 +31,7 @@ from hutch.secrets.vault import Vault
 from hutch.server import audit
 from hutch.server.config import ServerConfig
 from hutch.server.dataplane import DataPlane
+from hutch.server.events import Events
 from hutch.server.guard import Guard
 from hutch.server.keyguard import KeyGuard
 from hutch.server.metrics import Metrics
@@ -157,6 +158,7 @@ class State:
         self.volumes = Volumes(config, self.store, disks, lambda: self.sandboxes.checkpoint_budgets().all_bytes)
         self.sandboxes.volumes = self.volumes
         self.snapshots = Snapshots(config, self.store, self.sandboxes)
+        self.events = Events(self.store)  # the team's event log, paged and streamed
         self.previews = Previews(self.sandboxes, PreviewKeys(server_key), self.sandboxes.preview_site)
         self.pool: WarmPool | None = None
         if self.local is not None:

@@ -11,6 +11,7 @@ conditional statement, or holds the row it depends on.
 from __future__ import annotations
 
 from hutch.store.database import POOL_SIZE
+from hutch.store.events import Event, EventQueries
 from hutch.store.logs import LogQueries
 from hutch.store.nodes import NodeQueries
 from hutch.store.previews import PreviewQueries
@@ -22,6 +23,7 @@ from hutch.store.records import (
     BindingRecord,
     BuildRecord,
     BuildStatus,
+    EventRecord,
     NetworkLogRecord,
     NodeRecord,
     NodeState,
@@ -43,7 +45,7 @@ from hutch.store.volumes import VolumeQueries
 
 
 class Store(TeamQueries, SandboxQueries, TemplateQueries, SecretQueries, PreviewQueries, LogQueries, NodeQueries,
-            SessionQueries, SnapshotQueries, VolumeQueries):
+            SessionQueries, SnapshotQueries, VolumeQueries, EventQueries):
     """Every query of the durable state; `Store(url)` opens the database and brings its schema up to date."""
 
 
@@ -60,6 +62,8 @@ __all__ = [
     "BuildStatus",
     "CheckpointBudgets",
     "ConsoleSession",
+    "Event",
+    "EventRecord",
     "NetworkLogRecord",
     "NodeRecord",
     "NodeState",

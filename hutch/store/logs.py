@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from hutch.store.database import Database, fitted
 from hutch.store.records import AuditLogRecord, NetworkLogRecord
-from hutch.store.schema import audit_log, network_log, secret_audit
+from hutch.store.schema import audit_log, events, network_log, secret_audit
 
 PRUNE_BATCH = 1000  # rows one transaction deletes
 PRUNE_BATCHES = 100  # batches of a table one call deletes at most (the next call goes on)
@@ -37,7 +37,7 @@ class LogQueries(Database):
         so one written late with an early time (a long connection's) goes once the rows before
         it have."""
         removed = 0
-        for table in (network_log, audit_log, secret_audit):
+        for table in (network_log, audit_log, secret_audit, events):
             for _ in range(PRUNE_BATCHES):
                 with self._tx() as c:
                     head = c.execute(sa.select(table.c.id, table.c.at).order_by(table.c.id).limit(batch)).all()

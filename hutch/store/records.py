@@ -232,6 +232,16 @@ class AuditLogRecord:
 
 
 @dataclass
+class EventRecord:
+    id: int  # the cursor: ids only grow, in the order the changes were made
+    at: float
+    team_id: str
+    type: str
+    sandbox_id: str | None
+    data: dict[str, Any]
+
+
+@dataclass
 class PreviewPortRecord:
     sandbox_id: str
     port: int

@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from hutch.store.database import Database, hold, hold_all
+from hutch.store.events import Event, record
 from hutch.store.records import HOLDS_CHECKPOINT, LIVE_STATUSES, SANDBOX_JSON, BindingRecord, SandboxRecord, SandboxStatus
 from hutch.store.schema import sandboxes, secret_bindings, snapshots, teams, volumes
 
@@ -63,7 +64,7 @@ _GET_SANDBOX = {(d, t): _get_sandbox_query(d, t) for d in (False, True) for t in
 
 class SandboxQueries(Database):
     def insert_sandbox(self, rec: SandboxRecord, bindings: Sequence[BindingRecord] = (), *,
-                       team_max: int | None = None) -> bool:
+                       team_max: int | None = None, event: Event | None = None) -> bool:
         """The sandbox and its secret bindings, in one transaction. With `team_max`, only while its
         team runs fewer boxes than that (active or resuming): the count and the insert hold the
         team's row, so two servers cannot both take a team's last place. Returns whether it was
@@ -85,6 +86,8 @@ class SandboxQueries(Database):
             c.execute(sandboxes.insert().values(**SANDBOX_JSON.row(rec)))
             for b in bindings:
                 c.execute(secret_bindings.insert().values(**b.to_row()))
+            if event is not None:
+                record(c, rec.team_id, event.type, rec.id, **event.data)
         return True
 
     def get_sandbox(self, sandbox_id: str, team_id: str | None = None,
@@ -108,11 +111,12 @@ class SandboxQueries(Database):
         return [r for r in recs if all(r.metadata.get(k) == v for k, v in wanted)]
 
     def update_sandbox(self, sandbox_id: str, *, only_if_status: tuple[str, ...] | None = None,
-                       node: str | None = None, **values: Any) -> bool:
+                       node: str | None = None, event: Event | None = None, **values: Any) -> bool:
         """Change a sandbox; with `only_if_status`, only while it is in one of those states (one
         conditional UPDATE: of two processes asking the same change, one sees it made). `node`: the
         fleet node whose box it now is, given with the box's runtime id; without it the node stays
-        (a stopped box keeps the node it last ran on). Returns whether it changed."""
+        (a stopped box keeps the node it last ran on). `event`: recorded with the change, in its
+        transaction, if it was made. Returns whether it changed."""
         if node is not None:
             values["node"] = node
         values = SANDBOX_JSON.encoded(values)
@@ -121,7 +125,11 @@ class SandboxQueries(Database):
         if only_if_status is not None:
             q = q.where(sandboxes.c.status.in_(only_if_status))
         with self._tx() as c:
-            return bool(c.execute(q.values(**values)).rowcount)
+            changed = bool(c.execute(q.values(**values)).rowcount)
+            if changed and event is not None:
+                team_id = c.execute(sa.select(sandboxes.c.team_id).where(sandboxes.c.id == sandbox_id)).scalar_one()
+                record(c, team_id, event.type, sandbox_id, **event.data)
+            return changed
 
     def begin_pause(self, sandbox_id: str, reserve: int, budgets: CheckpointBudgets) -> PauseRefused | None:
         """Mark an active sandbox pausing, with `reserve` bytes (the most its checkpoint may take)

@@ -190,6 +190,18 @@ audit_log = sa.Table(
     sa.Index("ix_audit_log_sandbox", "sandbox_id", "id"),
 )
 
+# Every change of state, one row each, in one order (ids grow in commit order: hold_all on insert)
+events = sa.Table(
+    "events", meta,
+    sa.Column("id", LOG_ID, primary_key=True, autoincrement=True),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("team_id", sa.String(36), nullable=False),
+    sa.Column("type", sa.String(64), nullable=False),  # sandbox.created, sandbox.paused, snapshot.deleted, ...
+    sa.Column("sandbox_id", sa.String(36)),  # the box it is about, if any
+    sa.Column("data", sa.Text, nullable=False),  # JSON: what else the event says (a reason, a template, an id)
+    sa.Index("ix_events_team", "team_id", "id"),
+)
+
 
 # --- the fleet ------------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from typing import Literal
 import sqlalchemy as sa
 
 from hutch.store.database import Database, hold, hold_all
+from hutch.store.events import record
 from hutch.store.records import SNAPSHOT_JSON, SnapshotRecord
 from hutch.store.sandboxes import disk_held
 from hutch.store.schema import sandboxes, snapshots, teams
@@ -38,6 +39,8 @@ class SnapshotQueries(Database):
             if all_bytes is not None and disk_held(c) + rec.size_bytes > all_bytes:
                 return "all_bytes"
             c.execute(snapshots.insert().values(**SNAPSHOT_JSON.row(rec)))
+            record(c, rec.team_id, "snapshot.created", rec.source_sandbox_id, snapshot_id=rec.id, name=rec.name,
+                   memory=rec.memory, size_bytes=rec.size_bytes)
         return None
 
     def snapshot_usage(self, team_id: str) -> tuple[int, int]:
@@ -76,4 +79,9 @@ class SnapshotQueries(Database):
 
     def delete_snapshot(self, snapshot_id: str) -> bool:
         with self._tx() as c:
-            return bool(c.execute(snapshots.delete().where(snapshots.c.id == snapshot_id)).rowcount)
+            row = c.execute(sa.select(snapshots.c.team_id, snapshots.c.name, snapshots.c.source_sandbox_id)
+                            .where(snapshots.c.id == snapshot_id)).first()
+            if row is None or not c.execute(snapshots.delete().where(snapshots.c.id == snapshot_id)).rowcount:
+                return False
+            record(c, row.team_id, "snapshot.deleted", row.source_sandbox_id, snapshot_id=snapshot_id, name=row.name)
+            return True

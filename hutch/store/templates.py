@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from hutch.errors import BuildFailure
 from hutch.store.database import Database, conflict_insert
+from hutch.store.events import record
 from hutch.store.records import BUILD_JSON, LIVE_STATUSES, TEMPLATE_JSON, BuildRecord, BuildStatus, TemplateRecord
 from hutch.store.schema import sandboxes, snapshots, template_builds, templates
 
@@ -114,6 +116,7 @@ class TemplateQueries(Database):
     def insert_build(self, rec: BuildRecord) -> None:
         with self._tx() as c:
             c.execute(template_builds.insert().values(**BUILD_JSON.row(rec)))
+            _build_event(c, rec.id, rec.status)
 
     def get_build(self, build_id: str, template_id: str | None = None) -> BuildRecord | None:
         q = sa.select(template_builds).where(template_builds.c.id == build_id)
@@ -151,6 +154,7 @@ class TemplateQueries(Database):
                      only_if_node: str | None = None, **values: Any) -> bool:
         """Change a build; with `only_if_status`, only while it is in one of those states; with
         `only_if_node`, only while that node holds it. True if it changed."""
+        error = values.get("error")
         values = BUILD_JSON.encoded(values)
         q = template_builds.update().where(template_builds.c.id == build_id)
         if only_if_status is not None:
@@ -158,7 +162,10 @@ class TemplateQueries(Database):
         if only_if_node is not None:
             q = q.where(template_builds.c.node == only_if_node)
         with self._tx() as c:
-            return bool(c.execute(q.values(**values)).rowcount)
+            changed = bool(c.execute(q.values(**values)).rowcount)
+            if changed and "status" in values:
+                _build_event(c, build_id, str(values["status"]), error)
+            return changed
 
     # --- a fleet's queue ------------------------------------------------------------------------
 
@@ -204,3 +211,15 @@ class TemplateQueries(Database):
 
 def _team_is(team_id: str | None) -> Any:
     return templates.c.team_id.is_(None) if team_id is None else templates.c.team_id == team_id
+
+
+def _build_event(c: Connection, build_id: str, status: str, error: Any = None) -> None:
+    """A build's change of state as an event of its template's team (none for the system's)."""
+    b, t = template_builds.c, templates.c
+    row = c.execute(sa.select(b.template_id, t.team_id, t.name).select_from(template_builds.join(
+        templates, t.id == b.template_id)).where(b.id == build_id)).first()
+    if row is None or row.team_id is None:
+        return
+    extra = {"error": error} if status == BuildStatus.FAILED and error else {}
+    record(c, row.team_id, f"template.build.{status}", None, template_id=row.template_id, template=row.name,
+           build_id=build_id, **extra)

@@ -10,6 +10,7 @@ import pytest
 
 from hutch.cli import (
     commands,
+    events,
     files,
     fleet,
     mcp,
@@ -127,6 +128,10 @@ EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
                  {"fn": commands.cmd_shell, "id": "sb", "user": "user", "command": ["bash"]}),
     ("netlog",): (["netlog", "sb", "--limit", "5"], {"fn": sandboxes.cmd_netlog, "id": "sb", "limit": 5}),
     ("audit",): (["audit", "sb", "--limit", "5"], {"fn": sandboxes.cmd_audit, "id": "sb", "limit": 5}),
+    ("events",): (["events", "--after", "7", "--type", "sandbox.paused", "--type", "sandbox.killed", "--sandbox", "sb",
+                   "--limit", "5", "--follow"],
+                  {"fn": events.cmd_events, "after": 7, "type": ["sandbox.paused", "sandbox.killed"], "sandbox": "sb",
+                   "limit": 5, "follow": True}),
     ("ps",): (["ps", "sb"], {"fn": commands.cmd_ps, "id": "sb"}),
     ("cp",): (["cp", "-", "sb:/tmp/x"], {"fn": files.cmd_cp, "src": "-", "dst": "sb:/tmp/x"}),
     ("kill",): (["kill", "a", "b"], {"fn": sandboxes.cmd_kill, "ids": ["a", "b"]}),
@@ -161,6 +166,7 @@ DEFAULTS: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
     ("exec",): (["exec", "sb"], {"command": [], "cwd": None, "env": None, "timeout": None, "user": None}),
     ("netlog",): (["netlog", "sb"], {"limit": 50}),
     ("audit",): (["audit", "sb"], {"limit": 50}),
+    ("events",): (["events"], {"after": 0, "type": [], "sandbox": None, "limit": 100, "follow": False}),
     ("snapshot",): (["snapshot", "ls"], {"target": None, "name": None, "metadata": None, "sandbox": None, "count": 1}),
     ("volume", "create"): (["volume", "create", "repo"], {"size": None, "metadata": None}),
     ("volume", "ls"): (["volume", "ls"], {"metadata": None}),

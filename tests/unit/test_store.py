@@ -28,6 +28,7 @@ from hutch.store import (
     BindingRecord,
     BuildRecord,
     BuildStatus,
+    Event,
     NodeRecord,
     NodeState,
     PreviewPortRecord,
@@ -817,6 +818,7 @@ def test_a_database_of_the_hutch_before_migrations_keeps_its_rows_and_is_stamped
         c.execute(sa.text("ALTER TABLE sandboxes DROP COLUMN public_traffic"))  # revision 0008's
         c.execute(sa.text("ALTER TABLE sandboxes DROP COLUMN auto_resume"))
         c.execute(sa.text("ALTER TABLE sandboxes DROP COLUMN secure"))  # revision 0009's
+        c.execute(sa.text("DROP TABLE events"))  # revision 0010's
         c.execute(schema.teams.insert().values(id=team, name="team-a", created_at=1.0))
         c.execute(schema.api_keys.insert().values(key_hash="h" * 64, team_id=team, prefix="hutch_abc", created_at=1.0))
         rec = new_record(team, metadata={"k": "v"}, runtime_id="rt-1", status=SandboxStatus.PAUSED)
@@ -925,3 +927,23 @@ def test_each_boxs_network_log_keeps_its_newest_rows(store: Store) -> None:
     assert [e.host for e in store.network_log("chatty", limit=10)] == ["h6.example", "h5.example", "h4.example"]
     assert len(store.network_log("quiet", limit=10)) == 2
     assert store.cap_network_logs(3, after=newest) == (newest, 0), "no box logged since: none looked at"
+
+
+# --- events ---------------------------------------------------------------------------------------
+
+
+def test_an_event_is_kept_only_with_its_change_and_only_for_its_team(store: Store, team: str) -> None:
+    box = add_sandbox(store, team)
+    assert not store.update_sandbox(box.id, only_if_status=(SandboxStatus.PAUSED,), status=SandboxStatus.ACTIVE,
+                                    event=Event("sandbox.resumed"))
+    assert store.events(team) == []  # no change, no event
+    assert store.update_sandbox(box.id, only_if_status=(SandboxStatus.ACTIVE,), status=SandboxStatus.PAUSED,
+                                event=Event("sandbox.paused", {"reason": "x" * 5000}))
+    store.add_event(team, "sandbox.killed", box.id, reason="asked")
+    got = store.events(team)
+    assert [(e.type, e.sandbox_id) for e in got] == [("sandbox.paused", box.id), ("sandbox.killed", box.id)]
+    assert got[0].id < got[1].id and len(got[0].data["reason"]) == 2000  # a long text is cut, never the event
+    assert store.events(team, after=got[0].id) == [got[1]]
+    assert store.events(team, types=["sandbox.killed"]) == [got[1]]
+    assert store.events(store.create_team("team-b")) == []
+    assert store.last_event_id() == got[1].id
