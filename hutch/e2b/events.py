@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
 from hutch.e2b.common import Ctx
@@ -77,12 +78,17 @@ def event_routes(app: FastAPI, ctx: Any) -> None:
             raise ApiError(Code.INVALID_REQUEST, "orderAsc must be true or false")
         asked = request.query_params.getlist("types")
         types = _ours(asked) if asked else list(TYPES)
-        found = c.st.store.events(c.team_id, types=types, sandbox_id=sandbox_id, newest_first=order == "false",
-                                  offset=_number(request, "offset", 0, 0, 2**31 - 1),
-                                  limit=_number(request, "limit", 10, 1, MAX_LIMIT))
-        boxes = {i: c.st.store.get_sandbox(i, c.team_id, include_deleted=True)
-                 for i in {e.sandbox_id for e in found if e.sandbox_id}}
-        return JSONResponse([shown(e, boxes.get(e.sandbox_id or "")) for e in found])
+        offset = _number(request, "offset", 0, 0, 2**31 - 1)
+        limit = _number(request, "limit", 10, 1, MAX_LIMIT)
+
+        def read() -> list[dict[str, Any]]:  # the store's calls, off the event loop
+            found = c.st.store.events(c.team_id, types=types, sandbox_id=sandbox_id, newest_first=order == "false",
+                                      offset=offset, limit=limit)
+            boxes = {i: c.st.store.get_sandbox(i, c.team_id, include_deleted=True)
+                     for i in {e.sandbox_id for e in found if e.sandbox_id}}
+            return [shown(e, boxes.get(e.sandbox_id or "")) for e in found]
+
+        return JSONResponse(await run_in_threadpool(read))
 
     @app.get("/events/sandboxes")
     async def team_events(request: Request) -> Any:

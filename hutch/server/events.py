@@ -28,9 +28,22 @@ def info(rec: EventRecord) -> EventInfo:
     return EventInfo(id=rec.id, type=rec.type, at=timestamp(rec.at), sandbox_id=rec.sandbox_id, data=rec.data)
 
 
+TYPES = frozenset({"sandbox.created", "sandbox.updated", "sandbox.paused", "sandbox.resumed", "sandbox.killed",
+                   "sandbox.failed", "snapshot.created", "snapshot.deleted", "template.build.queued",
+                   "template.build.running", "template.build.ready", "template.build.failed",
+                   "template.build.cancelled"})
+MAX_CURSOR = 2**63 - 1
+
+
 def types_of(asked: Sequence[str]) -> list[str]:
-    """`types` as given: repeated (`?types=a&types=b`) or comma-separated, or both."""
-    return [t.strip() for each in asked for t in each.split(",") if t.strip()]
+    """`types` as given: repeated (`?types=a&types=b`) or comma-separated, or both; 400 for one
+    that no event has (a filter with a typo would wait forever)."""
+    wanted = [t.strip() for each in asked for t in each.split(",") if t.strip()]
+    unknown = sorted(set(wanted) - TYPES)
+    if unknown:
+        raise ApiError(Code.INVALID_REQUEST, f"unknown event type {json.dumps(unknown[0][:64])}; "
+                                             f"the types: {', '.join(sorted(TYPES))}")
+    return wanted
 
 
 class Events:
@@ -45,15 +58,15 @@ class Events:
     def open_stream(self, team_id: str, after: int | None, types: Sequence[str],
                     sandbox_id: str | None) -> AsyncIterator[bytes]:
         """The stream's lines, from `after` (None: from now on); refused (429) past the team's cap.
-        Counted from here until the iterator ends or is closed."""
+        Counted while its lines are read (a response never started holds no place)."""
         if self._streams[team_id] >= MAX_STREAMS:
             raise ApiError(Code.RATE_LIMITED, f"this team has {MAX_STREAMS} event streams open, the most it may; "
                                               "close one first")
-        self._streams[team_id] += 1
         return self._lines(team_id, after, types, sandbox_id)
 
     async def _lines(self, team_id: str, after: int | None, types: Sequence[str],
                      sandbox_id: str | None) -> AsyncIterator[bytes]:
+        self._streams[team_id] += 1
         try:
             cursor = after if after is not None else await asyncio.to_thread(self.store.last_event_id)
             yield b": events past %d\n\n" % cursor  # at once: the client knows the stream is open
@@ -87,6 +100,6 @@ def cursor_of(value: str | None) -> int | None:
     """A cursor from a query or a Last-Event-ID header; None if absent; 400 if not one."""
     if value is None or value == "":
         return None
-    if not (value.isascii() and value.isdigit() and len(value) <= 19):
+    if not (value.isascii() and value.isdigit() and len(value) <= 19 and int(value) <= MAX_CURSOR):
         raise ApiError(Code.INVALID_REQUEST, f"not an event cursor: {json.dumps(value[:40])}")
     return int(value)

@@ -806,7 +806,9 @@ class Sandboxes:
         if rec.runtime_id:
             await self.node.stop(rec.runtime_id, rec.box_key)
         shutil.rmtree(self.image_dir(rec.id), ignore_errors=True)
-        self.store.update_sandbox(rec.id, status=SandboxStatus.DELETED, runtime_id=None, pause_at=None, delete_at=None,
+        # (not if another API server of a fleet deleted it first: one kill, one event)
+        self.store.update_sandbox(rec.id, only_if_status=tuple(s for s in SandboxStatus if s != SandboxStatus.DELETED),
+                                  status=SandboxStatus.DELETED, runtime_id=None, pause_at=None, delete_at=None,
                                   event=Event("sandbox.killed", {"reason": why}))
         self.store.delete_network_log(rec.id)
         self.store.delete_bindings(rec.id)
@@ -996,7 +998,9 @@ class Sandboxes:
                 await self.node.stop(rec.runtime_id, rec.box_key)
             self.store.update_sandbox(rec.id, status=SandboxStatus.PAUSED, runtime_id=None, pause_at=None,
                                       delete_at=self._deadline(rec.auto_delete_seconds),
-                                      checkpoint_bytes=await asyncio.to_thread(checkpoint_size, image))
+                                      checkpoint_bytes=await asyncio.to_thread(checkpoint_size, image),
+                                      event=Event("sandbox.paused", {"memory": not self.files_only(rec),
+                                                                     "reason": "settled"}))
         elif rec.runtime_id and await self.node.is_alive(rec.runtime_id):
             await self.node.wake(rec.runtime_id)  # it may have quiesced: listen again
             shutil.rmtree(image, ignore_errors=True)

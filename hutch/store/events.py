@@ -36,7 +36,9 @@ MAX_TEXT = 2000  # characters of a text an event carries (a failure's reason is 
 
 
 def record(c: Connection, team_id: str, type_: str, sandbox_id: str | None = None, **data: Any) -> None:
-    """Write an event in the caller's transaction."""
+    """Write an event in the caller's transaction, as its last statement: the table's hold is
+    taken last, after whatever rows the transaction holds, and held only until it commits (so
+    no two transactions can wait on each other through it)."""
     hold_all(c, events)
     text = json.dumps({k: v[:MAX_TEXT] if isinstance(v, str) else v for k, v in data.items()}, separators=(",", ":"))
     c.execute(events.insert().values(at=time.time(), team_id=team_id, type=type_, sandbox_id=sandbox_id, data=text))

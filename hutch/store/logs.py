@@ -32,8 +32,8 @@ class LogQueries(Database):
             c.execute(network_log.insert().values(**fitted(network_log, entry)))
 
     def prune_logs_before(self, cutoff: float, batch: int = PRUNE_BATCH) -> int:
-        """Delete the rows of the network log, the audit log and the secrets' use log written
-        before `cutoff` (epoch seconds); returns how many went. A row is looked at in id order,
+        """Delete the rows of the network log, the audit log, the secrets' use log and the events
+        written before `cutoff` (epoch seconds); returns how many went. A row is looked at in id order,
         so one written late with an early time (a long connection's) goes once the rows before
         it have."""
         removed = 0

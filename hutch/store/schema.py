@@ -200,6 +200,8 @@ events = sa.Table(
     sa.Column("sandbox_id", sa.String(36)),  # the box it is about, if any
     sa.Column("data", sa.Text, nullable=False),  # JSON: what else the event says (a reason, a template, an id)
     sa.Index("ix_events_team", "team_id", "id"),
+    sa.Index("ix_events_sandbox", "sandbox_id", "id"),
+    sqlite_autoincrement=True,  # an id is never given twice, even once retention emptied the table
 )
 
 

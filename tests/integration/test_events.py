@@ -105,8 +105,12 @@ def test_a_stream_picks_up_after_a_reconnect_with_nothing_missed_or_repeated(env
             seen += _read(again, 2)
     assert [(e["id"], e["type"]) for e in seen] == expected
     with env.api(env.key_a) as api:
-        bad = api.get("/v1/events/stream", params={"after": "not-a-cursor"})
-    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
+        for params in ({"after": "not-a-cursor"}, {"after": str(2**64)}, {"types": "sandbox.exploded"}):
+            bad = api.get("/v1/events/stream", params=params)
+            assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request", params
+        for params in ({"after": str(2**64)}, {"types": "sandbox.paused,nonsense"}):
+            bad = api.get("/v1/events", params=params)
+            assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request", params
 
 
 def test_a_stream_from_now_gets_what_happens_next(env: Env) -> None:
@@ -179,3 +183,32 @@ def test_e2bs_lifecycle_events_api_serves_a_boxs_life_in_its_shapes(env: Env) ->
         bad = e2b.get("/events/sandboxes", params={"types": "sandbox.lifecycle.exploded"})
         assert bad.status_code == 400
         assert e2b.get("/events/sandboxes", params={"limit": 0}).status_code == 400
+
+
+def test_a_team_holds_a_bounded_number_of_streams_and_a_closed_one_gives_its_place_back(env: Env) -> None:
+    from hutch.server.events import MAX_STREAMS
+
+    headers = {"Authorization": f"Bearer {env.key_b}"}
+    limits = httpx.Limits(max_connections=MAX_STREAMS + 4)
+    with httpx.Client(base_url=env.url, headers=headers, timeout=30, limits=limits) as client:
+        opened = []
+        try:
+            for _ in range(MAX_STREAMS):
+                stream = client.send(client.build_request("GET", "/v1/events/stream"), stream=True)
+                assert stream.status_code == 200
+                lines = stream.iter_lines()  # (kept: a dropped iterator closes its response)
+                next(lines)  # its first line: it is open, and counted
+                opened.append((stream, lines))
+            refused = client.get("/v1/events/stream")
+            assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"
+            with env.api(env.key_a) as api, api.stream("GET", "/v1/events/stream") as other:
+                assert other.status_code == 200  # another team's are its own
+            opened.pop()[0].close()
+
+            def one_more() -> bool:
+                with client.stream("GET", "/v1/events/stream") as again:
+                    return again.status_code == 200
+            wait_for(one_more, 20, "a closed stream's place to come back")
+        finally:
+            for stream, _ in opened:
+                stream.close()

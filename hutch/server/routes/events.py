@@ -9,7 +9,7 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
 from hutch.server.auth import TeamDep
-from hutch.server.events import MAX_PAGE, cursor_of, types_of
+from hutch.server.events import MAX_CURSOR, MAX_PAGE, cursor_of, types_of
 from hutch.server.models import EventPage
 from hutch.server.state import StateDep
 
@@ -22,7 +22,7 @@ SandboxId = Annotated[str | None, Query(max_length=64, description="only this sa
 @router.get("/v1/events", response_model=EventPage)
 async def list_events(st: StateDep, team_id: TeamDep, types: Types = [],  # noqa: B006 (FastAPI copies it)
                       sandbox_id: SandboxId = None,
-                      after: Annotated[int, Query(ge=0, description="the cursor: events past this id")] = 0,
+                      after: Annotated[int, Query(ge=0, le=MAX_CURSOR, description="the cursor: events past this id")] = 0,
                       limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100) -> EventPage:
     """The team's events past `after`, oldest first."""
     return st.events.page(team_id, after, types_of(types), sandbox_id, limit)

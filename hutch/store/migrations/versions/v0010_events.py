@@ -27,10 +27,13 @@ def upgrade() -> None:
         sa.Column("type", sa.String(64), nullable=False),
         sa.Column("sandbox_id", sa.String(36)),
         sa.Column("data", sa.Text, nullable=False),
+        sqlite_autoincrement=True,  # an id is never given twice, even once retention emptied the table
     )
     op.create_index("ix_events_team", "events", ["team_id", "id"])
+    op.create_index("ix_events_sandbox", "events", ["sandbox_id", "id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_events_sandbox", table_name="events")
     op.drop_index("ix_events_team", table_name="events")
     op.drop_table("events")
