@@ -53,7 +53,9 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(env: Env, fu
     """Every operation of the OpenAPI document, fuzzed against one real box; the control plane's
     fuzzing may pause or delete it, so each plane gets its own."""
     box = Sandbox.create(name="fuzzed", api_key=fuzz_team, base_url=env.url)
-    only = ("--include-path-regex", "^/data/") if plane == "data" else ("--exclude-path-regex", "^/data/")
+    # (the events' stream never ends by design: a fuzzer's request of it is a hang; its inputs are the page's)
+    only = (("--include-path-regex", "^/data/") if plane == "data"
+            else ("--exclude-path-regex", "^/data/|^/v1/events/stream$"))
     run = _schemathesis(env, fuzz_team, box, tmp_path, *only)
     assert run.returncode == 0, run.stdout[run.stdout.find("FAILURES"):][:12000] + run.stderr[-2000:]
     assert httpx.get(f"{env.url}/health").status_code == 200

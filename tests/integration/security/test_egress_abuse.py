@@ -162,6 +162,8 @@ def test_a_second_request_pipelined_on_a_plain_connection_reaches_no_upstream(ma
     assert keep_alive_host.read_text().splitlines() == ["GET /first HTTP/1.1"], "nothing after the first request"
     assert (out["answers"], out["end"]) == (1, "closed") and out["body"].endswith("seen GET /first HTTP/1.1"), out
     assert out["seconds"] < 10, "the connection closes at the end of the first answer"
+    # its row is written once the connection's end is counted, on the log's own thread
+    wait_for(lambda: bool(box.get_network_log(limit=20).entries), 20, "the connection's network log row")
     entries = box.get_network_log(limit=20).entries
     assert [(e.host, e.port, e.verdict) for e in entries] == [("example.test", 8080, "allowed")]
 
