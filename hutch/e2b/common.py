@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import math
 import posixpath
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
@@ -25,6 +26,11 @@ ENVD_VERSION = "0.6.4"
 
 StateGetter = Callable[[], "State"]
 T = TypeVar("T")
+
+
+def iso(seconds: float) -> str:
+    """A time as E2B's API writes one: RFC 3339 in UTC, to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 @dataclass

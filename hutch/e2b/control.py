@@ -25,7 +25,7 @@ from starlette.datastructures import QueryParams
 from starlette.responses import JSONResponse
 
 from hutch.e2b import events, secrets, snapshots, templates, volumes
-from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, validation_message
+from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, iso, validation_message
 from hutch.errors import ApiError, Code
 from hutch.server import header_rules
 from hutch.server.auth import team_for_key
@@ -60,9 +60,6 @@ def _domain(c: Ctx) -> str:
     preview = c.st.previews.site
     return f"{preview.domain}:{preview.url_port}" if preview.url_port else preview.domain
 
-
-def _iso(seconds: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 def _int(body: dict[str, Any], key: str, default: int | None = None) -> int | None:
@@ -146,7 +143,7 @@ class Control:
         state = _state(rec)
         end = rec.pause_at if rec.pause_at is not None else (rec.delete_at or time.time())
         return {"templateID": rec.template_id or rec.template, "alias": rec.template, "sandboxID": rec.id,
-                "clientID": "hutch", "startedAt": _iso(rec.created_at), "endAt": _iso(end),
+                "clientID": "hutch", "startedAt": iso(rec.created_at), "endAt": iso(end),
                 "cpuCount": rec.vcpu, "memoryMB": rec.memory_mib, "diskSizeMB": rec.disk_mib or 0,
                 "state": state, "envdVersion": ENVD_VERSION, "metadata": rec.metadata}
 
@@ -295,7 +292,7 @@ class Control:
         if rec.status not in RUNNING or rec.runtime_id is None:
             return []
         samples = await c.st.node.usage(rec.runtime_id)
-        return [{"timestamp": _iso(s.timestamp), "timestampUnix": int(s.timestamp), "cpuCount": rec.vcpu,
+        return [{"timestamp": iso(s.timestamp), "timestampUnix": int(s.timestamp), "cpuCount": rec.vcpu,
                  "cpuUsedPct": s.cpu_used_pct, "memUsed": s.mem_used, "memTotal": rec.memory_mib * 2**20,
                  "memCache": s.mem_cache, "diskUsed": s.disk_used, "diskTotal": (rec.disk_mib or 0) * 2**20}
                 for s in samples
@@ -364,7 +361,7 @@ class Control:
 def _log_entry(r: AuditLogRecord) -> dict[str, Any]:
     ok = r.outcome == "ok"
     ended = f" (exit {r.exit_code})" if r.exit_code is not None else ""
-    return {"timestamp": _iso(r.at), "level": "info" if ok else "error",
+    return {"timestamp": iso(r.at), "level": "info" if ok else "error",
             "message": f"{r.op}: {r.detail[:1000]}{ended}" + ("" if ok else f": {r.outcome}"),
             "fields": {"op": r.op, "actor": r.actor[:300], "outcome": r.outcome}}
 

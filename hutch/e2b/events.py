@@ -7,7 +7,6 @@ whose `kill_reason` says why; a snapshot is a checkpoint), its id a UUID made of
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
@@ -15,7 +14,7 @@ from fastapi import FastAPI, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
-from hutch.e2b.common import Ctx
+from hutch.e2b.common import Ctx, iso
 from hutch.errors import ApiError, Code
 from hutch.store import EventRecord, SandboxRecord
 
@@ -27,9 +26,6 @@ TYPES = {"sandbox.created": ("created", "create"), "sandbox.updated": ("updated"
          "snapshot.created": ("checkpointed", "checkpoint")}
 MAX_LIMIT = 100
 
-
-def _iso(seconds: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 def _ours(asked: list[str]) -> list[str]:
@@ -45,7 +41,7 @@ def _data(e: EventRecord) -> dict[str, Any] | None:
     if e.type in ("sandbox.killed", "sandbox.failed"):
         return {"kill_reason": str(e.data.get("reason") or "unknown")}
     if e.type == "sandbox.updated" and e.data.get("timeout_seconds") is not None:
-        return {"set_timeout": _iso(e.at + float(e.data["timeout_seconds"]))}
+        return {"set_timeout": iso(e.at + float(e.data["timeout_seconds"]))}
     return None
 
 
@@ -56,7 +52,7 @@ def shown(e: EventRecord, box: SandboxRecord | None) -> dict[str, Any]:
             "eventCategory": "lifecycle", "eventLabel": label, "eventData": _data(e),
             "sandboxId": e.sandbox_id or "", "sandboxExecutionId": e.sandbox_id or "",
             "sandboxTemplateId": template, "sandboxBuildId": "", "sandboxTeamId": e.team_id,
-            "timestamp": _iso(e.at)}
+            "timestamp": iso(e.at)}
 
 
 def _number(request: Request, name: str, default: int, lo: int, hi: int) -> int:

@@ -6,14 +6,13 @@ and headers a secret's `${e2b.secrets.NAME}` is set in, by the egress proxy, aud
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from pydantic import TypeAdapter, ValidationError
 from starlette.responses import JSONResponse
 
-from hutch.e2b.common import Ctx, validation_message
+from hutch.e2b.common import Ctx, iso, validation_message
 from hutch.errors import ApiError, Code
 from hutch.server.header_rules import SECRET_NAME
 from hutch.server.models import MAX_METADATA_KEYS, SecretValue
@@ -22,13 +21,10 @@ from hutch.store import SecretRecord
 VALUE: TypeAdapter[str] = TypeAdapter(SecretValue)
 
 
-def _iso(seconds: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
-
 
 def shown(rec: SecretRecord) -> dict[str, Any]:
     return {"secretID": rec.id, "name": rec.name, "currentVersion": rec.version, "metadata": rec.metadata or {},
-            "createdAt": _iso(rec.created_at), "updatedAt": _iso(rec.updated_at)}
+            "createdAt": iso(rec.created_at), "updatedAt": iso(rec.updated_at)}
 
 
 def _value(body: dict[str, Any]) -> str:

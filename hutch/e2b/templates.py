@@ -36,7 +36,7 @@ from fastapi import FastAPI, Request, Response
 from pydantic import ValidationError
 from starlette.responses import JSONResponse
 
-from hutch.e2b.common import Ctx, validation_message
+from hutch.e2b.common import Ctx, iso, validation_message
 from hutch.errors import ApiError, Code
 from hutch.server.models import CreateTemplate
 from hutch.server.templates import BASE_TEMPLATE_ID
@@ -75,9 +75,6 @@ def split_name(ref: str) -> tuple[str, str | None]:
     name, _, tag = ref.partition(":")
     return name, tag or None
 
-
-def _iso(seconds: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 def _image(ref: str) -> str:
@@ -195,7 +192,7 @@ def log_entries(path: Path, origin: list[int] | None = None) -> list[dict[str, A
             if not isinstance(e, dict) or e.get("done") or not isinstance(e.get("text"), str):
                 continue
             step = e.get("step")
-            entries.append({"timestamp": e.get("time") or _iso(time.time()),
+            entries.append({"timestamp": e.get("time") or iso(time.time()),
                             "level": "warn" if e.get("stream") == "stderr" else "info", "message": e["text"],
                             **({"step": e2b_step(step, origin)} if isinstance(step, int) else {})})
     return entries
@@ -387,7 +384,7 @@ def template_routes(app: FastAPI, get_state: StateGetter, ctx: Any, body_of: Any
             return []
         build = c.st.store.get_build(rec.build_id)
         return [{"tag": "default", "buildID": rec.build_id,
-                 "createdAt": _iso(build.finished_at or build.created_at if build else rec.created_at)}]
+                 "createdAt": iso(build.finished_at or build.created_at if build else rec.created_at)}]
 
     @app.get("/templates/{template_id}/files/{digest}", status_code=201)
     async def files(template_id: str, digest: str, request: Request) -> Any:

@@ -527,9 +527,10 @@ class Sandboxes:
                     return
                 raise ApiError(Code.INVALID_STATE, f"sandbox {rec.id} is being paused or resumed elsewhere")
             image = self.image_dir(rec.id)
+            files_only = memory is False or (memory is None and rec.pause_memory is False)
             started = time.perf_counter()
             try:
-                if memory is False or (memory is None and rec.pause_memory is False):
+                if files_only:
                     await self._pause_files(rec, image)
                 else:
                     await self.node.pause(rec.runtime_id, image)
@@ -544,7 +545,6 @@ class Sandboxes:
             except Exception as e:
                 raise await self._checkpoint_failed(rec, e, Code.PAUSE_FAILED, retry=True) from e
             size = await asyncio.to_thread(checkpoint_size, image)  # what it holds of the budgets from now on
-            files_only = memory is False or (memory is None and rec.pause_memory is False)
             self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSING,), status=SandboxStatus.PAUSED,
                                       runtime_id=None, pause_at=None, delete_at=self._deadline(rec.auto_delete_seconds),
                                       checkpoint_bytes=size, pause_refused_at=None,
@@ -736,9 +736,10 @@ class Sandboxes:
             image = self.image_dir(rec.id)
             if not self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.PAUSED,), status=SandboxStatus.RESUMING):
                 raise ApiError(Code.INVALID_STATE, f"sandbox {rec.id} is being resumed elsewhere; connect again")
+            files_only = self.files_only(rec)
             started = time.perf_counter()
             try:
-                if self.files_only(rec):
+                if files_only:
                     box = await self._boot_files(rec, rootfs, limits, image)
                 else:
                     box = await self.node.restore(rec.box_key, rootfs, limits, image, volumes=mounts_of(rec.volumes))
@@ -752,7 +753,7 @@ class Sandboxes:
                 self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.RESUMING,), status=SandboxStatus.PAUSED)
                 raise ApiError(Code.RESUME_FAILED, f"the sandbox could not be resumed: {e}") from e
             if not self.store.update_sandbox(rec.id, only_if_status=(SandboxStatus.RESUMING,), status=SandboxStatus.ACTIVE,
-                                             event=Event("sandbox.resumed", {"memory": not self.files_only(rec)}),
+                                             event=Event("sandbox.resumed", {"memory": not files_only}),
                                              runtime_id=box.runtime_id, node=box.node, delete_at=None,
                                              checkpoint_bytes=None,
                                              token_generation=rec.token_generation + (0 if rec.stable_token else 1),

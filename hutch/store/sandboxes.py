@@ -125,11 +125,14 @@ class SandboxQueries(Database):
         if only_if_status is not None:
             q = q.where(sandboxes.c.status.in_(only_if_status))
         with self._tx() as c:
-            changed = bool(c.execute(q.values(**values)).rowcount)
-            if changed and event is not None:
-                team_id = c.execute(sa.select(sandboxes.c.team_id).where(sandboxes.c.id == sandbox_id)).scalar_one()
-                record(c, team_id, event.type, sandbox_id, **event.data)
-            return changed
+            if event is None:
+                return bool(c.execute(q.values(**values)).rowcount)
+            # the row's team with the change itself (no second read), for its event
+            team_id = c.execute(q.values(**values).returning(sandboxes.c.team_id)).scalar()
+            if team_id is None:
+                return False
+            record(c, team_id, event.type, sandbox_id, **event.data)
+            return True
 
     def begin_pause(self, sandbox_id: str, reserve: int, budgets: CheckpointBudgets) -> PauseRefused | None:
         """Mark an active sandbox pausing, with `reserve` bytes (the most its checkpoint may take)
