@@ -23,6 +23,9 @@ class Code(StrEnum):
 
     # the request itself
     INVALID_REQUEST = "invalid_request", 400
+    # a webhook URL the host may not send to: a private, loopback, link-local or metadata address
+    # (unless the operator's --webhook-allow names it), or one that does not resolve
+    WEBHOOK_URL_REFUSED = "webhook_url_refused", 400
     INVALID_JSON = "invalid_json", 400
     INVALID_PATH = "invalid_path", 400
     INVALID_SPEC = "invalid_spec", 400
@@ -48,6 +51,7 @@ class Code(StrEnum):
     CONTEXT_NOT_FOUND = "context_not_found", 404  # a code-interpreter context
     SNAPSHOT_NOT_FOUND = "snapshot_not_found", 404
     VOLUME_NOT_FOUND = "volume_not_found", 404
+    WEBHOOK_NOT_FOUND = "webhook_not_found", 404
 
     # the state of things
     CONFLICT = "conflict", 409
@@ -80,6 +84,7 @@ class Code(StrEnum):
     CHECKPOINT_BUDGET = "checkpoint_budget", 429
     TOO_MANY_SNAPSHOTS = "too_many_snapshots", 429  # a team's snapshots, by count or by bytes
     TOO_MANY_VOLUMES = "too_many_volumes", 429  # a team's volumes, by count or by size; or the node's disk budget
+    TOO_MANY_WEBHOOKS = "too_many_webhooks", 429
 
     # the server, the node and the box
     SERVER_ERROR = "server_error", 500

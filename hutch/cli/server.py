@@ -65,6 +65,13 @@ def add_serve(sub: Subparsers) -> None:
     s.add_argument("--trust-ca", action="append", type=Path, metavar="PEM",
                    help="a CA certificate boxes and the secret-swapping proxy trust beyond the host's store "
                         "(a TLS-inspecting proxy's, say; repeatable)")
+    s.add_argument("--webhook-allow", action="append", metavar="HOST",
+                   help="a host name, address or CIDR webhooks may be sent to although it is private, loopback "
+                        "or link-local (a receiver on this machine or the LAN; repeatable, or comma-separated)")
+    s.add_argument("--webhook-retry-for", type=float, default=900.0, metavar="S",
+                   help="seconds an event is retried before its webhook is disabled (default %(default)s)")
+    s.add_argument("--team-max-webhooks", type=int, default=20, metavar="N",
+                   help="webhooks per team (default %(default)s)")
     s.add_argument("--preview-port", type=int, default=7424, metavar="P",
                    help="where preview URLs are served (default %(default)s)")
     s.add_argument("--preview-domain", default="localhost",
@@ -246,7 +253,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
                           e2b_domain=args.e2b_domain, e2b_port=args.e2b_port, e2b_public_port=args.e2b_public_port,
                           e2b_cert=args.e2b_cert, e2b_key=args.e2b_key,
                           image_dirs=tuple(args.image_dir or ()), registry_pulls=args.registry_pulls,
-                          allow_unlimited_boxes=args.allow_unlimited_boxes)
+                          allow_unlimited_boxes=args.allow_unlimited_boxes,
+                          webhook_allow=tuple(h.strip() for each in args.webhook_allow or () for h in each.split(",")
+                                              if h.strip()),
+                          webhook_retry_for=args.webhook_retry_for, team_max_webhooks=args.team_max_webhooks)
+    from hutch.server.deliveries import Destinations
+
+    try:
+        Destinations.parse(config.webhook_allow)
+    except ValueError as e:
+        print(f"--webhook-allow: {e}", file=sys.stderr)
+        return 2
     if (args.e2b_cert is None) != (args.e2b_key is None):
         print("--e2b-cert and --e2b-key go together", file=sys.stderr)
         return 2

@@ -55,9 +55,12 @@ from hutch.sdk.types import (
     TemplateInfo,
     UserStep,
     VolumeInfo,
+    WebhookDelivery,
+    WebhookInfo,
     WorkdirStep,
 )
 from hutch.sdk.volumes import AsyncVolume, Volume
+from hutch.sdk.webhooks import Webhooks, verify_webhook
 
 __all__ = [
     "AsyncProcess",
@@ -118,5 +121,9 @@ __all__ = [
     "ValidationError",
     "Volume",
     "VolumeInfo",
+    "WebhookDelivery",
+    "WebhookInfo",
+    "Webhooks",
     "WorkdirStep",
+    "verify_webhook",
 ]

@@ -12,6 +12,7 @@ class ServerCode:
 
     # the request itself
     INVALID_REQUEST = "invalid_request"
+    WEBHOOK_URL_REFUSED = "webhook_url_refused"
     INVALID_JSON = "invalid_json"
     INVALID_PATH = "invalid_path"
     INVALID_SPEC = "invalid_spec"
@@ -37,6 +38,7 @@ class ServerCode:
     CONTEXT_NOT_FOUND = "context_not_found"
     SNAPSHOT_NOT_FOUND = "snapshot_not_found"
     VOLUME_NOT_FOUND = "volume_not_found"
+    WEBHOOK_NOT_FOUND = "webhook_not_found"
 
     # the state of things
     CONFLICT = "conflict"
@@ -66,6 +68,7 @@ class ServerCode:
     CHECKPOINT_BUDGET = "checkpoint_budget"
     TOO_MANY_SNAPSHOTS = "too_many_snapshots"
     TOO_MANY_VOLUMES = "too_many_volumes"
+    TOO_MANY_WEBHOOKS = "too_many_webhooks"
     TOO_MANY_TEMPLATES = "too_many_templates"
     TOO_MANY_BUILDS = "too_many_builds"
 
@@ -137,3 +140,4 @@ class SdkCode:
     PROCESS_EXITED = "process_exited"
     DETACHED = "detached"  # the process was let go of with close()
     CALLBACK_ERROR = "callback_error"  # an output callback raised
+    BAD_WEBHOOK_SIGNATURE = "bad_webhook_signature"  # a webhook delivery whose signature does not hold (verify_webhook)

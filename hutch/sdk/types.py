@@ -359,6 +359,47 @@ class EventPage:
         return cls([Event.from_json(e) for e in d["events"]], d["next"])
 
 
+# --- webhooks -------------------------------------------------------------------------------------
+
+@dataclass
+class WebhookInfo:
+    """An endpoint the team's events are POSTed to, signed. `secret` only in what `create` returned."""
+
+    id: str
+    name: str
+    url: str
+    types: list[str]  # empty: every type
+    enabled: bool
+    disabled_reason: str | None  # why hutch stopped its deliveries, if it did
+    created_at: datetime
+    updated_at: datetime
+    secret: str | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> WebhookInfo:
+        return cls(**{**d, "created_at": datetime.fromisoformat(d["created_at"]),
+                      "updated_at": datetime.fromisoformat(d["updated_at"])})
+
+
+@dataclass
+class WebhookDelivery:
+    """One attempt to deliver an event."""
+
+    id: int
+    event_id: int
+    event_type: str
+    attempt: int  # 1, then each retry
+    at: datetime
+    status: int | None  # the endpoint's answer (None: none came)
+    ok: bool
+    error: str | None
+    duration_ms: int
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> WebhookDelivery:
+        return cls(**_stamped(d))
+
+
 # --- templates ------------------------------------------------------------------------------------
 
 @dataclass

@@ -36,6 +36,7 @@ from hutch.server.routes import (
     system,
     templates,
     volumes,
+    webhooks,
 )
 from hutch.server.site_tls import site_tls
 from hutch.server.state import State
@@ -44,7 +45,7 @@ log = logging.getLogger("hutch.server")
 
 # In this order: FastAPI matches routes in the order they were added.
 ROUTERS = (sandboxes.router, secrets.router, previews.router, system.router, templates.router, commands.router,
-           files.router, code.router, snapshots.router, volumes.router, events.router)
+           files.router, code.router, snapshots.router, volumes.router, events.router, webhooks.router)
 
 
 def _dump_tasks() -> None:
@@ -75,6 +76,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             assert st.placement is not None
             tasks.append(loop.create_task(NodeWatch(st.store, st.placement).run()))
         tasks.append(loop.create_task(st.sandboxes.run_lifetimes()))  # a fleet's: each API server's, one wins
+        tasks.append(loop.create_task(st.deliverer.run()))  # webhooks: likewise, a lease per endpoint
         loop.add_signal_handler(signal.SIGUSR2, _dump_tasks)  # `kill -USR2 <pid>`: what every task waits on
         # A closed terminal stops the server as SIGTERM does, with this shutdown (its default ends
         # the process at once, and the pool's boxes with no one to stop them but the guard)

@@ -91,6 +91,12 @@ class ServerConfig:
     team_max_builds: int = 10  # queued or running, per team
     image_dirs: tuple[Path, ...] = ()
     registry_pulls: bool = False
+    # Webhooks: how many a team may register; where they may go beyond public addresses (host names,
+    # addresses or CIDRs: a receiver on loopback or the LAN); how long one event is retried before
+    # its endpoint is disabled
+    team_max_webhooks: int = 20
+    webhook_allow: tuple[str, ...] = ()
+    webhook_retry_for: float = 900.0
     fleet: FleetConfig | None = None  # a fleet's API server: no node of its own, PostgreSQL, Ray
 
     @property

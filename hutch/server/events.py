@@ -31,7 +31,7 @@ def info(rec: EventRecord) -> EventInfo:
 TYPES = frozenset({"sandbox.created", "sandbox.updated", "sandbox.paused", "sandbox.resumed", "sandbox.killed",
                    "sandbox.failed", "snapshot.created", "snapshot.deleted", "template.build.queued",
                    "template.build.running", "template.build.ready", "template.build.failed",
-                   "template.build.cancelled"})
+                   "template.build.cancelled", "webhook.disabled"})
 MAX_CURSOR = 2**63 - 1
 
 

@@ -500,7 +500,7 @@ class EventInfo(BaseModel):
     id: int
     type: str = Field(description="sandbox.created, .updated, .paused, .resumed, .killed, .failed; "
                                   "snapshot.created, .deleted; template.build.queued, .running, .ready, "
-                                  ".failed, .cancelled")
+                                  ".failed, .cancelled; webhook.disabled")
     at: datetime
     sandbox_id: str | None = None
     data: dict[str, Any] = Field(default_factory=dict, description="what else it says: a reason, a template, an id")
@@ -511,6 +511,57 @@ class EventPage(BaseModel):
     next: int = Field(description="the cursor to ask from next (`after`): the last event's id, or the one asked "
                                   "from if there was none")
 
+
+# --- webhooks -------------------------------------------------------------------------------------
+
+WebhookTypes = Annotated[list[Annotated[str, Field(max_length=64)]],
+                         Field(max_length=32, description="the event types it is sent (empty: every type)")]
+WebhookSecret = Annotated[str, Field(min_length=16, max_length=256,
+                                     description="what deliveries are signed with (HMAC-SHA256); "
+                                                 "none given: hutch makes one and shows it once")]
+
+
+class CreateWebhook(Strict):
+    url: Annotated[str, Field(max_length=2048, description="http(s) URL the events are POSTed to")]
+    types: WebhookTypes = []
+    name: Annotated[str, Field(max_length=128)] = ""
+    secret: WebhookSecret | None = None
+    enabled: bool = True
+
+
+class UpdateWebhook(Strict):
+    url: Annotated[str, Field(max_length=2048)] | None = None
+    types: WebhookTypes | None = None
+    name: Annotated[str, Field(max_length=128)] | None = None
+    secret: WebhookSecret | None = None
+    enabled: bool | None = Field(default=None, description="true again after it was disabled: deliveries go on "
+                                                            "from the first event it was not delivered")
+
+
+class WebhookInfo(BaseModel):
+    id: str
+    name: str
+    url: str
+    types: list[str]
+    enabled: bool
+    disabled_reason: str | None = Field(default=None, description="why hutch stopped its deliveries, if it did")
+    created_at: datetime
+    updated_at: datetime
+    secret: str | None = Field(default=None, description="the signing secret: only in the answer that made it")
+
+
+class DeliveryInfo(BaseModel):
+    """One attempt to deliver an event."""
+
+    id: int
+    event_id: int
+    event_type: str
+    attempt: int
+    at: datetime
+    status: int | None = Field(description="the endpoint's HTTP status (none: no answer came)")
+    ok: bool
+    error: str | None = None
+    duration_ms: int
 
 # --- files: entries and events --------------------------------------------------------------------
 

@@ -6,6 +6,8 @@ Routes reach it through the `StateDep` dependency; nothing else constructs these
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import socket
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
@@ -31,7 +33,9 @@ from hutch.secrets.vault import Vault
 from hutch.server import audit
 from hutch.server.config import ServerConfig
 from hutch.server.dataplane import DataPlane
+from hutch.server.deliveries import Deliverer, Destinations, Flavor, hutch_headers
 from hutch.server.events import Events
+from hutch.server.events import info as event_info
 from hutch.server.guard import Guard
 from hutch.server.keyguard import KeyGuard
 from hutch.server.metrics import Metrics
@@ -42,6 +46,7 @@ from hutch.server.snapshots import Snapshots
 from hutch.server.templates import BUILD_BOX_PREFIX, Templates
 from hutch.server.tokens import TokenSigner, load_or_create_key
 from hutch.server.volumes import Volumes
+from hutch.server.webhooks import Webhooks
 from hutch.store import Store
 
 if TYPE_CHECKING:
@@ -159,6 +164,16 @@ class State:
         self.sandboxes.volumes = self.volumes
         self.snapshots = Snapshots(config, self.store, self.sandboxes)
         self.events = Events(self.store)  # the team's event log, paged and streamed
+        # webhooks resolve names as the boxes' egress does (its hosts map; the system's resolver if it may)
+        resolver = Resolver(load_hosts_file(config.egress_hosts) if config.egress_hosts else None,
+                            system=config.egress_system_dns)
+        destinations = Destinations.parse(config.webhook_allow, HostAddresses().get, resolver)
+        self.webhooks = Webhooks(self.store, self.secrets.vault, destinations, config.team_max_webhooks)
+        # every API server delivers; a webhook's lease picks one (the owner: this server, across its restarts)
+        owner = hashlib.sha256(f"{socket.gethostname()}:{config.data_dir.resolve()}".encode()).hexdigest()[:32]
+        hutch_flavor = Flavor(None, lambda e: event_info(e).model_dump_json().encode(), hutch_headers)
+        self.deliverer = Deliverer(self.store, self.secrets.vault, destinations, {"hutch": hutch_flavor},
+                                   config.webhook_retry_for, owner)
         self.previews = Previews(self.sandboxes, PreviewKeys(server_key), self.sandboxes.preview_site)
         self.pool: WarmPool | None = None
         if self.local is not None:

@@ -23,6 +23,7 @@ from hutch.store.records import (
     BindingRecord,
     BuildRecord,
     BuildStatus,
+    DeliveryRecord,
     EventRecord,
     NetworkLogRecord,
     NodeRecord,
@@ -34,6 +35,7 @@ from hutch.store.records import (
     SnapshotRecord,
     TemplateRecord,
     VolumeRecord,
+    WebhookRecord,
 )
 from hutch.store.sandboxes import CheckpointBudgets, PauseRefused, SandboxQueries
 from hutch.store.secrets import SecretQueries
@@ -42,10 +44,11 @@ from hutch.store.snapshots import SnapshotQueries
 from hutch.store.teams import API_KEY_PREFIX, E2B_KEY_PREFIX, TeamQueries, hash_secret
 from hutch.store.templates import TemplateQueries
 from hutch.store.volumes import VolumeQueries
+from hutch.store.webhooks import WebhookQueries
 
 
 class Store(TeamQueries, SandboxQueries, TemplateQueries, SecretQueries, PreviewQueries, LogQueries, NodeQueries,
-            SessionQueries, SnapshotQueries, VolumeQueries, EventQueries):
+            SessionQueries, SnapshotQueries, VolumeQueries, EventQueries, WebhookQueries):
     """Every query of the durable state; `Store(url)` opens the database and brings its schema up to date."""
 
 
@@ -62,6 +65,7 @@ __all__ = [
     "BuildStatus",
     "CheckpointBudgets",
     "ConsoleSession",
+    "DeliveryRecord",
     "Event",
     "EventRecord",
     "NetworkLogRecord",
@@ -76,5 +80,6 @@ __all__ = [
     "Store",
     "TemplateRecord",
     "VolumeRecord",
+    "WebhookRecord",
     "hash_secret",
 ]

@@ -242,6 +242,45 @@ class EventRecord:
 
 
 @dataclass
+class WebhookRecord:
+    """A team's endpoint for its events; its secret is sealed (hutch.secrets.vault)."""
+
+    id: str
+    team_id: str
+    name: str
+    url: str
+    types: list[str]
+    sealed: bytes
+    flavor: str = "hutch"  # or "e2b": E2B's lifecycle payload and signature
+    enabled: bool = True
+    disabled_reason: str | None = None
+    cursor: int = 0
+    lease_owner: str | None = None
+    lease_until: float = 0.0
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+
+
+WEBHOOK_JSON = JsonColumns(("types",))
+
+
+@dataclass
+class DeliveryRecord:
+    """One attempt to deliver an event to a webhook."""
+
+    id: int
+    webhook_id: str
+    event_id: int
+    event_type: str
+    attempt: int
+    at: float
+    status: int | None
+    error: str | None
+    ok: bool
+    duration_ms: int
+
+
+@dataclass
 class PreviewPortRecord:
     sandbox_id: str
     port: int

@@ -204,6 +204,41 @@ events = sa.Table(
     sqlite_autoincrement=True,  # an id is never given twice, even once retention emptied the table
 )
 
+# A team's webhook endpoints, each delivered its team's events in order past its cursor by whichever
+# API server holds its lease (hutch.server.webhooks)
+webhooks = sa.Table(
+    "webhooks", meta,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("team_id", sa.String(36), nullable=False),
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("url", sa.String(2048), nullable=False),
+    sa.Column("types", sa.Text, nullable=False),  # JSON list of event types (empty: every type)
+    sa.Column("sealed", sa.LargeBinary, nullable=False),  # the signing secret, sealed by hutch.secrets.vault
+    sa.Column("flavor", sa.String(8), nullable=False),  # hutch | e2b: how a delivery is shaped and signed
+    sa.Column("enabled", sa.Boolean, nullable=False),
+    sa.Column("disabled_reason", sa.Text),  # why deliveries stopped on their own (null: they did not)
+    sa.Column("cursor", LOG_ID, nullable=False),  # events up to this id were delivered or passed over
+    sa.Column("lease_owner", sa.String(64)),  # the API server delivering now, until lease_until
+    sa.Column("lease_until", sa.Float, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Index("ix_webhooks_team", "team_id"),
+)
+webhook_deliveries = sa.Table(
+    "webhook_deliveries", meta,
+    sa.Column("id", LOG_ID, primary_key=True, autoincrement=True),
+    sa.Column("webhook_id", sa.String(36), nullable=False),
+    sa.Column("event_id", LOG_ID, nullable=False),
+    sa.Column("event_type", sa.String(64), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),  # 1 for the first, counting the retries
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("status", sa.Integer),  # the endpoint's answer (null: none came)
+    sa.Column("error", sa.String(500)),  # why it failed, if it did
+    sa.Column("ok", sa.Boolean, nullable=False),
+    sa.Column("duration_ms", sa.Integer, nullable=False),
+    sa.Index("ix_webhook_deliveries_webhook", "webhook_id", "id"),
+)
+
 
 # --- the fleet ------------------------------------------------------------------------------------
 

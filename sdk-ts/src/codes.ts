@@ -8,6 +8,7 @@
 export const ServerCode = {
   // the request itself
   INVALID_REQUEST: "invalid_request",
+  WEBHOOK_URL_REFUSED: "webhook_url_refused",
   INVALID_JSON: "invalid_json",
   INVALID_PATH: "invalid_path",
   INVALID_SPEC: "invalid_spec",
@@ -33,6 +34,7 @@ export const ServerCode = {
   CONTEXT_NOT_FOUND: "context_not_found",
   SNAPSHOT_NOT_FOUND: "snapshot_not_found",
   VOLUME_NOT_FOUND: "volume_not_found",
+  WEBHOOK_NOT_FOUND: "webhook_not_found",
 
   // the state of things
   CONFLICT: "conflict",
@@ -62,6 +64,7 @@ export const ServerCode = {
   CHECKPOINT_BUDGET: "checkpoint_budget",
   TOO_MANY_SNAPSHOTS: "too_many_snapshots",
   TOO_MANY_VOLUMES: "too_many_volumes",
+  TOO_MANY_WEBHOOKS: "too_many_webhooks",
   TOO_MANY_TEMPLATES: "too_many_templates",
   TOO_MANY_BUILDS: "too_many_builds",
 

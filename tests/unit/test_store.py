@@ -819,6 +819,8 @@ def test_a_database_of_the_hutch_before_migrations_keeps_its_rows_and_is_stamped
         c.execute(sa.text("ALTER TABLE sandboxes DROP COLUMN auto_resume"))
         c.execute(sa.text("ALTER TABLE sandboxes DROP COLUMN secure"))  # revision 0009's
         c.execute(sa.text("DROP TABLE events"))  # revision 0010's
+        c.execute(sa.text("DROP TABLE webhooks"))  # revision 0011's
+        c.execute(sa.text("DROP TABLE webhook_deliveries"))
         c.execute(schema.teams.insert().values(id=team, name="team-a", created_at=1.0))
         c.execute(schema.api_keys.insert().values(key_hash="h" * 64, team_id=team, prefix="hutch_abc", created_at=1.0))
         rec = new_record(team, metadata={"k": "v"}, runtime_id="rt-1", status=SandboxStatus.PAUSED)

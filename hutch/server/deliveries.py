@@ -1,0 +1,321 @@
+"""Webhook deliveries: each enabled endpoint is sent its team's events in order, one at a time,
+signed, retried with backoff for a bounded time, and disabled (an event itself) once one event
+could not be delivered in that time. Every attempt is recorded with its status.
+
+An endpoint is delivered by one task of its own, with a connection of its own, under its lease in
+the store (hutch.store.webhooks): a slow or dead endpoint delays only its own deliveries, never
+another's nor an API call, and in a fleet one API server delivers it at a time. A delivery is at
+least once: a server that stops between an endpoint's answer and its cursor's step sends that
+event again, with the same event id (what a receiver deduplicates on).
+
+Webhook URLs are the host's egress, so where they lead is checked at every attempt (a name may
+resolve elsewhere since it was registered), and the connection goes to the address checked: no
+private, loopback, link-local or metadata address and none of the host's own, unless the
+operator's `--webhook-allow` names the host or a network holding the address. No redirect is
+followed, and no more than the answer's status is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import functools
+import hashlib
+import hmac
+import ipaddress
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+import httpx
+
+from hutch.egress.resolve import Resolver
+from hutch.egress.rules import IPAddress, IPNetwork, NetworkRules, denied_name, normalize_host, parse_cidr
+from hutch.secrets.vault import Vault
+from hutch.store import EventRecord, Store, WebhookRecord
+
+log = logging.getLogger("hutch.server.deliveries")
+
+POLL_SECONDS = 0.5  # how often the store is asked for endpoints with events to send
+LEASE_SECONDS = 60.0  # an endpoint's lease, renewed before every attempt
+BATCH = 100  # events read at once for one endpoint
+ATTEMPT_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+LOOKUPS = 8
+RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)  # then every 60 s, until the retry time is spent
+SIGNATURE_TOLERANCE = 300  # seconds a receiver should accept a timestamp's age (what the SDK's verify uses)
+
+
+class RefusedDestination(ValueError):
+    """A webhook URL the host may not send to; the message says why."""
+
+
+@dataclass(frozen=True)
+class Destinations:
+    """Where webhooks may go: public addresses, and what the operator's allow list names (host
+    names exactly, or networks)."""
+
+    names: frozenset[str] = frozenset()
+    networks: tuple[IPNetwork, ...] = ()
+    host_addresses: Callable[[], Awaitable[frozenset[IPAddress]]] | None = None
+    # names to addresses as the boxes' egress has them (its hosts map, the system's resolver if it
+    # may), at most LOOKUPS at once for all webhooks; None: only addresses are taken
+    resolver: Resolver | None = None
+    lookups: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LOOKUPS))
+
+    @classmethod
+    def parse(cls, allowed: Iterable[str], host_addresses: Callable[[], Awaitable[frozenset[IPAddress]]] | None = None,
+              resolver: Resolver | None = None) -> Destinations:
+        """From `--webhook-allow` entries (a host name, an address or a CIDR each); ValueError
+        naming a bad one."""
+        names, networks = set(), []
+        for entry in allowed:
+            try:
+                networks.append(parse_cidr(entry))
+                continue
+            except ValueError:
+                pass
+            name = normalize_host(entry.strip())
+            if name is None:
+                raise ValueError(f"{entry!r} is neither a host name nor an address or CIDR")
+            names.add(name)
+        return cls(frozenset(names), tuple(networks), host_addresses, resolver)
+
+    def parsed(self, url: str) -> tuple[str, str, int]:
+        """The URL's scheme, host (a normal-form name or an address's text) and port; refused if it
+        is not an http(s) URL with a host and no user:password."""
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as e:
+            raise RefusedDestination(f"not a URL: {e}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise RefusedDestination("a webhook URL is http:// or https:// with a host")
+        if parts.username is not None or parts.password is not None:
+            raise RefusedDestination("a webhook URL carries no user or password (sign with the secret instead)")
+        if any(c in url for c in "\r\n\t ") or not url.isascii():
+            raise RefusedDestination("a webhook URL is ASCII, with no spaces or line breaks")
+        host = parts.hostname
+        try:
+            host = str(ipaddress.ip_address(host))
+        except ValueError:
+            name = normalize_host(host)
+            if name is None:
+                raise RefusedDestination(f"not a host name: {host[:100]!r}") from None
+            host = name
+        return parts.scheme, host, port or (443 if parts.scheme == "https" else 80)
+
+    async def resolve(self, url: str) -> tuple[str, str, int, IPAddress]:
+        """The URL's scheme, host and port, and the address to connect to: every address the host
+        resolves to must be allowed (one that is not could be picked by the next lookup)."""
+        scheme, host, port = self.parsed(url)
+        named = host in self.names
+        try:
+            addresses = [ipaddress.ip_address(host)]
+        except ValueError:
+            if not named and (refusal := denied_name(host)) is not None:
+                raise RefusedDestination(f"{host} is a private name ({refusal.rule})") from None
+            addresses = await self._lookup(host)
+        own = await self.host_addresses() if self.host_addresses is not None else frozenset()
+        for ip in addresses:
+            if named or any(ip.version == net.version and ip in net for net in self.networks):
+                continue
+            verdict = NetworkRules().decide(None, ip, own)
+            if not verdict.allowed:
+                raise RefusedDestination(f"{host} is at {ip}, a private, loopback, link-local or metadata address, or "
+                                         f"this host's ({verdict.rule}); an operator may allow it (--webhook-allow)")
+        return scheme, host, port, addresses[0]
+
+    async def _lookup(self, host: str) -> list[IPAddress]:
+        if self.resolver is None:
+            raise RefusedDestination(f"{host} does not resolve here")
+        try:
+            return await self.resolver.resolve(host, self.lookups)
+        except (OSError, LookupError, TimeoutError) as e:
+            raise RefusedDestination(f"{host} does not resolve: {e or type(e).__name__}") from None
+
+
+# --- signing --------------------------------------------------------------------------------------
+
+def hutch_signature(secret: str, timestamp: int, body: bytes) -> str:
+    """`Hutch-Signature`'s value: `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>." + body under the
+    secret>` (Stripe's scheme: the timestamp is signed too, so an old delivery cannot be replayed
+    past the receiver's tolerance)."""
+    mac = hmac.new(secret.encode(), b"%d." % timestamp + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={mac}"
+
+
+def e2b_signature(secret: str, body: bytes) -> str:
+    """E2B's `e2b-signature`: the SHA-256 of the secret followed by the body, base64 without padding."""
+    return base64.b64encode(hashlib.sha256(secret.encode() + body).digest()).decode().rstrip("=")
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """How a kind of webhook is shaped and signed: hutch's own, or E2B's (hutch.e2b.webhooks)."""
+
+    types: frozenset[str] | None  # the hutch event types it is sent (None: every type)
+    payload: Callable[[EventRecord], bytes]  # on a worker thread: it may read the store
+    headers: Callable[[WebhookRecord, str, bytes, EventRecord, str], dict[str, str]]  # hook, secret, body, event, delivery
+
+
+def hutch_headers(hook: WebhookRecord, secret: str, body: bytes, event: EventRecord, delivery: str) -> dict[str, str]:
+    return {"Hutch-Webhook-Id": hook.id, "Hutch-Event-Id": str(event.id), "Hutch-Event-Type": event.type,
+            "Hutch-Delivery-Id": delivery, "Hutch-Signature": hutch_signature(secret, int(time.time()), body)}
+
+
+# --- delivering -----------------------------------------------------------------------------------
+
+Outcome = Literal["delivered", "given_up", "stopped"]
+
+
+class Deliverer:
+    """Runs in every API server (`run`): finds endpoints with events past their cursor, and
+    delivers each in a task of its own while it holds the endpoint's lease."""
+
+    def __init__(self, store: Store, vault: Vault, destinations: Destinations, flavors: dict[str, Flavor],
+                 retry_for: float, owner: str) -> None:
+        self.store, self.vault, self.destinations = store, vault, destinations
+        self.flavors, self.retry_for, self.owner = flavors, retry_for, owner
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    async def run(self) -> None:
+        try:
+            while True:
+                try:
+                    await self._start_due()
+                except Exception:  # the store, for a moment: ask again
+                    log.exception("finding webhooks to deliver")
+                await asyncio.sleep(POLL_SECONDS)
+        finally:
+            tasks = list(self._tasks.values())
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _start_due(self) -> None:
+        newest = await asyncio.to_thread(self.store.last_event_id)
+        due = await asyncio.to_thread(self.store.webhooks_behind, newest, time.time(), self.owner)
+        for hook in due:
+            if hook.id not in self._tasks and hook.flavor in self.flavors:
+                task = asyncio.get_running_loop().create_task(self._deliver_all(hook.id), name=f"webhook {hook.id}")
+                self._tasks[hook.id] = task
+                task.add_done_callback(functools.partial(self._done, hook.id))
+
+    def _done(self, webhook_id: str, _: asyncio.Task[None]) -> None:
+        self._tasks.pop(webhook_id, None)
+
+    async def _lease(self, webhook_id: str) -> WebhookRecord | None:
+        return await asyncio.to_thread(self.store.lease_webhook, webhook_id, self.owner, time.time() + LEASE_SECONDS)
+
+    async def _deliver_all(self, webhook_id: str) -> None:
+        """Deliver what is past the endpoint's cursor, in order, until it has caught up."""
+        try:
+            async with httpx.AsyncClient(timeout=ATTEMPT_TIMEOUT, follow_redirects=False, trust_env=False,
+                                         limits=httpx.Limits(max_connections=1)) as client:
+                while (hook := await self._lease(webhook_id)) is not None:
+                    flavor = self.flavors[hook.flavor]
+                    newest = await asyncio.to_thread(self.store.last_event_id)
+                    types = _types_for(hook.types, flavor)
+                    found = [e for e in await asyncio.to_thread(self.store.events, hook.team_id, after=hook.cursor,
+                                                                types=types, limit=BATCH) if e.id <= newest]
+                    for event in found:
+                        outcome = await self._deliver(client, hook, flavor, event)
+                        if outcome == "given_up":
+                            reason = f"event {event.id} ({event.type}) was not delivered in {self.retry_for:.0f} s"
+                            if await asyncio.to_thread(self.store.disable_webhook, hook.id, self.owner, reason):
+                                log.warning("webhook %s of team %s disabled: %s", hook.id, hook.team_id, reason)
+                            return
+                        if outcome == "stopped" or not await asyncio.to_thread(
+                                self.store.advance_webhook, hook.id, self.owner, event.id):
+                            return
+                    if len(found) < BATCH:  # caught up: the events up to `newest` are all seen
+                        await asyncio.to_thread(self.store.advance_webhook, hook.id, self.owner, newest)
+                        return
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the store went away mid-delivery: the lease runs out, and a later round goes on
+            log.exception("delivering webhook %s", webhook_id)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(asyncio.to_thread(self.store.release_webhook, webhook_id, self.owner))
+
+    async def _deliver(self, client: httpx.AsyncClient, hook: WebhookRecord, flavor: Flavor,
+                       event: EventRecord) -> Outcome:
+        """One event, retried until it is delivered or the retry time is spent."""
+        body = await asyncio.to_thread(flavor.payload, event)
+        first = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            current = await self._lease(hook.id)  # renewed; and its URL or secret may have changed
+            if current is None:
+                return "stopped"
+            ok = await self._attempt(client, current, flavor, event, body, attempt)
+            if ok:
+                return "delivered"
+            delay = RETRY_DELAYS[min(attempt - 1, len(RETRY_DELAYS) - 1)]
+            if time.monotonic() - first + delay > self.retry_for:
+                return "given_up"
+            await asyncio.sleep(delay)
+
+    async def _attempt(self, client: httpx.AsyncClient, hook: WebhookRecord, flavor: Flavor, event: EventRecord,
+                       body: bytes, attempt: int) -> bool:
+        started = time.monotonic()
+        status: int | None = None
+        error: str | None = None
+        delivery = str(uuid.uuid4())
+        try:
+            secret = self.vault.open(hook.sealed, bound_to(hook.team_id, hook.id))
+            scheme, host, port, ip = await self.destinations.resolve(hook.url)
+            headers = {"Content-Type": "application/json", "User-Agent": "hutch-webhooks/1",
+                       **flavor.headers(hook, secret, body, event, delivery)}
+            request = _pinned(client, hook.url, scheme, host, port, ip, headers, body)
+            response = await client.send(request, stream=True)
+            await response.aclose()  # its status is all we read
+            status = response.status_code
+            if not 200 <= status < 300:
+                error = f"answered {status}"
+        except RefusedDestination as e:
+            error = f"refused: {e}"
+        except httpx.HTTPError as e:
+            error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        except Exception as e:  # a sealed secret that does not open, say: this attempt failed, the loop goes on
+            log.exception("webhook %s: an attempt failed", hook.id)
+            error = f"{type(e).__name__}"
+        ok = error is None
+        await asyncio.to_thread(self.store.add_delivery, webhook_id=hook.id, event_id=event.id, event_type=event.type,
+                                attempt=attempt, at=time.time(), status=status, error=error, ok=ok,
+                                duration_ms=int((time.monotonic() - started) * 1000))
+        return ok
+
+
+def _types_for(chosen: Sequence[str], flavor: Flavor) -> list[str]:
+    """The event types an endpoint is sent: what it chose, within what its flavor can send."""
+    if flavor.types is None:
+        return list(chosen)
+    return [t for t in chosen if t in flavor.types] if chosen else sorted(flavor.types)
+
+
+def _pinned(client: httpx.AsyncClient, url: str, scheme: str, host: str, port: int, ip: IPAddress,
+            headers: dict[str, str], body: bytes) -> httpx.Request:
+    """The POST to `url`, connecting to the address that was checked (not to what a second lookup
+    might say), with the URL's host in its Host header and, over TLS, its SNI and certificate check."""
+    target = httpx.URL(url).copy_with(host=str(ip))
+    default = 443 if scheme == "https" else 80
+    headers = {**headers, "Host": host if port == default else f"{_bracketed(host)}:{port}"}
+    extensions = {"sni_hostname": host} if scheme == "https" else {}
+    return client.build_request("POST", target, headers=headers, content=body, extensions=extensions)
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def bound_to(team_id: str, webhook_id: str) -> str:
+    """What a webhook's sealed secret is bound to: it opens on its own row only."""
+    return f"webhook:{team_id}:{webhook_id}"
