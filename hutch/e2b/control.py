@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
 from starlette.responses import JSONResponse
 
-from hutch.e2b import events, secrets, snapshots, templates, volumes
+from hutch.e2b import events, secrets, snapshots, templates, volumes, webhooks
 from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, iso, validation_message
 from hutch.errors import ApiError, Code
 from hutch.server import header_rules
@@ -566,3 +566,4 @@ def control_routes(app: FastAPI, get_state: StateGetter) -> None:
     volumes.volume_routes(app, get_state, ctl.ctx, _body)
     secrets.secret_routes(app, ctl.ctx, _body, _page)
     events.event_routes(app, ctl.ctx)
+    webhooks.webhook_routes(app, ctl.ctx, _body)

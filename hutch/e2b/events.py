@@ -28,7 +28,7 @@ MAX_LIMIT = 100
 
 
 
-def _ours(asked: list[str]) -> list[str]:
+def ours(asked: list[str]) -> list[str]:
     """E2B's type names as hutch's (a kill is hutch's kill or failure); 400 for one E2B has not."""
     wanted = {t.removeprefix(PREFIX) for t in asked}
     unknown = wanted - {theirs for theirs, _ in TYPES.values()}
@@ -73,7 +73,7 @@ def event_routes(app: FastAPI, ctx: Any) -> None:
         if order not in ("true", "false"):
             raise ApiError(Code.INVALID_REQUEST, "orderAsc must be true or false")
         asked = request.query_params.getlist("types")
-        types = _ours(asked) if asked else list(TYPES)
+        types = ours(asked) if asked else list(TYPES)
         offset = _number(request, "offset", 0, 0, 2**31 - 1)
         limit = _number(request, "limit", 10, 1, MAX_LIMIT)
 

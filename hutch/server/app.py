@@ -20,6 +20,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hutch import console, e2b
 from hutch.e2b.hosts import HostListener
+from hutch.e2b.webhooks import FLAVOR as E2B_WEBHOOKS
+from hutch.e2b.webhooks import flavor as e2b_webhooks
 from hutch.errors import ApiError
 from hutch.server import errors
 from hutch.server.config import ServerConfig
@@ -76,6 +78,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             assert st.placement is not None
             tasks.append(loop.create_task(NodeWatch(st.store, st.placement).run()))
         tasks.append(loop.create_task(st.sandboxes.run_lifetimes()))  # a fleet's: each API server's, one wins
+        st.deliverer.flavors[E2B_WEBHOOKS] = e2b_webhooks(st.store)  # E2B's shape and signature
         tasks.append(loop.create_task(st.deliverer.run()))  # webhooks: likewise, a lease per endpoint
         loop.add_signal_handler(signal.SIGUSR2, _dump_tasks)  # `kill -USR2 <pid>`: what every task waits on
         # A closed terminal stops the server as SIGTERM does, with this shutdown (its default ends

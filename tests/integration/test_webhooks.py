@@ -4,6 +4,8 @@ destinations are refused unless the operator allows them."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import http.server
 import json
 import threading
@@ -11,6 +13,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
 
 from hutch import Sandbox, Webhooks, verify_webhook
@@ -223,3 +226,40 @@ def test_a_team_has_at_most_its_cap(env: Env) -> None:
         finally:
             for webhook_id in made:
                 api.delete(f"/v1/webhooks/{webhook_id}")
+
+
+def test_e2bs_webhooks_are_registered_in_its_shapes_and_signed_as_e2b_signs(allowing: Server,
+                                                                             receiver: Receiver) -> None:
+    api = httpx.Client(base_url=f"{allowing.url}/e2b", headers={"X-API-KEY": allowing.e2b_key()}, timeout=60)
+    made = api.post("/events/webhooks", json={
+        "name": "lifecycle", "url": receiver.url, "enabled": True, "signatureSecret": "e2b-secret",
+        "events": ["sandbox.lifecycle.created", "sandbox.lifecycle.killed"]})
+    assert made.status_code == 201, made.text
+    hook = made.json()
+    assert hook["events"] == ["sandbox.lifecycle.created", "sandbox.lifecycle.killed"] and hook["enabled"]
+    assert set(hook) >= {"id", "teamID", "name", "url", "createdAt"} and "signatureSecret" not in hook
+    try:
+        assert [w["id"] for w in api.get("/events/webhooks").json()] == [hook["id"]]
+        assert api.get(f"/events/webhooks/{hook['id']}").json()["name"] == "lifecycle"
+        sb = Sandbox.create(name="e2b-told", **allowing.client_args())
+        sb.update(timeout_seconds=900)  # an update: not among the chosen events
+        sb.kill()
+        wait_for(lambda: [e["type"] for e in receiver.events()] == ["sandbox.lifecycle.created",
+                                                                    "sandbox.lifecycle.killed"], 60,
+                 "E2B's events at the receiver")
+        for headers, body in receiver.got:
+            expected = base64.b64encode(hashlib.sha256(b"e2b-secret" + body).digest()).decode().rstrip("=")
+            assert headers["e2b-signature"] == expected and headers["e2b-signature-version"] == "v1"
+            assert headers["e2b-webhook-id"] == hook["id"] and headers["e2b-delivery-id"]
+        killed = receiver.events()[1]
+        assert killed["sandboxId"] == sb.id and killed["eventData"] == {"kill_reason": "asked"}
+        changed = api.patch(f"/events/webhooks/{hook['id']}", json={"enabled": False, "events": []})
+        assert changed.status_code == 200 and changed.json()["enabled"] is False
+        assert len(changed.json()["events"]) == 6, "none chosen: every lifecycle event"
+        assert api.patch(f"/events/webhooks/{hook['id']}", json={"events": ["sandbox.lifecycle.exploded"]}
+                         ).status_code == 400
+        refused = api.post("/events/webhooks", json={"url": "http://10.0.0.1/", "signatureSecret": "s"})
+        assert refused.status_code == 400 and refused.json()["code"] == 400
+    finally:
+        assert api.delete(f"/events/webhooks/{hook['id']}").status_code == 200
+    assert api.get(f"/events/webhooks/{hook['id']}").status_code == 404
