@@ -20,6 +20,7 @@ from hutch.cli import (
     snapshots,
     templates,
     volumes,
+    webhooks,
 )
 from hutch.cli.shared import Subparsers, client_env, run_handler
 from hutch.server.config import DEFAULT_DATA_DIR
@@ -29,7 +30,8 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     server.add_serve, server.add_build_base, server.add_team_create, sandboxes.add_create, templates.add_template,
     snapshots.add_snapshot, volumes.add_volume, secrets.add_secret, previews.add_preview, mcp.add_mcp, secrets.add_providers,
     sandboxes.add_ls, sandboxes.add_info, commands.add_exec, commands.add_shell, sandboxes.add_netlog,
-    sandboxes.add_audit, events.add_events, commands.add_ps, files.add_cp, sandboxes.add_kill, fleet.add_node, fleet.add_nodes,
+    sandboxes.add_audit, events.add_events, webhooks.add_webhook, commands.add_ps, files.add_cp, sandboxes.add_kill,
+    fleet.add_node, fleet.add_nodes,
 )
 
 

@@ -27,6 +27,8 @@ from hutch.sdk import (
     SnapshotInfo,
     TemplateInfo,
     VolumeInfo,
+    WebhookDelivery,
+    WebhookInfo,
 )
 from hutch.sdk.codes import SdkCode
 from hutch.sdk.types import step_body
@@ -93,7 +95,7 @@ def split_remote(spec: str) -> tuple[str | None, str]:
 
 def info_json(info: SandboxInfo | ProcessInfo | NetworkLogEntry | AuditEntry | PreviewPort | SecretInfo
               | SecretAuditEntry | Provider | TemplateInfo | BuildInfo | BuildLogLine | SnapshotInfo
-              | VolumeInfo | Event) -> dict[str, Any]:
+              | VolumeInfo | Event | WebhookInfo | WebhookDelivery) -> dict[str, Any]:
     """An SDK record as --json prints it: times as strings, a template's steps as the HTTP API spells them."""
     data: dict[str, Any] = json.loads(json.dumps(asdict(info), default=str))
     if isinstance(info, TemplateInfo):

@@ -8,6 +8,8 @@ import base64
 import hashlib
 import http.server
 import json
+import os
+import subprocess
 import threading
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
@@ -18,7 +20,7 @@ import pytest
 
 from hutch import Sandbox, Webhooks, verify_webhook
 from hutch.sdk.errors import SandboxError
-from tests.integration.support import Env, Server, make_server, retire, wait_for
+from tests.integration.support import HUTCH, Env, Server, make_server, retire, wait_for
 
 
 @dataclass
@@ -263,3 +265,29 @@ def test_e2bs_webhooks_are_registered_in_its_shapes_and_signed_as_e2b_signs(allo
     finally:
         assert api.delete(f"/events/webhooks/{hook['id']}").status_code == 200
     assert api.get(f"/events/webhooks/{hook['id']}").status_code == 404
+
+
+def test_the_cli_manages_webhooks_and_shows_their_deliveries(allowing: Server, receiver: Receiver) -> None:
+    environ = {**os.environ, "HUTCH_API_KEY": allowing.admin_key(), "HUTCH_BASE_URL": allowing.url}
+
+    def hutch(*args: str) -> str:
+        ran = subprocess.run([*HUTCH, *args], capture_output=True, text=True, env=environ, timeout=120)
+        assert ran.returncode == 0, ran.stderr
+        return ran.stdout
+
+    webhook_id, secret = hutch("webhook", "create", receiver.url, "--type", "sandbox.created", "--name", "cli").split()
+    try:
+        assert secret.startswith("whsec_")
+        listed = hutch("webhook", "ls")
+        assert listed.splitlines()[0].split() == ["ID", "NAME", "URL", "TYPES", "STATE"] and webhook_id in listed
+        sb = Sandbox.create(name="cli-told", **allowing.client_args())
+        sb.kill()
+        wait_for(lambda: len(receiver.got) == 1, 60, "the delivery")
+        assert verify_webhook(receiver.got[0][1], receiver.got[0][0]["hutch-signature"], secret)["sandbox_id"] == sb.id
+        shown = json.loads(hutch("--json", "webhook", "deliveries", webhook_id))
+        assert [(d["attempt"], d["status"], d["ok"]) for d in shown] == [(1, 204, True)]
+        hutch("webhook", "update", webhook_id, "--enabled", "false")
+        assert "disabled" in hutch("webhook", "info", webhook_id)
+    finally:
+        hutch("webhook", "rm", webhook_id)
+    assert webhook_id not in hutch("webhook", "ls")

@@ -21,6 +21,7 @@ from hutch.cli import (
     snapshots,
     templates,
     volumes,
+    webhooks,
 )
 from hutch.cli.program import build_parser, parse
 
@@ -117,6 +118,20 @@ EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
     ("volume", "ls"): (["volume", "ls", "--metadata", "a=1", "-m", "b=2"],
                        {"fn": volumes.cmd_volume_ls, "metadata": ["a=1", "b=2"]}),
     ("volume", "info"): (["volume", "info", "repo"], {"fn": volumes.cmd_volume_info, "volume": "repo"}),
+    ("webhook", "create"): (["webhook", "create", "https://h.test/x", "--type", "sandbox.killed", "--type",
+                             "sandbox.paused", "--name", "n", "--secret", "s" * 16, "--disabled"],
+                            {"fn": webhooks.cmd_webhook_create, "url": "https://h.test/x",
+                             "type": ["sandbox.killed", "sandbox.paused"], "name": "n", "secret": "s" * 16,
+                             "disabled": True}),
+    ("webhook", "ls"): (["webhook", "ls"], {"fn": webhooks.cmd_webhook_ls}),
+    ("webhook", "info"): (["webhook", "info", "w1"], {"fn": webhooks.cmd_webhook_info, "webhook": "w1"}),
+    ("webhook", "update"): (["webhook", "update", "w1", "--url", "https://h.test/y", "--type", "sandbox.killed",
+                             "--name", "m", "--secret", "t" * 16, "--enabled", "true"],
+                            {"fn": webhooks.cmd_webhook_update, "webhook": "w1", "url": "https://h.test/y",
+                             "type": ["sandbox.killed"], "name": "m", "secret": "t" * 16, "enabled": "true"}),
+    ("webhook", "rm"): (["webhook", "rm", "a", "b"], {"fn": webhooks.cmd_webhook_rm, "webhooks": ["a", "b"]}),
+    ("webhook", "deliveries"): (["webhook", "deliveries", "w1", "--limit", "5"],
+                                {"fn": webhooks.cmd_webhook_deliveries, "webhook": "w1", "limit": 5}),
     ("volume", "rm"): (["volume", "rm", "a", "b"], {"fn": volumes.cmd_volume_rm, "volumes": ["a", "b"]}),
     ("volume", "cp"): (["volume", "cp", "-", "repo:/x"], {"fn": volumes.cmd_volume_cp, "src": "-", "dst": "repo:/x"}),
     ("providers",): (["providers"], {"fn": secrets.cmd_providers}),
@@ -174,6 +189,11 @@ DEFAULTS: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
     ("snapshot",): (["snapshot", "ls"], {"target": None, "name": None, "metadata": None, "sandbox": None, "count": 1}),
     ("volume", "create"): (["volume", "create", "repo"], {"size": None, "metadata": None}),
     ("volume", "ls"): (["volume", "ls"], {"metadata": None}),
+    ("webhook", "create"): (["webhook", "create", "https://h.test/x"], {"type": [], "name": "", "secret": None,
+                                                                         "disabled": False}),
+    ("webhook", "update"): (["webhook", "update", "w1"], {"url": None, "type": None, "name": None, "secret": None,
+                                                          "enabled": None}),
+    ("webhook", "deliveries"): (["webhook", "deliveries", "w1"], {"limit": 50}),
 }
 
 
