@@ -133,6 +133,7 @@ export const SdkCode = {
   PROCESS_EXITED: "process_exited",
   DETACHED: "detached", // the process was let go of with close()
   CALLBACK_ERROR: "callback_error", // an output callback threw
+  BAD_WEBHOOK_SIGNATURE: "bad_webhook_signature", // a webhook delivery whose signature does not hold (verifyWebhook)
   ABORTED: "aborted", // the call's AbortSignal fired (TypeScript only: Python has no AbortSignal)
 } as const;
 

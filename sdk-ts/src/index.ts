@@ -26,6 +26,8 @@ export type {
   VolumeCreateOptions, VolumeFileListOptions, VolumeListOptions, VolumeMount, VolumeMounts, VolumeRef,
 } from "./volumes.js";
 export { Provider, Secret } from "./secrets.js";
+export { Events, WEBHOOK_TOLERANCE, Webhooks, verifyWebhook } from "./webhooks.js";
+export type { EventListOptions, WebhookCreateOptions, WebhookUpdateOptions } from "./webhooks.js";
 export type { SecretAuditOptions, SecretCreateOptions } from "./secrets.js";
 export {
   AbortError, AuthenticationError, BuildError, ConflictError, NotFoundError, RateLimitError, SandboxError,
@@ -38,6 +40,7 @@ export type {
   AuditEntry, AuditPage, BoxUser, BuildErrorInfo, BuildInfo, BuildLogLine, BuildStatus, CommandResult, EntryInfo,
   FilesystemEvent, MountedVolume, NetworkConfig, NetworkLogEntry, NetworkLogPage, PreviewAccess, PreviewPort,
   PreviewToken, ProcessInfo, ProviderInfo, SandboxInfo, SandboxStatus, SecretAuditEntry, SecretAuditPage, SecretAuth,
-  SecretBinding, SecretInfo, SnapshotInfo, Step, TemplateInfo, VolumeInfo,
+  SecretBinding, SecretInfo, SnapshotInfo, Step, TemplateInfo, VolumeInfo, Event, EventPage, WebhookDelivery,
+  WebhookInfo,
 } from "./types.js";
 export type { components as OpenApiComponents, paths as OpenApiPaths } from "./openapi.js";

@@ -440,3 +440,67 @@ export interface BuildLogLine {
   stream: "system" | "stdout" | "stderr";
   text: string;
 }
+
+/** One change of state of the team's: `id` is its cursor (ids only grow, in the order the changes were made). */
+export interface Event {
+  id: number;
+  /** sandbox.created, sandbox.paused, snapshot.deleted, template.build.ready, webhook.disabled, ... */
+  type: string;
+  at: Date;
+  sandboxId: string | null;
+  data: Record<string, unknown>;
+}
+
+export function event(d: Schemas["EventInfo"]): Event {
+  return { id: d.id, type: d.type, at: new Date(d.at), sandboxId: d.sandbox_id ?? null, data: { ...d.data } };
+}
+
+export interface EventPage {
+  events: Event[];
+  /** The cursor to ask from next (`after`). */
+  next: number;
+}
+
+/** An endpoint the team's events are POSTed to, signed. `secret` only in what `create` returned. */
+export interface WebhookInfo {
+  id: string;
+  name: string;
+  url: string;
+  /** Empty: every type. */
+  types: string[];
+  enabled: boolean;
+  /** Why hutch stopped its deliveries, if it did. */
+  disabledReason: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+  secret: string | null;
+}
+
+export function webhookInfo(d: Schemas["WebhookInfo"]): WebhookInfo {
+  return {
+    id: d.id, name: d.name, url: d.url, types: [...d.types], enabled: d.enabled, disabledReason: d.disabled_reason ?? null,
+    createdAt: new Date(d.created_at), updatedAt: new Date(d.updated_at), secret: d.secret ?? null,
+  };
+}
+
+/** One attempt to deliver an event. */
+export interface WebhookDelivery {
+  id: number;
+  eventId: number;
+  eventType: string;
+  /** 1, then each retry. */
+  attempt: number;
+  at: Date;
+  /** The endpoint's answer (null: none came). */
+  status: number | null;
+  ok: boolean;
+  error: string | null;
+  durationMs: number;
+}
+
+export function webhookDelivery(d: Schemas["DeliveryInfo"]): WebhookDelivery {
+  return {
+    id: d.id, eventId: d.event_id, eventType: d.event_type, attempt: d.attempt, at: new Date(d.at),
+    status: d.status ?? null, ok: d.ok, error: d.error ?? null, durationMs: d.duration_ms,
+  };
+}

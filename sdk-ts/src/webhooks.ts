@@ -1,0 +1,152 @@
+/**
+ * `Events`: what happened to the team's boxes, snapshots and builds, in order, by cursor; and
+ * `Webhooks`: endpoints those events are POSTed to as they happen, signed, with `verifyWebhook`,
+ * the receiver's check. As the Python SDK's (hutch/sdk/events.py, hutch/sdk/webhooks.py).
+ *
+ *     const hook = await Webhooks.create("https://example.com/hooks/hutch", { types: ["sandbox.killed"] })
+ *     // in the receiver, with the body's bytes as they came:
+ *     const event = verifyWebhook(body, request.headers["hutch-signature"], secret)
+ */
+
+import { createHmac, timingSafeEqual } from "node:crypto";
+
+import { type CallOptions, type ConnectionOptions, resolveConfig } from "./config.js";
+import { ValidationError } from "./errors.js";
+import { call } from "./http.js";
+import { controlHeaders } from "./plane.js";
+import {
+  type EventPage, type WebhookDelivery, type WebhookInfo, event, webhookDelivery, webhookInfo,
+} from "./types.js";
+
+export interface EventListOptions extends ConnectionOptions, CallOptions {
+  /** The cursor: events past this id (default 0: every event kept). */
+  after?: number;
+  /** Only these types. */
+  types?: string[];
+  sandboxId?: string;
+  /** At most this many (1-1000, default 100). */
+  limit?: number;
+}
+
+export class Events {
+  /** Events past the cursor `after`, oldest first; the page's `next` is the cursor to ask from next. */
+  static async list(options: EventListOptions = {}): Promise<EventPage> {
+    const cfg = resolveConfig(options);
+    const answer = await call("get", "/v1/events", {
+      base: cfg.baseUrl, headers: controlHeaders(cfg), timeoutMs: cfg.requestTimeoutMs, signal: options.signal,
+      query: {
+        after: options.after ?? 0, limit: options.limit ?? 100, sandbox_id: options.sandboxId,
+        types: options.types?.length ? [options.types.join(",")] : undefined,
+      },
+    });
+    return { events: answer.events.map(event), next: answer.next };
+  }
+}
+
+export interface WebhookCreateOptions extends ConnectionOptions, CallOptions {
+  /** Only these event types (default: every type). */
+  types?: string[];
+  name?: string;
+  /** Sign with this (16-256 characters; default: hutch makes one, shown once in the answer). */
+  secret?: string;
+  enabled?: boolean;
+}
+
+export interface WebhookUpdateOptions extends ConnectionOptions, CallOptions {
+  url?: string;
+  types?: string[];
+  name?: string;
+  secret?: string;
+  /** true after hutch disabled it: deliveries go on from the first event it was not delivered. */
+  enabled?: boolean;
+}
+
+export class Webhooks {
+  /** Register `url` for the team's events from now on; the answer's `secret` is shown this once. */
+  static async create(url: string, options: WebhookCreateOptions = {}): Promise<WebhookInfo> {
+    const cfg = resolveConfig(options);
+    return webhookInfo(await call("post", "/v1/webhooks", {
+      base: cfg.baseUrl, headers: controlHeaders(cfg), timeoutMs: cfg.requestTimeoutMs, signal: options.signal,
+      json: { url, types: options.types ?? [], name: options.name ?? "", secret: options.secret,
+        enabled: options.enabled ?? true },
+    }));
+  }
+
+  static async list(options: ConnectionOptions & CallOptions = {}): Promise<WebhookInfo[]> {
+    const cfg = resolveConfig(options);
+    const answer = await call("get", "/v1/webhooks", {
+      base: cfg.baseUrl, headers: controlHeaders(cfg), timeoutMs: cfg.requestTimeoutMs, signal: options.signal,
+    });
+    return answer.map(webhookInfo);
+  }
+
+  static async get(webhookId: string, options: ConnectionOptions & CallOptions = {}): Promise<WebhookInfo> {
+    const cfg = resolveConfig(options);
+    return webhookInfo(await call("get", "/v1/webhooks/{webhook_id}", {
+      base: cfg.baseUrl, params: { webhook_id: webhookId }, headers: controlHeaders(cfg),
+      timeoutMs: cfg.requestTimeoutMs, signal: options.signal,
+    }));
+  }
+
+  static async update(webhookId: string, options: WebhookUpdateOptions): Promise<WebhookInfo> {
+    const cfg = resolveConfig(options);
+    return webhookInfo(await call("patch", "/v1/webhooks/{webhook_id}", {
+      base: cfg.baseUrl, params: { webhook_id: webhookId }, headers: controlHeaders(cfg),
+      timeoutMs: cfg.requestTimeoutMs, signal: options.signal,
+      json: { url: options.url, types: options.types, name: options.name, secret: options.secret,
+        enabled: options.enabled },
+    }));
+  }
+
+  static async delete(webhookId: string, options: ConnectionOptions & CallOptions = {}): Promise<void> {
+    const cfg = resolveConfig(options);
+    await call("delete", "/v1/webhooks/{webhook_id}", {
+      base: cfg.baseUrl, params: { webhook_id: webhookId }, headers: controlHeaders(cfg),
+      timeoutMs: cfg.requestTimeoutMs, signal: options.signal,
+    });
+  }
+
+  /** Its delivery attempts, newest first. */
+  static async deliveries(webhookId: string, options: ConnectionOptions & CallOptions & { limit?: number } = {}
+  ): Promise<WebhookDelivery[]> {
+    const cfg = resolveConfig(options);
+    const answer = await call("get", "/v1/webhooks/{webhook_id}/deliveries", {
+      base: cfg.baseUrl, params: { webhook_id: webhookId }, headers: controlHeaders(cfg),
+      timeoutMs: cfg.requestTimeoutMs, signal: options.signal, query: { limit: options.limit ?? 100 },
+    });
+    return answer.map(webhookDelivery);
+  }
+}
+
+/** Seconds a delivery's timestamp may be off before `verifyWebhook` refuses it (a replay). */
+export const WEBHOOK_TOLERANCE = 300;
+
+/**
+ * The delivered event, once its `Hutch-Signature` header (`t=<unix seconds>,v1=<hex>`) is checked:
+ * the HMAC-SHA256 of `"<t>." + body` under the webhook's secret, no more than `tolerance` seconds
+ * off. Throws ValidationError ("bad_webhook_signature") if it is not.
+ */
+export function verifyWebhook(body: string | Uint8Array, signature: string, secret: string,
+  options: { tolerance?: number; now?: number } = {}): Record<string, unknown> {
+  const raw = typeof body === "string" ? Buffer.from(body) : Buffer.from(body);
+  const fields = new Map<string, string[]>();
+  for (const part of signature.split(",")) {
+    const at = part.indexOf("=");
+    const key = (at < 0 ? part : part.slice(0, at)).trim();
+    fields.set(key, [...(fields.get(key) ?? []), at < 0 ? "" : part.slice(at + 1)]);
+  }
+  const stamp = Number(fields.get("t")?.[0]);
+  const refuse = (why: string) => new ValidationError(why, { code: "bad_webhook_signature" });
+  if (!Number.isInteger(stamp)) throw refuse("the signature has no timestamp (t=)");
+  const expected = createHmac("sha256", secret).update(`${stamp}.`).update(raw).digest();
+  const matches = (fields.get("v1") ?? []).some((given) => {
+    const bytes = Buffer.from(given, "hex");
+    return bytes.length === expected.length && timingSafeEqual(bytes, expected);
+  });
+  if (!matches) throw refuse("the signature does not match the body and secret");
+  const tolerance = options.tolerance ?? WEBHOOK_TOLERANCE;
+  if (Math.abs((options.now ?? Date.now() / 1000) - stamp) > tolerance) {
+    throw refuse(`the signature is older than ${tolerance} s`);
+  }
+  return JSON.parse(raw.toString("utf8")) as Record<string, unknown>;
+}
