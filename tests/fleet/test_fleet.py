@@ -8,9 +8,11 @@ box takes 1 vcpu and 1024 MiB: 36 boxes fit in three nodes, 24 in two.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +23,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from hutch import ConflictError, RateLimitError, Sandbox, SandboxError, Volume
+from hutch import ConflictError, Events, RateLimitError, Sandbox, SandboxError, Volume, Webhooks
 from tests.fleet.cluster import REPO, Fleet, ray_resource_requests
 from tests.integration.support import needs_installed, wait_for
 
@@ -48,7 +50,7 @@ class Made:
 def fleet() -> Iterator[Fleet]:
     if os.geteuid() != 0:
         pytest.skip("a fleet needs root (network namespaces, runsc): scripts/test --fleet runs as root")
-    with Fleet(node_names=NODES, apis=2) as f:
+    with Fleet(node_names=NODES, apis=2, api_args=("--webhook-allow", "127.0.0.1")) as f:
         yield f
 
 
@@ -121,6 +123,46 @@ def test_a_volume_is_one_for_boxes_on_two_nodes_and_both_servers(fleet: Fleet) -
         for box in made:
             box.kill()
     vol.delete()
+
+
+def test_both_servers_tell_the_events_in_one_order_and_a_webhook_gets_each_once(fleet: Fleet) -> None:
+    """Boxes made and killed through both API servers: each server pages the same events in the
+    same order, and a webhook (which both servers' deliverers could send) is sent each one once."""
+    got: list[tuple[str, bytes]] = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            got.append((self.headers["Hutch-Event-Id"], self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{receiver.server_address[1]}/"
+    hook = Webhooks.create(url, types=["sandbox.created", "sandbox.killed"], **fleet.client_args(0))
+    try:
+        made = []
+        for n in range(4):
+            box = Sandbox.create(f"told-{n}", **fleet.client_args(n % 2))
+            made.append(box.id)
+            Sandbox.kill_by_id(box.id, **fleet.client_args(1 - n % 2))
+        pages = [[(e.id, e.type, e.sandbox_id) for e in Events.list(types=["sandbox.created", "sandbox.killed"],
+                                                                      limit=1000, **fleet.client_args(i)).events
+                  if e.sandbox_id in made] for i in (0, 1)]
+        assert pages[0] == pages[1] and len(pages[0]) == 8, pages
+        assert [t for _, t, _ in pages[0]] == ["sandbox.created", "sandbox.killed"] * 4
+        wanted = [i for i, _, _ in pages[0]]
+        wait_for(lambda: {int(i) for i, _ in got} >= set(wanted), 60, "the deliveries")
+        ids = [int(i) for i, body in got if json.loads(body)["sandbox_id"] in made]
+        assert ids == wanted, "each event once, in order"
+        attempts = Webhooks.deliveries(hook.id, **fleet.client_args(1))
+        assert sorted(d.event_id for d in attempts) == sorted(set(d.event_id for d in attempts)), "none sent twice"
+    finally:
+        Webhooks.delete(hook.id, **fleet.client_args(1))
+        receiver.shutdown()
 
 
 # --- what only reads ---------------------------------------------------------------------------
