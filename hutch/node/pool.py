@@ -33,6 +33,7 @@ from hutch.node.spec import Limits
 log = logging.getLogger("hutch.pool")
 
 RETRY_SECONDS = 5.0
+STOPS_AT_ONCE = 8  # pool boxes stopped together at shutdown (each a runsc delete: a process and a wait)
 WARM_UP_SECONDS = 10.0
 CLAIM_HEALTH_SECONDS = 5.0  # a thawed box answers at once; a burst's creates can keep the loop that long
 BURST_SECONDS = 10.0  # creates this close together are one burst
@@ -216,9 +217,16 @@ class WarmPool:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        while self._ready:
-            box = self._ready.pop()
-            try:
-                await self.node.stop(box.runtime_id, box.key)  # thawed first by the driver (Thawing)
-            except Exception:  # the others are still stopped
-                log.exception("stopping the warm pool's box %s", box.runtime_id)
+        boxes, self._ready = self._ready, []
+        slots = asyncio.Semaphore(STOPS_AT_ONCE)
+
+        async def stop(box: BoxRef) -> None:
+            async with slots:
+                try:
+                    await self.node.stop(box.runtime_id, box.key)  # thawed first by the driver (Thawing)
+                except Exception:  # the others are still stopped
+                    log.exception("stopping the warm pool's box %s", box.runtime_id)
+
+        # at once, a few at a time: a grown pool of 50 one after another outlasts a service
+        # manager's stop timeout, and what is left then is the guard's to sweep
+        await asyncio.gather(*(stop(box) for box in boxes))
