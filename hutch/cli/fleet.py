@@ -41,6 +41,9 @@ def add_node(sub: Subparsers) -> None:
                         "member as on the API servers)")
     s.add_argument("--registry-pulls", action="store_true",
                    help="let templates built here pull images from registries over the host's network")
+    s.add_argument("--otlp-endpoint", metavar="URL",
+                   help="send OpenTelemetry spans of the API servers' calls here (default: "
+                        "OTEL_EXPORTER_OTLP_ENDPOINT, else none; needs hutch[otel])")
     s.add_argument("--ray-started", action="store_true",
                    help="a Ray node runs on this host already (KubeRay's pod): do not start one")
     add_unlimited_option(s)
@@ -70,7 +73,7 @@ def cmd_node(args: argparse.Namespace) -> int:
                           egress_system_dns=not args.egress_no_system_dns, trust_ca=tuple(args.trust_ca or ()),
                           max_builds=args.max_builds, image_dirs=tuple(args.image_dir or ()),
                           registry_pulls=args.registry_pulls, fleet=FleetConfig(ray=args.ray, shared_dir=args.shared),
-                          allow_unlimited_boxes=args.allow_unlimited_boxes)
+                          allow_unlimited_boxes=args.allow_unlimited_boxes, otlp_endpoint=args.otlp_endpoint)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     raise_open_files()

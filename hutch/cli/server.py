@@ -72,6 +72,9 @@ def add_serve(sub: Subparsers) -> None:
                    help="seconds an event is retried before its webhook is disabled (default %(default)s)")
     s.add_argument("--team-max-webhooks", type=int, default=20, metavar="N",
                    help="webhooks per team (default %(default)s)")
+    s.add_argument("--otlp-endpoint", metavar="URL",
+                   help="send OpenTelemetry spans of API, node and box calls over OTLP/HTTP here (default: "
+                        "OTEL_EXPORTER_OTLP_ENDPOINT, else none; needs hutch[otel])")
     s.add_argument("--preview-port", type=int, default=7424, metavar="P",
                    help="where preview URLs are served (default %(default)s)")
     s.add_argument("--preview-domain", default="localhost",
@@ -256,7 +259,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                           allow_unlimited_boxes=args.allow_unlimited_boxes,
                           webhook_allow=tuple(h.strip() for each in args.webhook_allow or () for h in each.split(",")
                                               if h.strip()),
-                          webhook_retry_for=args.webhook_retry_for, team_max_webhooks=args.team_max_webhooks)
+                          webhook_retry_for=args.webhook_retry_for, team_max_webhooks=args.team_max_webhooks,
+                          otlp_endpoint=args.otlp_endpoint)
     from hutch.server.deliveries import Destinations
 
     try:

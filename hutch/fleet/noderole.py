@@ -23,6 +23,7 @@ from pathlib import Path
 
 import ray
 
+from hutch import tracing
 from hutch.fleet import cluster, keys
 from hutch.fleet.nodeside import NodeCalls
 from hutch.fleet.relay import Relay
@@ -113,6 +114,9 @@ async def serve_node(config: ServerConfig, settings: NodeSettings) -> None:
     assert config.fleet is not None
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     config.checkpoint_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    endpoint = tracing.endpoint_from(config.otlp_endpoint)
+    if endpoint:  # its API servers' calls join their traces (hutch.fleet.relay)
+        tracing.setup(endpoint, f"hutch-node-{settings.name}")
     store = Store(config.db_url)
     keys.materialize(store, config.data_dir)
     secrets = Secrets(store, Vault(config.data_dir / "secrets.key"))

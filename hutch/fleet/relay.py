@@ -27,6 +27,7 @@ from typing import Any
 
 import h11
 
+from hutch import tracing
 from hutch.node.node import RUNTIME_ID_PATTERN
 
 log = logging.getLogger("hutch.fleet.relay")
@@ -138,7 +139,10 @@ class Relay:
         if target.startswith(CHANNEL.encode()):
             await self._relay(conn, request, target[len(CHANNEL):], reader, writer)
         elif target.startswith(RPC.encode()) and request.method == b"POST":
-            await self._call(conn, target[len(RPC):].decode("ascii", "replace"), reader, writer)
+            name = target[len(RPC):].decode("ascii", "replace")
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers if k == b"traceparent"}
+            with tracing.joined(headers, f"node.call.{name[:64]}"):  # the API server's trace, when traced
+                await self._call(conn, name, reader, writer)
         else:
             await _answer(writer, 404, {"kind": "not_found", "message": "no such route on a node"})
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from hutch import tracing
 from hutch.errors import ApiError, Code
 from hutch.fleet import relay
 from hutch.fleet.cluster import NoRoom, Placement
@@ -87,7 +88,10 @@ class FleetRuntime:
                     timeout: httpx.Timeout = CALL_TIMEOUT) -> dict[str, Any]:
         started = time.perf_counter()
         try:
-            resp = await self._http.post(f"{self._url(node)}{relay.RPC}{call}", json=args, timeout=timeout)
+            headers: dict[str, str] = {}
+            tracing.inject(headers)  # the node's span joins this call's trace
+            resp = await self._http.post(f"{self._url(node)}{relay.RPC}{call}", json=args, timeout=timeout,
+                                         headers=headers)
             answer = resp.json()
         except (httpx.HTTPError, ValueError) as e:
             raise ApiError(Code.NODE_UNREACHABLE, f"node {node} did not answer: {e}") from None

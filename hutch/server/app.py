@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hutch import console, e2b
+from hutch import console, e2b, tracing
 from hutch.e2b.hosts import HostListener
 from hutch.e2b.webhooks import FLAVOR as E2B_WEBHOOKS
 from hutch.e2b.webhooks import flavor as e2b_webhooks
@@ -109,6 +109,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                 await st.local.close()  # the sandboxes outlive the server; a restart takes them back
             else:
                 await st.node.close()
+            tracing.shutdown()  # the spans not yet sent
 
     app = FastAPI(title="hutch", version="0.1.0", lifespan=lifespan,
                   description="Self-hosted gVisor sandboxes for AI agents.")
@@ -118,6 +119,10 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.add_exception_handler(sqlalchemy.exc.OperationalError, errors.store_error_handler)
     app.add_exception_handler(Exception, errors.unexpected_error_handler)
     app.add_middleware(BodyLimit, limit=MAX_JSON_BODY)
+    endpoint = tracing.endpoint_from(config.otlp_endpoint)
+    if endpoint:  # else no middleware and no wrapper: tracing off costs nothing
+        tracing.setup(endpoint, "hutch")
+        app.add_middleware(tracing.TraceRequests)  # outermost: the whole request is its span
     for router in ROUTERS:
         app.include_router(router)
     e2b.mount(app, lambda: app.state.hutch, envd)  # E2B's API, at /e2b (control plane) and /e2b/envd

@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import Depends, Header
 from starlette.requests import HTTPConnection
 
+from hutch import tracing
 from hutch.errors import ApiError, Code, not_found
 from hutch.server import audit
 from hutch.server.state import State, StateDep
@@ -24,6 +25,7 @@ async def team(conn: HTTPConnection, st: StateDep, authorization: Annotated[str 
     team_id = team_for_key(st, key, conn)
     if team_id is None:
         raise ApiError(Code.INVALID_API_KEY, "the API key is not valid")
+    tracing.annotate(team_id=team_id)
     return team_id
 
 
@@ -57,6 +59,7 @@ def authorize_box(st: State, sandbox_id: str, x_access_token: str | None) -> San
         raise ApiError(Code.INVALID_ACCESS_TOKEN, "the access token is not valid for this sandbox")
     if rec.status == SandboxStatus.DELETED:
         raise not_found("sandbox", sandbox_id)
+    tracing.annotate(team_id=rec.team_id, sandbox_id=rec.id)
     return rec
 
 

@@ -97,6 +97,9 @@ class ServerConfig:
     team_max_webhooks: int = 20
     webhook_allow: tuple[str, ...] = ()
     webhook_retry_for: float = 900.0
+    # OpenTelemetry: spans for API calls, node calls and box calls exported over OTLP/HTTP here
+    # (None: OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing; hutch.tracing)
+    otlp_endpoint: str | None = None
     fleet: FleetConfig | None = None  # a fleet's API server: no node of its own, PostgreSQL, Ray
 
     @property

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hutch import tracing
 from hutch.errors import ApiError, BuildFailure, Code, not_found
 from hutch.node import boxcmd, boxfiles
 from hutch.node.api import CHECKPOINT_SLACK, BoxAgent, BoxRef, BoxStartError, LimitsUnavailable, NodeRuntime, NoSpaceError
@@ -248,6 +249,7 @@ class Sandboxes:
         rec = self.store.get_sandbox(sandbox_id, team_id)
         if rec is None:
             raise not_found("sandbox", sandbox_id)
+        tracing.annotate(sandbox_id=rec.id)
         return rec
 
     def image_dir(self, sandbox_id: str) -> Path:

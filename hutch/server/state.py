@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
+from hutch import tracing
 from hutch.egress.ca import CertificateAuthority, upstream_context
 from hutch.egress.host import HostAddresses
 from hutch.egress.netlog import LogEntry
@@ -141,7 +142,7 @@ class State:
         remote: FleetRuntime | None = None
         if self.fleet is None:
             self.local = NodeSide(config, self.store, self.secrets)
-            self.node: NodeRuntime = self.local.node
+            self.node: NodeRuntime = tracing.traced_runtime(self.local.node)
             base_root = self.local.base_root
         else:
             from hutch.fleet import cluster, keys
@@ -149,7 +150,8 @@ class State:
 
             cluster.connect(self.fleet.ray, self.fleet.ray_node_ip)
             self.placement = cluster.Placement(self.fleet.placement_wait)
-            self.node = remote = FleetRuntime(self.store, self.placement, keys.fleet_key(self.store))
+            remote = FleetRuntime(self.store, self.placement, keys.fleet_key(self.store))
+            self.node = tracing.traced_runtime(remote)
             base_root = base_image.base_root_path(config.cache_dir)  # on every node, at the same path
         server_key = load_or_create_key(config.data_dir / "server.key")
         self.signer = TokenSigner(server_key)
@@ -178,7 +180,7 @@ class State:
         self.pool: WarmPool | None = None
         if self.local is not None:
             self.local.templates, self.local.metrics = self.templates, self.sandboxes.metrics
-            self.pool = WarmPool(self.node, config.warm_pool, base_root, self.sandboxes.base_limits(),
+            self.pool = WarmPool(self.local.node, config.warm_pool, base_root, self.sandboxes.base_limits(),
                                  config.warm_pool_max)
         self.sandboxes.pool = self.pool
         self.metrics = self.sandboxes.metrics
