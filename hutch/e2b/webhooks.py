@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from fastapi import FastAPI, Request
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
 from hutch.e2b.common import Ctx, iso
@@ -90,12 +91,12 @@ def webhook_routes(app: FastAPI, ctx: Any, body_of: Any) -> None:
     @app.get("/events/webhooks")
     async def listed(request: Request) -> Any:
         c: Ctx = await ctx(request)
-        return [_shown(w) for w in c.st.webhooks.of_team(c.team_id, FLAVOR)]
+        return [_shown(w) for w in await run_in_threadpool(c.st.webhooks.of_team, c.team_id, FLAVOR)]
 
     @app.get("/events/webhooks/{webhook_id}")
     async def got(webhook_id: str, request: Request) -> Any:
         c: Ctx = await ctx(request)
-        return _shown(c.st.webhooks.get(c.team_id, webhook_id, FLAVOR))
+        return _shown(await run_in_threadpool(c.st.webhooks.get, c.team_id, webhook_id, FLAVOR))
 
     @app.patch("/events/webhooks/{webhook_id}")
     async def update(webhook_id: str, request: Request) -> Any:
@@ -108,5 +109,5 @@ def webhook_routes(app: FastAPI, ctx: Any, body_of: Any) -> None:
     @app.delete("/events/webhooks/{webhook_id}")
     async def delete(webhook_id: str, request: Request) -> Any:
         c: Ctx = await ctx(request)
-        c.st.webhooks.delete(c.team_id, webhook_id, FLAVOR)
+        await run_in_threadpool(c.st.webhooks.delete, c.team_id, webhook_id, FLAVOR)
         return JSONResponse({}, status_code=200)

@@ -377,7 +377,8 @@ class WebhookInfo:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> WebhookInfo:
-        return cls(**{**d, "created_at": datetime.fromisoformat(d["created_at"]),
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}  # a newer server's fields are skipped
+        return cls(**{**known, "created_at": datetime.fromisoformat(d["created_at"]),
                       "updated_at": datetime.fromisoformat(d["updated_at"])})
 
 
@@ -397,7 +398,7 @@ class WebhookDelivery:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> WebhookDelivery:
-        return cls(**_stamped(d))
+        return cls(**_stamped({k: v for k, v in d.items() if k in cls.__dataclass_fields__}))
 
 
 # --- templates ------------------------------------------------------------------------------------

@@ -131,7 +131,7 @@ def verify_webhook(body: bytes | str, signature: str, secret: str, *, tolerance:
     except (KeyError, ValueError):
         raise ValidationError("the signature has no timestamp (t=)", code=SdkCode.BAD_WEBHOOK_SIGNATURE) from None
     expected = hmac.new(secret.encode(), b"%d." % stamp + raw, hashlib.sha256).hexdigest()
-    if not any(hmac.compare_digest(expected, given) for given in fields.get("v1", [])):
+    if not any(hmac.compare_digest(expected.encode(), given.encode()) for given in fields.get("v1", [])):
         raise ValidationError("the signature does not match the body and secret", code=SdkCode.BAD_WEBHOOK_SIGNATURE)
     if abs((now if now is not None else time.time()) - stamp) > tolerance:
         raise ValidationError(f"the signature is older than {tolerance:.0f} s", code=SdkCode.BAD_WEBHOOK_SIGNATURE)

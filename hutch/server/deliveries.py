@@ -45,7 +45,9 @@ POLL_SECONDS = 0.5  # how often the store is asked for endpoints with events to 
 LEASE_SECONDS = 60.0  # an endpoint's lease, renewed before every attempt
 BATCH = 100  # events read at once for one endpoint
 ATTEMPT_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
-LOOKUPS = 8
+TEAM_LOOKUPS = 2  # a team's name lookups at once (its slow names hold only these threads)
+ATTEMPT_DEADLINE = 30.0  # one attempt whole: lookup, connect, send, the answer's head
+MOST_DELIVERING = 256  # endpoints delivered at once by one server (the rest at a later round)
 RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)  # then every 60 s, until the retry time is spent
 SIGNATURE_TOLERANCE = 300  # seconds a receiver should accept a timestamp's age (what the SDK's verify uses)
 
@@ -63,9 +65,10 @@ class Destinations:
     networks: tuple[IPNetwork, ...] = ()
     host_addresses: Callable[[], Awaitable[frozenset[IPAddress]]] | None = None
     # names to addresses as the boxes' egress has them (its hosts map, the system's resolver if it
-    # may), at most LOOKUPS at once for all webhooks; None: only addresses are taken
+    # may), at most TEAM_LOOKUPS at once for one team (a lookup holds its slot until its thread
+    # ends); None: only addresses are taken
     resolver: Resolver | None = None
-    lookups: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LOOKUPS))
+    _lookups: dict[str, asyncio.Semaphore] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, allowed: Iterable[str], host_addresses: Callable[[], Awaitable[frozenset[IPAddress]]] | None = None,
@@ -109,9 +112,11 @@ class Destinations:
             host = name
         return parts.scheme, host, port or (443 if parts.scheme == "https" else 80)
 
-    async def resolve(self, url: str) -> tuple[str, str, int, IPAddress]:
+    async def resolve(self, url: str, team: str = "") -> tuple[str, str, int, IPAddress]:
         """The URL's scheme, host and port, and the address to connect to: every address the host
-        resolves to must be allowed (one that is not could be picked by the next lookup)."""
+        resolves to must be allowed (one that is not could be picked by the next lookup). The
+        refusal says why without the addresses a name resolved to (no lookups through the host
+        for a tenant to read)."""
         scheme, host, port = self.parsed(url)
         named = host in self.names
         try:
@@ -119,24 +124,26 @@ class Destinations:
         except ValueError:
             if not named and (refusal := denied_name(host)) is not None:
                 raise RefusedDestination(f"{host} is a private name ({refusal.rule})") from None
-            addresses = await self._lookup(host)
+            addresses = await self._lookup(host, team)
         own = await self.host_addresses() if self.host_addresses is not None else frozenset()
         for ip in addresses:
             if named or any(ip.version == net.version and ip in net for net in self.networks):
                 continue
-            verdict = NetworkRules().decide(None, ip, own)
-            if not verdict.allowed:
-                raise RefusedDestination(f"{host} is at {ip}, a private, loopback, link-local or metadata address, or "
-                                         f"this host's ({verdict.rule}); an operator may allow it (--webhook-allow)")
+            if not NetworkRules().decide(None, ip, own).allowed:
+                raise RefusedDestination(f"{host} leads to a private, loopback, link-local, metadata or reserved "
+                                         "address, or this host's; an operator may allow it (--webhook-allow)")
         return scheme, host, port, addresses[0]
 
-    async def _lookup(self, host: str) -> list[IPAddress]:
+    async def _lookup(self, host: str, team: str) -> list[IPAddress]:
         if self.resolver is None:
             raise RefusedDestination(f"{host} does not resolve here")
+        # kept for the server's life: one a team (operators make teams), and a slot is held until
+        # its lookup's thread ends, so slots forgotten early would give a team more
+        slots = self._lookups.setdefault(team, asyncio.Semaphore(TEAM_LOOKUPS))
         try:
-            return await self.resolver.resolve(host, self.lookups)
-        except (OSError, LookupError, TimeoutError) as e:
-            raise RefusedDestination(f"{host} does not resolve: {e or type(e).__name__}") from None
+            return await self.resolver.resolve(host, slots)
+        except (OSError, LookupError, TimeoutError):
+            raise RefusedDestination(f"{host} does not resolve") from None
 
 
 # --- signing --------------------------------------------------------------------------------------
@@ -182,6 +189,8 @@ class Deliverer:
         self.store, self.vault, self.destinations = store, vault, destinations
         self.flavors, self.retry_for, self.owner = flavors, retry_for, owner
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        # one TLS context for every delivery (loading the CA bundle takes ~50 ms: never per client)
+        self._tls = httpx.create_ssl_context()
 
     async def run(self) -> None:
         try:
@@ -198,10 +207,11 @@ class Deliverer:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _start_due(self) -> None:
-        newest = await asyncio.to_thread(self.store.last_event_id)
-        due = await asyncio.to_thread(self.store.webhooks_behind, newest, time.time(), self.owner)
+        if len(self._tasks) >= MOST_DELIVERING:
+            return
+        due = await asyncio.to_thread(self.store.webhooks_behind, time.time(), self.owner)
         for hook in due:
-            if hook.id not in self._tasks and hook.flavor in self.flavors:
+            if hook.id not in self._tasks and hook.flavor in self.flavors and len(self._tasks) < MOST_DELIVERING:
                 task = asyncio.get_running_loop().create_task(self._deliver_all(hook.id), name=f"webhook {hook.id}")
                 self._tasks[hook.id] = task
                 task.add_done_callback(functools.partial(self._done, hook.id))
@@ -209,50 +219,61 @@ class Deliverer:
     def _done(self, webhook_id: str, _: asyncio.Task[None]) -> None:
         self._tasks.pop(webhook_id, None)
 
-    async def _lease(self, webhook_id: str) -> WebhookRecord | None:
-        return await asyncio.to_thread(self.store.lease_webhook, webhook_id, self.owner, time.time() + LEASE_SECONDS)
+    async def _lease(self, webhook_id: str, seconds: float = LEASE_SECONDS) -> WebhookRecord | None:
+        return await asyncio.to_thread(self.store.lease_webhook, webhook_id, self.owner, time.time() + seconds)
 
     async def _deliver_all(self, webhook_id: str) -> None:
         """Deliver what is past the endpoint's cursor, in order, until it has caught up."""
+        client: httpx.AsyncClient | None = None
         try:
-            async with httpx.AsyncClient(timeout=ATTEMPT_TIMEOUT, follow_redirects=False, trust_env=False,
-                                         limits=httpx.Limits(max_connections=1)) as client:
-                while (hook := await self._lease(webhook_id)) is not None:
-                    flavor = self.flavors[hook.flavor]
-                    newest = await asyncio.to_thread(self.store.last_event_id)
-                    types = _types_for(hook.types, flavor)
-                    found = [e for e in await asyncio.to_thread(self.store.events, hook.team_id, after=hook.cursor,
-                                                                types=types, limit=BATCH) if e.id <= newest]
-                    for event in found:
-                        outcome = await self._deliver(client, hook, flavor, event)
-                        if outcome == "given_up":
-                            reason = f"event {event.id} ({event.type}) was not delivered in {self.retry_for:.0f} s"
-                            if await asyncio.to_thread(self.store.disable_webhook, hook.id, self.owner, reason):
-                                log.warning("webhook %s of team %s disabled: %s", hook.id, hook.team_id, reason)
-                            return
-                        if outcome == "stopped" or not await asyncio.to_thread(
-                                self.store.advance_webhook, hook.id, self.owner, event.id):
-                            return
-                    if len(found) < BATCH:  # caught up: the events up to `newest` are all seen
-                        await asyncio.to_thread(self.store.advance_webhook, hook.id, self.owner, newest)
+            while (hook := await self._lease(webhook_id)) is not None:
+                flavor = self.flavors[hook.flavor]
+                newest = await asyncio.to_thread(self.store.last_event_id)
+                types = _types_for(hook.types, flavor)
+                found = [] if types is None else [
+                    e for e in await asyncio.to_thread(self.store.events, hook.team_id, after=hook.cursor,
+                                                       types=types, limit=BATCH) if e.id <= newest]
+                for event in found:
+                    if client is None:  # only once there is something to send
+                        client = httpx.AsyncClient(timeout=ATTEMPT_TIMEOUT, follow_redirects=False, trust_env=False,
+                                                   verify=self._tls, limits=httpx.Limits(max_connections=1))
+                    outcome = await self._deliver(client, hook, flavor, event)
+                    if outcome == "given_up":
+                        reason = f"event {event.id} ({event.type}) was not delivered in {self.retry_for:.0f} s"
+                        if await asyncio.to_thread(self.store.disable_webhook, hook.id, self.owner, reason):
+                            log.warning("webhook %s of team %s disabled: %s", hook.id, hook.team_id, reason)
                         return
+                    if outcome == "stopped" or not await asyncio.to_thread(
+                            self.store.advance_webhook, hook.id, self.owner, event.id):
+                        return
+                if len(found) < BATCH:  # caught up: the events up to `newest` are all seen
+                    await asyncio.to_thread(self.store.advance_webhook, hook.id, self.owner, newest)
+                    return
         except asyncio.CancelledError:
             raise
         except Exception:  # the store went away mid-delivery: the lease runs out, and a later round goes on
             log.exception("delivering webhook %s", webhook_id)
         finally:
             with contextlib.suppress(Exception):
+                if client is not None:
+                    await asyncio.shield(client.aclose())
                 await asyncio.shield(asyncio.to_thread(self.store.release_webhook, webhook_id, self.owner))
 
     async def _deliver(self, client: httpx.AsyncClient, hook: WebhookRecord, flavor: Flavor,
                        event: EventRecord) -> Outcome:
-        """One event, retried until it is delivered or the retry time is spent."""
-        body = await asyncio.to_thread(flavor.payload, event)
+        """One event, retried until it is delivered or the retry time is spent. The lease is
+        renewed to outlast each attempt and each wait, so no other server takes the endpoint
+        while this one retries."""
+        try:
+            body = await asyncio.to_thread(flavor.payload, event)
+        except Exception:  # it would fail every time: this event cannot be sent
+            log.exception("webhook %s: event %d has no payload", hook.id, event.id)
+            return "given_up"
         first = time.monotonic()
         attempt = 0
         while True:
             attempt += 1
-            current = await self._lease(hook.id)  # renewed; and its URL or secret may have changed
+            current = await self._lease(hook.id, ATTEMPT_DEADLINE + LEASE_SECONDS)  # and its URL or secret, now
             if current is None:
                 return "stopped"
             ok = await self._attempt(client, current, flavor, event, body, attempt)
@@ -261,6 +282,8 @@ class Deliverer:
             delay = RETRY_DELAYS[min(attempt - 1, len(RETRY_DELAYS) - 1)]
             if time.monotonic() - first + delay > self.retry_for:
                 return "given_up"
+            if await self._lease(hook.id, delay + LEASE_SECONDS) is None:
+                return "stopped"
             await asyncio.sleep(delay)
 
     async def _attempt(self, client: httpx.AsyncClient, hook: WebhookRecord, flavor: Flavor, event: EventRecord,
@@ -270,18 +293,21 @@ class Deliverer:
         error: str | None = None
         delivery = str(uuid.uuid4())
         try:
-            secret = self.vault.open(hook.sealed, bound_to(hook.team_id, hook.id))
-            scheme, host, port, ip = await self.destinations.resolve(hook.url)
-            headers = {"Content-Type": "application/json", "User-Agent": "hutch-webhooks/1",
-                       **flavor.headers(hook, secret, body, event, delivery)}
-            request = _pinned(client, hook.url, scheme, host, port, ip, headers, body)
-            response = await client.send(request, stream=True)
-            await response.aclose()  # its status is all we read
+            async with asyncio.timeout(ATTEMPT_DEADLINE):  # a receiver trickling its answer is cut off
+                secret = self.vault.open(hook.sealed, bound_to(hook.team_id, hook.id))
+                scheme, host, port, ip = await self.destinations.resolve(hook.url, hook.team_id)
+                headers = {"Content-Type": "application/json", "User-Agent": "hutch-webhooks/1",
+                           **flavor.headers(hook, secret, body, event, delivery)}
+                request = _pinned(client, hook.url, scheme, host, port, ip, headers, body)
+                response = await client.send(request, stream=True)
+                await response.aclose()  # its status is all we read
             status = response.status_code
             if not 200 <= status < 300:
                 error = f"answered {status}"
         except RefusedDestination as e:
             error = f"refused: {e}"
+        except TimeoutError:
+            error = f"no answer within {ATTEMPT_DEADLINE:.0f} s"
         except httpx.HTTPError as e:
             error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         except Exception as e:  # a sealed secret that does not open, say: this attempt failed, the loop goes on
@@ -294,11 +320,14 @@ class Deliverer:
         return ok
 
 
-def _types_for(chosen: Sequence[str], flavor: Flavor) -> list[str]:
-    """The event types an endpoint is sent: what it chose, within what its flavor can send."""
+def _types_for(chosen: Sequence[str], flavor: Flavor) -> list[str] | None:
+    """The event types an endpoint is sent: what it chose, within what its flavor can send ([]:
+    every type; None: none at all, as when every type it chose is one its flavor cannot send)."""
     if flavor.types is None:
         return list(chosen)
-    return [t for t in chosen if t in flavor.types] if chosen else sorted(flavor.types)
+    if not chosen:
+        return sorted(flavor.types)
+    return [t for t in chosen if t in flavor.types] or None
 
 
 def _pinned(client: httpx.AsyncClient, url: str, scheme: str, host: str, port: int, ip: IPAddress,
@@ -307,7 +336,7 @@ def _pinned(client: httpx.AsyncClient, url: str, scheme: str, host: str, port: i
     might say), with the URL's host in its Host header and, over TLS, its SNI and certificate check."""
     target = httpx.URL(url).copy_with(host=str(ip))
     default = 443 if scheme == "https" else 80
-    headers = {**headers, "Host": host if port == default else f"{_bracketed(host)}:{port}"}
+    headers = {**headers, "Host": _bracketed(host) if port == default else f"{_bracketed(host)}:{port}"}
     extensions = {"sni_hostname": host} if scheme == "https" else {}
     return client.build_request("POST", target, headers=headers, content=body, extensions=extensions)
 

@@ -6,8 +6,9 @@ Routes reach it through the `StateDep` dependency; nothing else constructs these
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import os
 import socket
+from secrets import token_hex as secrets_token
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
@@ -171,8 +172,9 @@ class State:
                             system=config.egress_system_dns)
         destinations = Destinations.parse(config.webhook_allow, HostAddresses().get, resolver)
         self.webhooks = Webhooks(self.store, self.secrets.vault, destinations, config.team_max_webhooks)
-        # every API server delivers; a webhook's lease picks one (the owner: this server, across its restarts)
-        owner = hashlib.sha256(f"{socket.gethostname()}:{config.data_dir.resolve()}".encode()).hexdigest()[:32]
+        # every API server delivers; a webhook's lease picks one (this process: a clean stop lets go
+        # of its leases, a killed one's run out)
+        owner = f"{socket.gethostname()[:32]}-{os.getpid()}-{secrets_token(6)}"
         hutch_flavor = Flavor(None, lambda e: event_info(e).model_dump_json().encode(), hutch_headers)
         self.deliverer = Deliverer(self.store, self.secrets.vault, destinations, {"hutch": hutch_flavor},
                                    config.webhook_retry_for, owner)

@@ -41,10 +41,10 @@ class Webhooks:
     def __init__(self, store: Store, vault: Vault, destinations: Destinations, team_max: int) -> None:
         self.store, self.vault, self.destinations, self.team_max = store, vault, destinations, team_max
 
-    async def checked_url(self, url: str) -> str:
+    async def checked_url(self, url: str, team_id: str) -> str:
         """The URL, if the host may send to where it leads now; 400 `webhook_url_refused` if not."""
         try:
-            await self.destinations.resolve(url)
+            await self.destinations.resolve(url, team_id)
         except RefusedDestination as e:
             raise ApiError(Code.WEBHOOK_URL_REFUSED, f"webhook URL refused: {e}") from None
         return url
@@ -54,7 +54,7 @@ class Webhooks:
         """The webhook made, and its secret (the one given, or a new one). `types`: already
         checked (E2B's, mapped); else `req.types` is checked as hutch's."""
         wanted = list(types) if types is not None else types_of(req.types)  # before the URL's lookup
-        url = await self.checked_url(req.url)
+        url = await self.checked_url(req.url, team_id)
         secret = req.secret or new_secret()
         webhook_id = str(uuid.uuid4())
         rec = WebhookRecord(id=webhook_id, team_id=team_id, name=req.name, url=url, types=sorted(set(wanted)),
@@ -76,22 +76,22 @@ class Webhooks:
 
     async def update(self, team_id: str, webhook_id: str, req: UpdateWebhook, flavor: str | None = None,
                      types: Collection[str] | None = None) -> WebhookRecord:
-        self.get(team_id, webhook_id, flavor)
+        await asyncio.to_thread(self.get, team_id, webhook_id, flavor)
         values: dict[str, object] = {}
         if types is not None:
             values["types"] = sorted(set(types))
         elif req.types is not None:
             values["types"] = sorted(set(types_of(req.types)))
         if req.url is not None:
-            values["url"] = await self.checked_url(req.url)
+            values["url"] = await self.checked_url(req.url, team_id)
         if req.name is not None:
             values["name"] = req.name
         if req.secret is not None:
             values["sealed"] = self.vault.seal(req.secret, bound_to(team_id, webhook_id))
         if req.enabled is not None:
             values["enabled"] = req.enabled
-        rec = (await asyncio.to_thread(lambda: self.store.update_webhook(webhook_id, team_id, **values)) if values
-               else self.get(team_id, webhook_id))
+        rec = await asyncio.to_thread(lambda: self.store.update_webhook(webhook_id, team_id, **values) if values
+                                      else self.get(team_id, webhook_id))
         if rec is None:  # deleted meanwhile
             raise ApiError(Code.WEBHOOK_NOT_FOUND, f"no webhook {json.dumps(webhook_id[:64])}")
         return rec

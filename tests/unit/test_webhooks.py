@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import ipaddress
 import json
 import time
 
@@ -71,3 +72,34 @@ def test_e2bs_signature_is_the_unpadded_base64_sha256_of_secret_and_body() -> No
     body = b'{"type":"sandbox.lifecycle.created"}'
     expected = base64.b64encode(hashlib.sha256(b"sekret" + body).digest()).decode().rstrip("=")
     assert e2b_signature("sekret", body) == expected and "=" not in e2b_signature("sekret", body)
+
+
+def test_a_delivery_connects_to_the_checked_address_and_names_the_host() -> None:
+    import httpx
+
+    from hutch.server.deliveries import _pinned
+
+    client = httpx.AsyncClient()
+    six = _pinned(client, "http://[2606:4700::1]/hook", "http", "2606:4700::1", 80,
+                  ipaddress.ip_address("2606:4700::1"), {}, b"{}")
+    assert six.headers["Host"] == "[2606:4700::1]" and six.url.host == "2606:4700::1"
+    named = _pinned(client, "https://hooks.example.com:8443/x?y=1", "https", "hooks.example.com", 8443,
+                    ipaddress.ip_address("93.184.215.14"), {}, b"{}")
+    assert str(named.url) == "https://93.184.215.14:8443/x?y=1" and named.headers["Host"] == "hooks.example.com:8443"
+    assert named.extensions["sni_hostname"] == "hooks.example.com"
+
+
+def test_an_endpoint_is_sent_only_what_its_flavor_can_send() -> None:
+    from hutch.server.deliveries import Flavor, _types_for
+
+    every = Flavor(None, lambda e: b"", lambda *a: {})
+    lifecycle = Flavor(frozenset({"sandbox.created", "sandbox.killed"}), lambda e: b"", lambda *a: {})
+    assert _types_for([], every) == [] and _types_for(["sandbox.paused"], every) == ["sandbox.paused"]
+    assert _types_for([], lifecycle) == ["sandbox.created", "sandbox.killed"]
+    assert _types_for(["sandbox.killed", "template.build.ready"], lifecycle) == ["sandbox.killed"]
+    assert _types_for(["template.build.ready"], lifecycle) is None, "nothing it can send: not every type"
+
+
+def test_a_signature_with_strange_bytes_is_refused_not_an_error() -> None:
+    with pytest.raises(ValidationError):
+        verify_webhook(b"{}", f"t={int(time.time())},v1=caf\u00e9", "whsec_x")

@@ -13,6 +13,8 @@ from hutch.server.state import StateDep
 from hutch.server.webhooks import MAX_DELIVERIES_SHOWN, info
 
 router = APIRouter()
+# The calls that only read or delete are plain functions: FastAPI runs them on its threads, off the
+# event loop (the store's calls block).
 WebhookId = Annotated[str, Path(max_length=64)]
 
 
@@ -25,12 +27,12 @@ async def create_webhook(body: CreateWebhook, st: StateDep, team_id: TeamDep) ->
 
 
 @router.get("/v1/webhooks", response_model=list[WebhookInfo])
-async def list_webhooks(st: StateDep, team_id: TeamDep) -> list[WebhookInfo]:
+def list_webhooks(st: StateDep, team_id: TeamDep) -> list[WebhookInfo]:
     return [info(w) for w in st.webhooks.of_team(team_id)]
 
 
 @router.get("/v1/webhooks/{webhook_id}", response_model=WebhookInfo)
-async def get_webhook(webhook_id: WebhookId, st: StateDep, team_id: TeamDep) -> WebhookInfo:
+def get_webhook(webhook_id: WebhookId, st: StateDep, team_id: TeamDep) -> WebhookInfo:
     return info(st.webhooks.get(team_id, webhook_id))
 
 
@@ -42,13 +44,13 @@ async def update_webhook(webhook_id: WebhookId, body: UpdateWebhook, st: StateDe
 
 
 @router.delete("/v1/webhooks/{webhook_id}", status_code=204)
-async def delete_webhook(webhook_id: WebhookId, st: StateDep, team_id: TeamDep) -> Response:
+def delete_webhook(webhook_id: WebhookId, st: StateDep, team_id: TeamDep) -> Response:
     st.webhooks.delete(team_id, webhook_id)
     return Response(status_code=204)
 
 
 @router.get("/v1/webhooks/{webhook_id}/deliveries", response_model=list[DeliveryInfo])
-async def list_deliveries(webhook_id: WebhookId, st: StateDep, team_id: TeamDep,
+def list_deliveries(webhook_id: WebhookId, st: StateDep, team_id: TeamDep,
                           limit: Annotated[int, Query(ge=1, le=MAX_DELIVERIES_SHOWN)] = 100) -> list[DeliveryInfo]:
     """Its delivery attempts, newest first: each with the endpoint's status, or why none came."""
     return st.webhooks.deliveries(team_id, webhook_id, limit)
