@@ -37,6 +37,17 @@ def endpoint_from(flag: str | None) -> str | None:
     return flag or os.environ.get(ENDPOINT_VARIABLE) or None
 
 
+def available() -> bool:
+    """Whether the optional extra (hutch[otel]) is installed."""
+    import importlib.util
+
+    try:
+        return all(importlib.util.find_spec(m) is not None
+                   for m in ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"))
+    except ModuleNotFoundError:
+        return False
+
+
 def setup(endpoint: str, service: str) -> None:
     """Export spans over OTLP/HTTP to `endpoint` (its /v1/traces), as `service`."""
     global _tracer, _provider

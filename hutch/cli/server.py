@@ -261,7 +261,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                               if h.strip()),
                           webhook_retry_for=args.webhook_retry_for, team_max_webhooks=args.team_max_webhooks,
                           otlp_endpoint=args.otlp_endpoint)
+    from hutch import tracing
     from hutch.server.deliveries import Destinations
+
+    if tracing.endpoint_from(config.otlp_endpoint) and not tracing.available():
+        print("traces (--otlp-endpoint, OTEL_EXPORTER_OTLP_ENDPOINT) need the opentelemetry SDK: "
+              "pip install 'hutch[otel]'", file=sys.stderr)
+        return 2
 
     try:
         Destinations.parse(config.webhook_allow)

@@ -25,3 +25,7 @@ def test_the_flag_comes_before_the_standard_variable(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv(tracing.ENDPOINT_VARIABLE, "http://collector:4318")
     assert tracing.endpoint_from(None) == "http://collector:4318"
     assert tracing.endpoint_from("http://flag:4318") == "http://flag:4318"
+
+
+def test_the_extra_is_found_when_installed() -> None:
+    assert tracing.available()  # the dev extra brings hutch[otel]
