@@ -130,9 +130,13 @@ def running(argv: list[str]) -> bool:
 
 
 def test_the_callers_signals_reach_the_command_and_its_death_kills_it(service: str, tmp_path: Path) -> None:
-    marker = tmp_path / "got"
-    proc = client(service, ["sh", "-c", f"trap 'echo int > {marker}; exit 3' INT; sleep 30 >/dev/null 2>&1 & wait"])
-    time.sleep(1.0)
+    marker, ready = tmp_path / "got", tmp_path / "ready"
+    proc = client(service, ["sh", "-c", f"trap 'echo int > {marker}; exit 3' INT; : > {ready}; "
+                                        "sleep 30 >/dev/null 2>&1 & wait"])
+    deadline = time.monotonic() + 30
+    while not ready.exists():  # its trap is set (a signal before it would meet sh's default)
+        assert time.monotonic() < deadline and proc.poll() is None, "the command never started"
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=30)
     assert proc.returncode == 3 and marker.read_text() == "int\n"
