@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
-from hutch.console import boxes, session, team, terminal, volumes
+from hutch.console import boxes, events, session, team, terminal, volumes
 from hutch.console.pages import page, see_other
 from hutch.errors import ApiError
 from hutch.server.state import State
@@ -38,7 +38,8 @@ def app(get_state: Callable[[], State]) -> FastAPI:
     console.state.get_state = get_state
     console.add_exception_handler(session.SignedOut, _signed_out)
     console.add_exception_handler(ApiError, _refused)
-    for router in (team.router, terminal.router, volumes.router, boxes.router):  # in this order: boxes' /{action} is a catch-all
+    # in this order: boxes' /{action} is a catch-all
+    for router in (team.router, terminal.router, volumes.router, events.router, boxes.router):
         console.include_router(router)
     console.mount("/static", StaticFiles(directory=STATIC), name="static")
     return console

@@ -9,6 +9,7 @@ The tests save screenshots of the main pages to docs/console/ (the README shows 
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import shutil
 import tempfile
@@ -21,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hutch import NotFoundError, RunStep, Sandbox, Secret, Template, Volume
+from hutch import NotFoundError, RunStep, Sandbox, Secret, Template, Volume, Webhooks
 from tests.integration.support import Env, free_port, needs_installed, wait_for
 
 try:
@@ -448,3 +449,45 @@ def test_a_volume_made_mounted_and_deleted_from_its_page(browser: WebDriver, env
                 Volume.delete_by_id(ref, api_key=env.key_a, base_url=env.url)
             except NotFoundError:
                 pass
+
+
+def test_events_and_a_webhook_from_their_pages(browser: WebDriver, env: Env) -> None:
+    box = Sandbox.create(name="console-evented", metadata={"note": HOSTILE}, api_key=env.key_a, base_url=env.url)
+    box.kill()
+    browser.get(f"{env.url}/console/events")
+    killed = f"#event-rows tr.event[data-type='sandbox.killed'] a[href='/console/boxes/{box.id}']"
+    wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, killed), "the box's kill among the events")
+    assert browser.find_element(By.CSS_SELECTOR, "header nav a[href='/console/events']").text == "Events"
+    assert browser.find_elements(By.CSS_SELECTOR, "#event-rows tr.event[data-type='sandbox.created']")
+    # a webhook registered from its page (a public address, disabled at once: nothing leaves this machine)
+    browser.get(f"{env.url}/console/webhooks")
+    wait_until(lambda: browser.find_elements(By.ID, "new-webhook"), "the webhooks page")
+    browser.find_element(By.CSS_SELECTOR, "#new-webhook input[name=url]").send_keys("https://93.184.215.14/hooks")
+    browser.find_element(By.CSS_SELECTOR, "#new-webhook input[name=types]").send_keys("sandbox.killed")
+    browser.find_element(By.CSS_SELECTOR, "#new-webhook input[name=name]").send_keys(HOSTILE)
+    browser.find_element(By.ID, "create-webhook").click()
+    wait_until(lambda: text_at(browser, "#webhook-secret"), "the secret, shown once")
+    secret = text_at(browser, "#webhook-secret")
+    made = [w for w in Webhooks.list(api_key=env.key_a, base_url=env.url) if w.url == "https://93.184.215.14/hooks"]
+    try:
+        assert len(made) == 1 and secret.startswith("whsec_") and made[0].types == ["sandbox.killed"]
+        row = f"#webhook-{made[0].id}"
+        wait_until(lambda: click(browser, f"{row} button[data-action=disable]"), "the disable button")
+        wait_until(lambda: not Webhooks.get(made[0].id, api_key=env.key_a, base_url=env.url).enabled, "disabled")
+        wait_until(lambda: "disabled" in text_at(browser, f"{row} td.state"), "the row says so")
+        assert text_at(browser, f"{row} td:first-child") == HOSTILE and not browser.find_elements(By.ID, "injected")
+        browser.get(f"{env.url}/console/webhooks")
+        wait_until(lambda: text_at(browser, row), "the row after a reload")
+        assert secret not in browser.page_source, "the secret is not shown again"
+        # a private address is refused on the page as by the API, and nothing is made
+        browser.find_element(By.CSS_SELECTOR, "#new-webhook input[name=url]").send_keys("http://10.0.0.1/x")
+        browser.find_element(By.ID, "create-webhook").click()
+        wait_until(lambda: "webhook URL refused" in text_of(browser, "flash"), "the refusal on the page")
+        assert [w.url for w in Webhooks.list(api_key=env.key_a, base_url=env.url) if "10.0.0.1" in w.url] == []
+        wait_until(lambda: click(browser, f"{row} button[data-action=delete]"), "the delete button")
+        wait_until(lambda: accept_confirm(browser), "the page asks first")
+        wait_until(lambda: not text_at(browser, row), "the webhook gone from the list")
+    finally:
+        for w in made:
+            with contextlib.suppress(NotFoundError):
+                Webhooks.delete(w.id, api_key=env.key_a, base_url=env.url)
