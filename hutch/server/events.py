@@ -31,7 +31,7 @@ def info(rec: EventRecord) -> EventInfo:
 TYPES = frozenset({"sandbox.created", "sandbox.updated", "sandbox.paused", "sandbox.resumed", "sandbox.killed",
                    "sandbox.failed", "snapshot.created", "snapshot.deleted", "template.build.queued",
                    "template.build.running", "template.build.ready", "template.build.failed",
-                   "template.build.cancelled", "webhook.disabled"})
+                   "template.build.cancelled", "volume.created", "volume.deleted", "webhook.disabled"})
 MAX_CURSOR = 2**63 - 1
 
 

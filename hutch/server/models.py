@@ -500,7 +500,7 @@ class EventInfo(BaseModel):
     id: int
     type: str = Field(description="sandbox.created, .updated, .paused, .resumed, .killed, .failed; "
                                   "snapshot.created, .deleted; template.build.queued, .running, .ready, "
-                                  ".failed, .cancelled; webhook.disabled")
+                                  ".failed, .cancelled; volume.created, .deleted; webhook.disabled")
     at: datetime
     sandbox_id: str | None = None
     data: dict[str, Any] = Field(default_factory=dict, description="what else it says: a reason, a template, an id")

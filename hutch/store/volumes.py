@@ -8,6 +8,7 @@ from typing import Literal
 import sqlalchemy as sa
 
 from hutch.store.database import Database, hold, hold_all
+from hutch.store.events import record
 from hutch.store.records import LIVE_STATUSES, VOLUME_JSON, VolumeRecord
 from hutch.store.sandboxes import disk_held
 from hutch.store.schema import sandboxes, teams, volumes
@@ -42,6 +43,7 @@ class VolumeQueries(Database):
             if all_bytes is not None and disk_held(c) + rec.size_mib * 2**20 > all_bytes:
                 return "all_bytes"
             c.execute(volumes.insert().values(**VOLUME_JSON.row(rec)))
+            record(c, rec.team_id, "volume.created", None, volume_id=rec.id, name=rec.name, size_mib=rec.size_mib)
         return None
 
     def volume_usage(self, team_id: str) -> tuple[int, int]:
@@ -89,8 +91,11 @@ class VolumeQueries(Database):
             users = [r[0] for r in c.execute(sa.select(sandboxes.c.id).where(_mounting(volume_id)))]
             if users:
                 return users
-            if not c.execute(volumes.delete().where(volumes.c.id == volume_id)).rowcount:
+            gone = c.execute(volumes.delete().where(volumes.c.id == volume_id)
+                             .returning(volumes.c.team_id, volumes.c.name)).first()
+            if gone is None:
                 return []
+            record(c, gone.team_id, "volume.deleted", None, volume_id=volume_id, name=gone.name)
         return None
 
     def update_volume_metadata(self, volume_id: str, metadata: dict[str, str]) -> None:

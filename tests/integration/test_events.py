@@ -212,3 +212,16 @@ def test_a_team_holds_a_bounded_number_of_streams_and_a_closed_one_gives_its_pla
         finally:
             for stream, _ in opened:
                 stream.close()
+
+
+def test_a_volumes_creation_and_deletion_are_events(env: Env) -> None:
+    from hutch import Volume
+
+    start = _now(env, env.key_a)
+    vol = Volume.create(f"evented-{uuid.uuid4().hex[:8]}", size_mib=16, api_key=env.key_a, base_url=env.url)
+    vol.delete()
+    page = _events(env, env.key_a, after=start, types="volume.created,volume.deleted")
+    mine = [e for e in page["events"] if e["data"].get("volume_id") == vol.id]
+    assert [e["type"] for e in mine] == ["volume.created", "volume.deleted"]
+    assert mine[0]["data"] == {"volume_id": vol.id, "name": vol.name, "size_mib": 16} and mine[0]["sandbox_id"] is None
+    assert _events(env, env.key_b, after=start, types="volume.created")["events"] == []
