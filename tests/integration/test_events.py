@@ -225,3 +225,30 @@ def test_a_volumes_creation_and_deletion_are_events(env: Env) -> None:
     assert [e["type"] for e in mine] == ["volume.created", "volume.deleted"]
     assert mine[0]["data"] == {"volume_id": vol.id, "name": vol.name, "size_mib": 16} and mine[0]["sandbox_id"] is None
     assert _events(env, env.key_b, after=start, types="volume.created")["events"] == []
+
+
+def test_the_sdk_streams_events_from_a_cursor_sync_and_async(env: Env) -> None:
+    import asyncio
+    import itertools
+
+    from hutch import Events
+
+    start = _now(env, env.key_a)
+    sb = Sandbox.create(name="streamed", api_key=env.key_a, base_url=env.url)
+    sb.kill()
+    stream = Events.stream(after=start, sandbox_id=sb.id, api_key=env.key_a, base_url=env.url)
+    try:
+        got = list(itertools.islice(stream, 2))
+    finally:
+        stream.close()
+    assert [(e.type, e.sandbox_id) for e in got] == [("sandbox.created", sb.id), ("sandbox.killed", sb.id)]
+
+    async def two() -> list[str]:
+        seen = []
+        async for e in Events.stream_async(after=got[0].id, types=["sandbox.killed"], api_key=env.key_a,
+                                           base_url=env.url):
+            seen.append(f"{e.id}:{e.type}")
+            break
+        return seen
+
+    assert asyncio.run(two()) == [f"{got[1].id}:sandbox.killed"]
