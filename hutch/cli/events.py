@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 from hutch.cli.shared import Subparsers, info_json
 from hutch.sdk import Event, Events
-
-FOLLOW_SECONDS = 1.0  # how often --follow asks for what came past its cursor
 
 
 def add_events(sub: Subparsers) -> None:
@@ -31,14 +28,10 @@ def _line(e: Event, as_json: bool) -> str:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    cursor = args.after
-    while True:
-        page = Events.list(after=cursor, types=args.type, sandbox_id=args.sandbox,
-                           limit=1000 if args.follow else args.limit)
-        for e in page.events:
+    if args.follow:  # the stream: what is past the cursor, then each event as it happens
+        for e in Events.stream(after=args.after, types=args.type, sandbox_id=args.sandbox):
             print(_line(e, args.json), flush=True)
-        cursor = page.next
-        if not args.follow:
-            return 0
-        if not page.events:
-            time.sleep(FOLLOW_SECONDS)
+        return 0
+    for e in Events.list(after=args.after, types=args.type, sandbox_id=args.sandbox, limit=args.limit).events:
+        print(_line(e, args.json), flush=True)
+    return 0

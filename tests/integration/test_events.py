@@ -4,13 +4,15 @@ cursor and as a stream that a reconnect picks up where it left off; no other tea
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import uuid
 from typing import Any
 
 import httpx
 
 from hutch import Sandbox, Snapshot
-from tests.integration.support import Env, wait_for
+from tests.integration.support import HUTCH, Env, wait_for
 
 
 def _events(env: Env, key: str, **params: Any) -> dict[str, Any]:
@@ -150,6 +152,18 @@ def test_the_sdk_and_the_cli_page_the_same_events(env: Env) -> None:
     assert out.returncode == 0, out.stderr
     lines = [json.loads(line) for line in out.stdout.decode().splitlines()]
     assert [(e["id"], e["type"]) for e in lines] == [(e.id, e.type) for e in page.events]
+    # --follow: the same from the stream, and it goes on until stopped
+    environ = {**os.environ, "HUTCH_API_KEY": env.key_a, "HUTCH_BASE_URL": env.url}
+    follow = subprocess.Popen([*HUTCH, "--json", "events", "--follow", "--after", str(start), "--sandbox", sb.id],
+                              stdout=subprocess.PIPE, env=environ)
+    try:
+        assert follow.stdout is not None
+        followed = [json.loads(follow.stdout.readline()) for _ in page.events]
+        assert [(e["id"], e["type"]) for e in followed] == [(e.id, e.type) for e in page.events]
+        assert follow.poll() is None, "it follows on"
+    finally:
+        follow.terminate()
+        follow.wait(30)
 
 
 def test_e2bs_lifecycle_events_api_serves_a_boxs_life_in_its_shapes(env: Env) -> None:
