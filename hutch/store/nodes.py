@@ -8,6 +8,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 
 from hutch.store.database import Database, conflict_insert
+from hutch.store.events import record
 from hutch.store.records import NodeRecord, NodeState, SandboxStatus
 from hutch.store.schema import fleet_keys, nodes, sandboxes
 
@@ -49,14 +50,18 @@ class NodeQueries(Database):
 
     def fail_boxes_of(self, node: str, reason: str) -> list[str]:
         """Every sandbox whose box is on `node` (active, pausing, resuming) becomes failed, with
-        `reason` as its failure, in one UPDATE; returns their ids. A paused one stays paused; a box
-        that moved to another node, or ended, meanwhile is not touched."""
+        `reason` as its failure, in one UPDATE, each with its event (`sandbox.failed`, the node
+        named); returns their ids. A paused one stays paused; a box that moved to another node,
+        or ended, meanwhile is not touched."""
         s = sandboxes.c
         q = (sandboxes.update().where(s.node == node, s.status.in_(ON_ITS_NODE))
              .values(status=SandboxStatus.FAILED, failure=reason, pause_at=None, updated_at=time.time())
-             .returning(s.id))
+             .returning(s.id, s.team_id))
         with self._tx() as c:
-            return sorted(str(i) for i in c.execute(q).scalars())
+            failed = sorted((str(row.id), str(row.team_id)) for row in c.execute(q))
+            for sandbox_id, team_id in failed:
+                record(c, team_id, "sandbox.failed", sandbox_id, reason=reason, node=node)
+        return [sandbox_id for sandbox_id, _ in failed]
 
     def key(self, name: str, make: Callable[[], bytes]) -> bytes:
         """The fleet's key of that name: the stored one, or else `make()`'s, stored. Processes

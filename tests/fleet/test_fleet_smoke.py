@@ -1,5 +1,5 @@
 """The fleet's smoke, run by every `scripts/test` (and so by CI): two nodes and two API servers on
-this machine (see cluster.py), a box on each node made through both servers, and one node lost. The
+this machine (see cluster.py), a box on each node made through both servers, and one node lost (its boxes' failure an event). The
 whole fleet suite (test_fleet*.py) stays behind `scripts/test --fleet`."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from hutch import Sandbox, SandboxError
+from hutch import Events, Sandbox, SandboxError
 from tests.fleet.cluster import Fleet
 from tests.integration.support import wait_for
 
@@ -55,6 +55,8 @@ def test_a_box_on_each_node_answers_both_servers_and_a_lost_nodes_box_fails(flee
             return all(listed[i].status == "failed" and "node_lost" in (listed[i].failure or "") for i in lost)
 
         wait_for(failed, 90, "the lost node's boxes to read failed: node_lost")
+        told = Events.list(sandbox_id=lost[0], types=["sandbox.failed"], **fleet.client_args(0)).events
+        assert [e.data.get("node") for e in told] == ["s"] and "node_lost" in str(told[0].data["reason"])
         with pytest.raises(SandboxError):  # a call on a failed box is an error, not a hang
             Sandbox.connect(lost[0], **fleet.client_args(0)).commands.run("true", timeout_seconds=30)
         kept = Sandbox.connect(by_node["t"].id, **fleet.client_args(0))

@@ -626,7 +626,10 @@ def test_failing_a_node_fails_the_boxes_on_it_and_no_other(store: Store, team: s
             assert got == rec, f"a {status} box stays as it was"
     assert store.get_sandbox(elsewhere.id) == elsewhere
     assert store.get_sandbox(local.id) == local
+    told = [(e.sandbox_id, e.data) for e in store.events(team, types=["sandbox.failed"])]
+    assert told == [(i, {"reason": "node node-a stopped answering", "node": "node-a"}) for i in failed]
     assert store.fail_boxes_of("node-a", "again") == []
+    assert len(store.events(team, types=["sandbox.failed"])) == len(failed), "no event for a box not failed"
 
 
 def test_a_sandboxs_node_is_set_with_its_runtime_id_and_kept_once_it_stops(store: Store, team: str) -> None:
