@@ -266,3 +266,18 @@ def test_the_sdk_streams_events_from_a_cursor_sync_and_async(env: Env) -> None:
         return seen
 
     assert asyncio.run(two()) == [f"{got[1].id}:sandbox.killed"]
+
+
+def test_a_fork_says_which_box_it_was_forked_from(env: Env) -> None:
+    source = Sandbox.create(name="forked-from", api_key=env.key_a, base_url=env.url)
+    try:
+        start = _now(env, env.key_a)
+        (fork,) = source.fork()
+        try:
+            made = _events(env, env.key_a, after=start, sandbox_id=fork.id, types="sandbox.created")["events"]
+            assert len(made) == 1 and made[0]["data"]["from_sandbox_id"] == source.id
+            assert made[0]["data"]["snapshot_id"]
+        finally:
+            fork.kill()
+    finally:
+        source.kill()
