@@ -27,7 +27,7 @@ export type {
 } from "./volumes.js";
 export { Provider, Secret } from "./secrets.js";
 export { Events, WEBHOOK_TOLERANCE, Webhooks, verifyWebhook } from "./webhooks.js";
-export type { EventListOptions, WebhookCreateOptions, WebhookUpdateOptions } from "./webhooks.js";
+export type { EventListOptions, EventStreamOptions, WebhookCreateOptions, WebhookUpdateOptions } from "./webhooks.js";
 export type { SecretAuditOptions, SecretCreateOptions } from "./secrets.js";
 export {
   AbortError, AuthenticationError, BuildError, ConflictError, NotFoundError, RateLimitError, SandboxError,

@@ -11,11 +11,12 @@
 import { createHmac, timingSafeEqual } from "node:crypto";
 
 import { type CallOptions, type ConnectionOptions, resolveConfig } from "./config.js";
-import { ValidationError } from "./errors.js";
-import { call } from "./http.js";
+import { SandboxError, ServerError, ValidationError } from "./errors.js";
+import { call, lines, open } from "./http.js";
 import { controlHeaders } from "./plane.js";
 import {
-  type EventPage, type WebhookDelivery, type WebhookInfo, event, webhookDelivery, webhookInfo,
+  type Event, type EventPage, type Schemas, type WebhookDelivery, type WebhookInfo, event, webhookDelivery,
+  webhookInfo,
 } from "./types.js";
 
 export interface EventListOptions extends ConnectionOptions, CallOptions {
@@ -27,6 +28,19 @@ export interface EventListOptions extends ConnectionOptions, CallOptions {
   /** At most this many (1-1000, default 100). */
   limit?: number;
 }
+
+export interface EventStreamOptions extends ConnectionOptions {
+  /** The cursor: events past this id (default: from now on). */
+  after?: number;
+  /** Only these types. */
+  types?: string[];
+  sandboxId?: string;
+  /** Ends the stream (its `for await` loop throws an AbortError). */
+  signal?: AbortSignal;
+}
+
+const EVENTS_IDLE_MS = 45_000; // the server says something every 15 s
+const RECONNECTS = 3; // in a row without an event, before the stream is given up
 
 export class Events {
   /** Events past the cursor `after`, oldest first; the page's `next` is the cursor to ask from next. */
@@ -40,6 +54,51 @@ export class Events {
       },
     });
     return { events: answer.events.map(event), next: answer.next };
+  }
+
+  /**
+   * The team's events as they happen, for as long as you iterate (`for await`), from past the
+   * cursor `after` (default: from now on). A connection that breaks or goes silent is opened again
+   * from the last event seen: none is missed and none comes twice.
+   */
+  static async *stream(options: EventStreamOptions = {}): AsyncGenerator<Event, void, undefined> {
+    const cfg = resolveConfig(options);
+    let cursor = options.after;
+    let failures = 0;
+    for (;;) {
+      let seen = false;
+      const opened = await open("get", "/v1/events/stream", {
+        base: cfg.baseUrl, headers: { ...controlHeaders(cfg), Accept: "text/event-stream" },
+        timeoutMs: cfg.requestTimeoutMs, signal: options.signal,
+        query: {
+          after: cursor === undefined ? undefined : String(cursor), sandbox_id: options.sandboxId,
+          types: options.types?.length ? [options.types.join(",")] : undefined,
+        },
+      });
+      try {
+        let data: string[] = [];
+        for await (const line of lines(opened, EVENTS_IDLE_MS)) {
+          if (line.startsWith(":")) {
+            if (cursor === undefined && line.startsWith(": events past ")) cursor = Number(line.slice(14).trim());
+            continue;
+          }
+          if (line.startsWith("data:")) data.push(line.slice(5).trimStart());
+          else if (line === "" && data.length) {
+            const e = event(JSON.parse(data.join("\n")) as Schemas["EventInfo"]);
+            data = [];
+            cursor = e.id;
+            seen = true;
+            yield e;
+          }
+        }
+      } catch (error) {
+        const code = error instanceof SandboxError ? error.code : "";
+        if (options.signal?.aborted || (code !== "stream_timeout" && code !== "stream_ended")) throw error;
+      }
+      failures = seen ? 0 : failures + 1;
+      if (failures > RECONNECTS) throw new ServerError("the events' stream kept ending", { code: "stream_ended" });
+      await new Promise((resolve) => setTimeout(resolve, Math.min(4000, 200 * 2 ** failures)));
+    }
   }
 }
 

@@ -52,6 +52,18 @@ describe("Events and Webhooks", () => {
     await assert.rejects(Webhooks.get(hook.id), NotFoundError);
   });
 
+  test("the stream from a cursor gives a box's events as they were", async () => {
+    const start = (await Events.list({ limit: 1000 })).next;
+    const sandbox = await box({ name: "streamed" });
+    await sandbox.kill();
+    const got: string[] = [];
+    for await (const e of Events.stream({ after: start, sandboxId: sandbox.id })) {
+      got.push(e.type);
+      if (got.length === 2) break;
+    }
+    assert.deepEqual(got, ["sandbox.created", "sandbox.killed"]);
+  });
+
   test("a private destination and an unknown type are refused, and nothing is made", async () => {
     const before = (await Webhooks.list()).length;
     await assert.rejects(Webhooks.create("http://10.0.0.1/x"),
