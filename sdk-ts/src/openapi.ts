@@ -1586,7 +1586,7 @@ export interface components {
             sandbox_id?: string | null;
             /**
              * Type
-             * @description sandbox.created, .updated, .paused, .resumed, .killed, .failed; snapshot.created, .deleted; template.build.queued, .running, .ready, .failed, .cancelled; webhook.disabled
+             * @description sandbox.created, .updated, .paused, .resumed, .killed, .failed; snapshot.created, .deleted; template.build.queued, .running, .ready, .failed, .cancelled; volume.created, .deleted; webhook.disabled
              */
             type: string;
         };
