@@ -69,8 +69,10 @@ def setup(endpoint: str, service: str) -> None:
 
 def shutdown() -> None:
     """Send what is left and stop (at the server's end)."""
+    global _tracer, _provider
     if _provider is not None:
         _provider.shutdown()
+    _tracer = _provider = None
 
 
 def enabled() -> bool:
@@ -156,8 +158,9 @@ class TraceRequests:
                 finally:
                     route = scope.get("route")
                     template = getattr(route, "path", None)
+                    # a path no route took keeps no name of its own (a scan makes no new span names)
+                    span.update_name(f"{scope['method']} {template or '(unmatched)'}")
                     if template:
-                        span.update_name(f"{scope['method']} {template}")
                         span.set_attribute("http.route", template)
                     sandbox = (scope.get("path_params") or {}).get("sandbox_id")
                     if sandbox:
@@ -194,7 +197,8 @@ class _Traced:
         async def traced(*args: Any, **kwargs: Any) -> Any:
             attributes = dict(self._attributes)
             if args and isinstance(args[0], str) and self._prefix == "node":
-                attributes["hutch.runtime_id"] = args[0]
+                # a boot's and a restore's first argument is the box's key; the others' its runtime id
+                attributes["hutch.box_key" if name in ("boot", "restore") else "hutch.runtime_id"] = args[0]
             with _span(f"{self._prefix}.{name}", self._kind, attributes):
                 return await value(*args, **kwargs)
         return traced

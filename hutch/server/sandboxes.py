@@ -381,9 +381,10 @@ class Sandboxes:
                 # the team's count and the insert in one transaction: creates at once (on any API
                 # server) cannot take more than the team's places between them
                 made = Event("sandbox.created", {"template_id": rec.template_id, "source": source,
-                                                 **({"snapshot_id": snapshot[0].id,  # a fork's: its source box's
-                                                     "from_sandbox_id": snapshot[0].source_sandbox_id}
-                                                    if snapshot else {})})
+                                                 **({"snapshot_id": snapshot[0].id} if snapshot else {}),
+                                                 # the box its snapshot was taken of (a fork's source)
+                                                 **({"from_sandbox_id": snapshot[0].source_sandbox_id}
+                                                    if snapshot and snapshot[0].source_sandbox_id else {})})
                 inserted = self.store.insert_sandbox(rec, bindings, team_max=self.config.team_max_sandboxes, event=made)
             except BaseException as e:
                 await self.node.stop(box.runtime_id, rec.box_key)  # never a box without a record

@@ -12,7 +12,7 @@ import { createHmac, timingSafeEqual } from "node:crypto";
 
 import { type CallOptions, type ConnectionOptions, resolveConfig } from "./config.js";
 import { SandboxError, ServerError, ValidationError } from "./errors.js";
-import { call, lines, open } from "./http.js";
+import { type Opened, call, lines, open, sleep } from "./http.js";
 import { controlHeaders } from "./plane.js";
 import {
   type Event, type EventPage, type Schemas, type WebhookDelivery, type WebhookInfo, event, webhookDelivery,
@@ -40,7 +40,8 @@ export interface EventStreamOptions extends ConnectionOptions {
 }
 
 const EVENTS_IDLE_MS = 45_000; // the server says something every 15 s
-const RECONNECTS = 3; // in a row without an event, before the stream is given up
+const RECONNECT_MS = 120_000; // a stream that cannot be opened again for this long is given up
+const MAX_EVENT = 1 << 20; // characters of one event's data lines
 
 export class Events {
   /** Events past the cursor `after`, oldest first; the page's `next` is the cursor to ask from next. */
@@ -65,39 +66,61 @@ export class Events {
     const cfg = resolveConfig(options);
     let cursor = options.after;
     let failures = 0;
+    let downSince: number | undefined;
     for (;;) {
-      let seen = false;
-      const opened = await open("get", "/v1/events/stream", {
-        base: cfg.baseUrl, headers: { ...controlHeaders(cfg), Accept: "text/event-stream" },
-        timeoutMs: cfg.requestTimeoutMs, signal: options.signal,
-        query: {
-          after: cursor === undefined ? undefined : String(cursor), sandbox_id: options.sandboxId,
-          types: options.types?.length ? [options.types.join(",")] : undefined,
-        },
-      });
+      let opened: Opened;
+      try {
+        opened = await open("get", "/v1/events/stream", {
+          base: cfg.baseUrl, headers: { ...controlHeaders(cfg), Accept: "text/event-stream" },
+          timeoutMs: cfg.requestTimeoutMs, signal: options.signal,
+          query: {
+            after: cursor === undefined ? undefined : String(cursor), sandbox_id: options.sandboxId,
+            types: options.types?.length ? [options.types.join(",")] : undefined,
+          },
+        });
+      } catch (error) {
+        // down or restarting (no answer, 429, 5xx): again, for a while
+        const status = error instanceof SandboxError ? error.statusCode : undefined;
+        if (options.signal?.aborted || !(error instanceof SandboxError)
+          || (status !== undefined && status !== null && status < 500 && status !== 429)) throw error;
+        downSince ??= Date.now();
+        if (Date.now() - downSince > RECONNECT_MS) throw error;
+        failures += 1;
+        await sleep(Math.min(4000, 200 * 2 ** failures), options.signal);
+        continue;
+      }
+      downSince = undefined;
       try {
         let data: string[] = [];
+        let size = 0;
         for await (const line of lines(opened, EVENTS_IDLE_MS)) {
           if (line.startsWith(":")) {
-            if (cursor === undefined && line.startsWith(": events past ")) cursor = Number(line.slice(14).trim());
+            const at = line.startsWith(": events past ") ? line.slice(14).trim() : "";
+            if (/^[0-9]{1,19}$/.test(at)) {
+              failures = 0; // it opened: a later break starts its backoff again
+              if (cursor === undefined) cursor = Number(at); // from now on: where now is
+            }
             continue;
           }
-          if (line.startsWith("data:")) data.push(line.slice(5).trimStart());
-          else if (line === "" && data.length) {
+          if (line.startsWith("data:")) {
+            size += line.length;
+            if (size > MAX_EVENT) throw new ServerError("an event of the stream is too large", { code: "stream_ended" });
+            data.push(line.slice(5).replace(/^ /, ""));
+          } else if (line === "" && data.length) {
             const e = event(JSON.parse(data.join("\n")) as Schemas["EventInfo"]);
             data = [];
+            size = 0;
             cursor = e.id;
-            seen = true;
             yield e;
           }
         }
       } catch (error) {
         const code = error instanceof SandboxError ? error.code : "";
-        if (options.signal?.aborted || (code !== "stream_timeout" && code !== "stream_ended")) throw error;
+        if (options.signal?.aborted || (code !== "stream_timeout" && code !== "stream_ended")
+          || (error instanceof ServerError && error.message.includes("too large"))) throw error;
       }
-      failures = seen ? 0 : failures + 1;
-      if (failures > RECONNECTS) throw new ServerError("the events' stream kept ending", { code: "stream_ended" });
-      await new Promise((resolve) => setTimeout(resolve, Math.min(4000, 200 * 2 ** failures)));
+      failures += 1;
+      await sleep(Math.min(4000, 200 * 2 ** Math.min(failures, 3)), options.signal);
     }
   }
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import itertools
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,6 +21,7 @@ from hutch import (
     AuthenticationError,
     BuildError,
     ConflictError,
+    Events,
     NetworkConfig,
     NotFoundError,
     RateLimitError,
@@ -496,3 +498,38 @@ def test_an_unreachable_server_is_a_typed_error() -> None:
     with pytest.raises(ServerError) as err:
         Sandbox.create(name="x", api_key="k", base_url="http://127.0.0.1:9")
     assert err.value.code == SdkCode.CONNECTION_ERROR
+
+
+def _event(i: int, kind: str) -> dict[str, Any]:
+    return {"id": i, "type": kind, "at": WHEN, "sandbox_id": "sb-1", "data": {}}
+
+
+def _stream(opened: str, *items: dict[str, Any]) -> httpx.Response:
+    """The events' stream as the server sends it: its preamble (the cursor it opened at), then events."""
+    text = f": events past {opened}\n\n" + "".join(
+        f"id: {e['id']}\nevent: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in items)
+    return httpx.Response(200, content=text.encode(), headers={"Content-Type": "text/event-stream"})
+
+
+def test_an_event_stream_goes_on_after_its_last_event_across_a_break_and_a_restart(server: Script) -> None:
+    url = f"{BASE}/v1/events/stream"
+    server.on("GET", url, _stream("5", _event(6, "sandbox.created")), error(503, "store_unavailable"),
+              httpx.Response(502, text="bad gateway"), _stream("x", _event(7, "sandbox.killed")))
+    stream = Events.stream()  # from now on: the first preamble says where now is
+    try:
+        got = list(itertools.islice(stream, 2))
+    finally:
+        stream.close()
+    assert [(e.id, e.type) for e in got] == [(6, "sandbox.created"), (7, "sandbox.killed")]
+    assert [r.url.params.get("after") for r in server.sent("GET", url)] == [None, "6", "6", "6"]
+
+
+def test_an_event_stream_from_a_cursor_ignores_a_preamble_that_is_no_number_and_stops_on_a_refusal(
+        server: Script) -> None:
+    url = f"{BASE}/v1/events/stream"
+    server.on("GET", url, _stream("1e3", _event(3, "sandbox.paused")), error(401, "invalid_api_key"))
+    stream = Events.stream(after=2)
+    assert next(stream).id == 3
+    with pytest.raises(AuthenticationError):
+        next(stream)
+    assert [r.url.params.get("after") for r in server.sent("GET", url)] == ["2", "3"]

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 
 import httpx
 
 from hutch.sdk.codes import SdkCode
 from hutch.sdk.config import ConnectionConfig
-from hutch.sdk.errors import ServerError
-from hutch.sdk.flow import RETRIES, Call, Emit, Flow, NextLine, Sleep, backoff, send
+from hutch.sdk.errors import SandboxError, ServerError
+from hutch.sdk.flow import Call, Emit, Flow, NextLine, Sleep, backoff, send
 from hutch.sdk.types import Event, EventPage
 
 
@@ -26,24 +27,38 @@ def list_events(cfg: ConnectionConfig, after: int, types: Sequence[str], sandbox
 
 
 STREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=45.0, write=60.0, pool=10.0)  # the server says something every 15 s
+RECONNECT_FOR = 120.0  # seconds a stream may fail to open again (a server restarting) before it is given up
+MAX_EVENT = 2**20  # bytes of one event's data lines: a server sending more is not one
 
 
 def stream_events(cfg: ConnectionConfig, after: int | None, types: Sequence[str],
                   sandbox_id: str | None) -> Flow[None]:
-    """Emit each event as it happens (from past `after`; None: from now on), for as long as the
-    caller reads. A stream that breaks or goes silent is asked for again from the last event seen
-    (its id is the cursor: nothing is missed, nothing comes twice)."""
+    """Emit each event as it happens (from past `after`; None: from when the stream opens), for as
+    long as the caller reads. A stream that breaks or goes silent is opened again from the last
+    event seen (its id is the cursor: nothing is missed, nothing comes twice); one that cannot be
+    opened again for RECONNECT_FOR seconds ends with the error."""
     params: dict[str, str] = {}
     if types:
         params["types"] = ",".join(types)
     if sandbox_id:
         params["sandbox_id"] = sandbox_id
-    cursor, failures = after, 0
+    cursor, failures, down_since = after, 0, None
     while True:
         query = {**params, **({"after": str(cursor)} if cursor is not None else {})}
-        yield from send(Call("GET", f"{cfg.base_url}/v1/events/stream", cfg.headers(), params=query, stream=True,
-                             timeout=STREAM_TIMEOUT))
-        seen, fields = False, {}
+        try:
+            yield from send(Call("GET", f"{cfg.base_url}/v1/events/stream", cfg.headers(), params=query, stream=True,
+                                 timeout=STREAM_TIMEOUT))
+        except SandboxError as e:  # down or restarting (no answer, 429, 5xx): again, for a while
+            if e.status_code is not None and e.status_code < 500 and e.status_code != 429:
+                raise
+            now = time.monotonic()
+            down_since = down_since if down_since is not None else now
+            if now - down_since > RECONNECT_FOR:
+                raise
+            failures += 1
+            yield Sleep(backoff(failures))
+            continue
+        down_since, data, size = None, [], 0
         while True:
             try:
                 line = yield NextLine()
@@ -52,19 +67,21 @@ def stream_events(cfg: ConnectionConfig, after: int | None, types: Sequence[str]
             if line is None:
                 break
             if line.startswith(":"):
-                if cursor is None and line.startswith(": events past "):  # from now on: where now is
-                    cursor = int(line.removeprefix(": events past ").strip() or 0)
+                opened = line.removeprefix(": events past ").strip()
+                if line.startswith(": events past ") and opened.isascii() and opened.isdigit():
+                    failures = 0  # it opened: a later break starts its backoff again
+                    if cursor is None:  # from now on: where now is
+                        cursor = int(opened)
                 continue
-            if line:
-                name, _, value = line.partition(":")
-                fields[name] = value[1:] if value.startswith(" ") else value
-                continue
-            if "data" in fields:
-                event = Event.from_json(json.loads(fields["data"]))
-                cursor, seen = event.id, True
+            if line.startswith("data:"):
+                size += len(line)
+                if size > MAX_EVENT:
+                    raise ServerError("an event of the stream is too large", code=SdkCode.STREAM_ENDED)
+                data.append(line[5:].removeprefix(" "))
+            elif not line and data:
+                event = Event.from_json(json.loads("\n".join(data)))
+                data, size = [], 0
+                cursor = event.id
                 yield Emit(event)
-            fields = {}
-        failures = 0 if seen else failures + 1
-        if failures > RETRIES:
-            raise ServerError("the events' stream kept ending", code=SdkCode.STREAM_ENDED)
-        yield Sleep(backoff(failures or 1))
+        failures += 1
+        yield Sleep(backoff(min(failures, 3)))
