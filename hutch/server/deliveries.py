@@ -38,10 +38,13 @@ from hutch.egress.resolve import Resolver
 from hutch.egress.rules import IPAddress, IPNetwork, NetworkRules, denied_name, normalize_host, parse_cidr
 from hutch.secrets.vault import Vault
 from hutch.store import EventRecord, Store, WebhookRecord
+from hutch.store.events import on_event
 
 log = logging.getLogger("hutch.server.deliveries")
 
-POLL_SECONDS = 0.5  # how often the store is asked for endpoints with events to send
+POLL_SECONDS = 5.0  # how often the store is asked for the newest event with nothing told meanwhile
+LOOK_GAP = 0.2  # the least time between two looks
+SWEEP_SECONDS = 10.0  # how often endpoints are looked for with no new event
 LEASE_SECONDS = 60.0  # an endpoint's lease, renewed before every attempt
 BATCH = 100  # events read at once for one endpoint
 ATTEMPT_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
@@ -189,18 +192,36 @@ class Deliverer:
         self.store, self.vault, self.destinations = store, vault, destinations
         self.flavors, self.retry_for, self.owner = flavors, retry_for, owner
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._newest, self._swept = -1, float("-inf")  # the newest event when endpoints were last looked for
+        self._wakes = asyncio.Event()
         # one TLS context for every delivery (loading the CA bundle takes ~50 ms: never per client)
         self._tls = httpx.create_ssl_context()
 
+    def wake(self) -> None:
+        """Look for endpoints to deliver now (a webhook made or enabled again)."""
+        self._swept = float("-inf")
+        self._wakes.set()
+
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        # woken by this process's events as they commit; another server's are found at the latest
+        # after POLL_SECONDS (that server wakes its own deliverer, which takes the lease at once)
+        def told() -> None:  # on the thread that committed
+            loop.call_soon_threadsafe(self._wakes.set)
+
+        unlisten = on_event(told)
         try:
             while True:
                 try:
                     await self._start_due()
                 except Exception:  # the store, for a moment: ask again
                     log.exception("finding webhooks to deliver")
-                await asyncio.sleep(POLL_SECONDS)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakes.wait(), POLL_SECONDS)
+                self._wakes.clear()
+                await asyncio.sleep(LOOK_GAP)  # one look for a burst of events
         finally:
+            unlisten()
             tasks = list(self._tasks.values())
             for task in tasks:
                 task.cancel()
@@ -209,6 +230,12 @@ class Deliverer:
     async def _start_due(self) -> None:
         if len(self._tasks) >= MOST_DELIVERING:
             return
+        # the endpoints are looked for only when an event came, or now and then (a lease another
+        # server let lapse, a webhook enabled again): an idle server asks one cheap thing a poll
+        newest = await asyncio.to_thread(self.store.last_event_id)
+        if newest == self._newest and time.monotonic() - self._swept < SWEEP_SECONDS:
+            return
+        self._newest, self._swept = newest, time.monotonic()
         due = await asyncio.to_thread(self.store.webhooks_behind, time.time(), self.owner)
         for hook in due:
             if hook.id not in self._tasks and hook.flavor in self.flavors and len(self._tasks) < MOST_DELIVERING:

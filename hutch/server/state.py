@@ -178,6 +178,7 @@ class State:
         hutch_flavor = Flavor(None, lambda e: event_info(e).model_dump_json().encode(), hutch_headers)
         self.deliverer = Deliverer(self.store, self.secrets.vault, destinations, {"hutch": hutch_flavor},
                                    config.webhook_retry_for, owner)
+        self.webhooks.changed = self.deliverer.wake
         self.previews = Previews(self.sandboxes, PreviewKeys(server_key), self.sandboxes.preview_site)
         self.pool: WarmPool | None = None
         if self.local is not None:

@@ -9,7 +9,7 @@ import asyncio
 import json
 import secrets
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from hutch.errors import ApiError, Code
 from hutch.secrets.vault import Vault
@@ -40,6 +40,7 @@ def new_secret() -> str:
 class Webhooks:
     def __init__(self, store: Store, vault: Vault, destinations: Destinations, team_max: int) -> None:
         self.store, self.vault, self.destinations, self.team_max = store, vault, destinations, team_max
+        self.changed: Callable[[], None] = lambda: None  # the deliverer's wake (State wires it)
 
     async def checked_url(self, url: str, team_id: str) -> str:
         """The URL, if the host may send to where it leads now; 400 `webhook_url_refused` if not."""
@@ -63,6 +64,7 @@ class Webhooks:
         if not await asyncio.to_thread(self.store.insert_webhook, rec, self.team_max):
             raise ApiError(Code.TOO_MANY_WEBHOOKS, f"this team has {self.team_max} webhooks, the most it may; "
                                                    "delete one first")
+        self.changed()
         return rec, secret
 
     def get(self, team_id: str, webhook_id: str, flavor: str | None = None) -> WebhookRecord:
@@ -94,6 +96,7 @@ class Webhooks:
                                       else self.get(team_id, webhook_id))
         if rec is None:  # deleted meanwhile
             raise ApiError(Code.WEBHOOK_NOT_FOUND, f"no webhook {json.dumps(webhook_id[:64])}")
+        self.changed()
         return rec
 
     def delete(self, team_id: str, webhook_id: str, flavor: str | None = None) -> None:

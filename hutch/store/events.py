@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,22 @@ class Event:
 MAX_TEXT = 2000  # characters of a text an event carries (a failure's reason is cut, never the event)
 
 
+# Told (on the committing thread) once a transaction that wrote an event has committed: how this
+# process's webhook deliverer wakes without polling (hutch.server.deliveries)
+_committed: list[Callable[[], None]] = []
+
+
+def on_event(told: Callable[[], None]) -> Callable[[], None]:
+    """Have `told()` called after each commit of an event in this process; returns its undoing."""
+    _committed.append(told)
+    return lambda: _committed.remove(told)
+
+
+def _tell(_: Connection) -> None:
+    for told in list(_committed):
+        told()
+
+
 def record(c: Connection, team_id: str, type_: str, sandbox_id: str | None = None, **data: Any) -> None:
     """Write an event in the caller's transaction, as its last statement: the table's hold is
     taken last, after whatever rows the transaction holds, and held only until it commits (so
@@ -42,6 +58,8 @@ def record(c: Connection, team_id: str, type_: str, sandbox_id: str | None = Non
     hold_all(c, events)
     text = json.dumps({k: v[:MAX_TEXT] if isinstance(v, str) else v for k, v in data.items()}, separators=(",", ":"))
     c.execute(events.insert().values(at=time.time(), team_id=team_id, type=type_, sandbox_id=sandbox_id, data=text))
+    if _committed and not sa.event.contains(c, "commit", _tell):
+        sa.event.listen(c, "commit", _tell, once=True)  # this connection object lives for this transaction
 
 
 def _row(row: Any) -> EventRecord:
