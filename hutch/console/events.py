@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from hutch.console import session
 from hutch.console.boxes import SessionDep
-from hutch.console.pages import StateDep, page, see_other
+from hutch.console.pages import StateDep, changed, page, refused_form
 from hutch.errors import ApiError, Code
 from hutch.server.events import info as event_info
 from hutch.server.models import CreateWebhook, UpdateWebhook
@@ -66,14 +66,7 @@ def _request(fields: dict[str, str]) -> CreateWebhook:
     try:
         return CreateWebhook(url=fields.get("url", "").strip(), types=types, name=fields.get("name", "").strip())
     except ValidationError as e:
-        where = e.errors()[0]["loc"] if e.errors() else ()
-        raise ApiError(Code.INVALID_REQUEST, PROBLEMS.get(str(where[0]) if where else "", PROBLEMS["url"])) from None
-
-
-def _changed(request: Request) -> Response:
-    if request.headers.get("hx-request"):  # the list refreshes on this event
-        return Response(status_code=204, headers={"HX-Trigger": "webhooks-changed"})
-    return see_other("/console/webhooks")
+        raise refused_form(e, PROBLEMS, "url") from None
 
 
 @router.post("/webhooks")
@@ -99,4 +92,4 @@ async def change(request: Request, st: StateDep, webhook_id: str, action: str) -
         await st.webhooks.update(s.team_id, webhook_id, UpdateWebhook(enabled=action == "enable"))
     else:
         raise ApiError(Code.NOT_FOUND, "no such action on a webhook")
-    return _changed(request)
+    return changed(request, "webhooks-changed", "/console/webhooks")

@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends
+from pydantic import ValidationError
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from hutch.console.session import Session
+from hutch.errors import ApiError, Code
 from hutch.server.state import State
 
 HERE = Path(__file__).parent
@@ -72,3 +74,18 @@ def page(request: Request, name: str, session: Session | None, status: int = 200
 
 def see_other(url: str) -> Response:
     return RedirectResponse(url, status_code=303)
+
+
+def changed(request: Request, trigger: str, url: str) -> Response:
+    """A change's answer: for htmx, no content and the event its list refreshes on; for a plain
+    form, back to the page."""
+    if request.headers.get("hx-request"):
+        return Response(status_code=204, headers={"HX-Trigger": trigger})
+    return see_other(url)
+
+
+def refused_form(e: ValidationError, problems: dict[str, str], default: str) -> ApiError:
+    """A form the model refused, as a 400 that says what its first bad field must be (never
+    echoing what was sent)."""
+    where = e.errors()[0]["loc"] if e.errors() else ()
+    return ApiError(Code.INVALID_REQUEST, problems.get(str(where[0]) if where else "", problems[default]))

@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from hutch.console import session
 from hutch.console.boxes import SessionDep
-from hutch.console.pages import StateDep, page, see_other
+from hutch.console.pages import StateDep, changed, page, refused_form
 from hutch.errors import ApiError, Code
 from hutch.server.models import CreateVolume, VolumeInfo
 from hutch.server.state import State
@@ -45,14 +45,7 @@ def _request(fields: dict[str, str]) -> CreateVolume:
     try:
         return CreateVolume(name=fields.get("name", "").strip(), size_mib=int(size) if size else None)
     except ValidationError as e:
-        where = e.errors()[0]["loc"] if e.errors() else ()
-        raise ApiError(Code.INVALID_REQUEST, PROBLEMS.get(str(where[0]) if where else "", PROBLEMS["name"])) from None
-
-
-def _changed(request: Request) -> Response:
-    if request.headers.get("hx-request"):  # the list refreshes on this event
-        return Response(status_code=204, headers={"HX-Trigger": "volumes-changed"})
-    return see_other("/console/volumes")
+        raise refused_form(e, PROBLEMS, "name") from None
 
 
 @router.post("/volumes")
@@ -60,7 +53,7 @@ async def create(request: Request, st: StateDep) -> Response:
     """An empty volume, from the page's form (name, size in MiB)."""
     s, fields = await session.changing(st, request)
     await st.volumes.create(s.team_id, _request(fields))
-    return _changed(request)
+    return changed(request, "volumes-changed", "/console/volumes")
 
 
 @router.post("/volumes/{ref}/delete")
@@ -68,4 +61,4 @@ async def delete(request: Request, st: StateDep, ref: str) -> Response:
     """The volume and its files (the page asked the person first); refused while a live box mounts it."""
     s, _ = await session.changing(st, request)
     await st.volumes.delete(s.team_id, ref)  # by id (the page's) or name; another team's is a 404
-    return _changed(request)
+    return changed(request, "volumes-changed", "/console/volumes")
