@@ -19,7 +19,7 @@ from bench.common import bench_env, main_for, stats
 from hutch import AsyncSandbox
 from hutch.integrations.tools import TOOLS, Allow, invoke
 from hutch.node import base_image
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 from tests.integration.support import ClientArgs
 
 

@@ -22,7 +22,7 @@ import httpx
 from hutch.node import idle
 from hutch.node.runsc import RunscConfig, find_runsc
 from hutch.node.spec import AgentRuntime, Limits, box_spec
-from hutch.server.config import ServerConfig
+from hutch.services.config import ServerConfig
 from tests.integration.support import ClientArgs
 
 # what a benchmark's measure returns: its figures (min/median/p95), the (figure, floor) pairs, and single values

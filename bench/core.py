@@ -22,7 +22,7 @@ import time
 from bench.common import bench_env, main_for, stats, timed, wait_for_pool
 from hutch import Process, Sandbox
 from hutch.node import base_image
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 
 MB10 = os.urandom(10 * 2**20)
 MB100 = os.urandom(100 * 2**20)

@@ -19,7 +19,7 @@ from pathlib import Path
 from bench.common import bench_env, main_for, stats, timed
 from hutch import Sandbox
 from hutch.node import base_image
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 LINES = ("2.45.1", "2.63.0")

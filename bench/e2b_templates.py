@@ -18,7 +18,7 @@ from pathlib import Path
 from bench.common import bench_env, main_for, stats
 from hutch import RunStep, Template
 from hutch.node import base_image
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("mkdir -p /opt/app && echo one > /opt/app/one", "echo two > /opt/app/two")

@@ -27,7 +27,7 @@ import httpx
 from bench.common import bench_env, main_for, stats, timed
 from hutch import NetworkConfig, Sandbox, Secret
 from hutch.node import base_image
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 from tests.integration.box_scripts import FETCHES, FLOOD_FOR, run_script
 from tests.integration.internet import EGRESS_HOSTS, certificate, stand_in_internet
 from tests.integration.support import ClientArgs

@@ -23,7 +23,7 @@ import httpx
 from bench.common import bench_env, main_for, stats, timed
 from hutch import Sandbox
 from hutch.node import base_image
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 from tests.fleet.cluster import Fleet
 from tests.integration.support import ClientArgs
 

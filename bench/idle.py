@@ -23,7 +23,7 @@ from pathlib import Path
 from bench.common import RawRunsc, bench_env, report, stats, timed
 from hutch import Sandbox
 from hutch.node import base_image, idle, metrics
-from hutch.server.config import DEFAULT_CACHE_DIR, ServerConfig
+from hutch.services.config import DEFAULT_CACHE_DIR, ServerConfig
 from hutch.store import Store
 
 FREEZE_AFTER = 2.0  # seconds idle before a box is frozen, in the frozen half

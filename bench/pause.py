@@ -20,7 +20,7 @@ from bench.common import RawRunsc, bench_env, main_for, stats
 from hutch import Sandbox
 from hutch.node import base_image
 from hutch.node.runsc import RunscConfig
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 
 HOLD = "import os, time\nx = bytearray(os.urandom(2**20)) * {mib}\nopen('/tmp/ready', 'w').write('1')\ntime.sleep(1e9)\n"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from bench.common import bench_env
 from hutch import Sandbox
 from hutch.node import base_image
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 
 
 def used_memory_mib() -> float:

@@ -23,7 +23,7 @@ from typing import TypedDict
 from bench.common import bench_env, main_for, stats
 from hutch import Sandbox
 from hutch.node import base_image
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 
 SERVER = r"""
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer

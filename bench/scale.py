@@ -20,7 +20,7 @@ from pathlib import Path
 from bench.common import bench_env, report, stats, wait_for_pool
 from hutch import Sandbox, SandboxError
 from hutch.node import base_image
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 from tests.integration.support import ClientArgs
 
 

@@ -37,7 +37,7 @@ from bench.pause import HOLD, raw_cycle
 from hutch import Sandbox, Snapshot, SnapshotInfo
 from hutch.node import base_image
 from hutch.node.runsc import RunscConfig
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 from tests.integration.support import ClientArgs
 
 FORKS = 10

@@ -25,7 +25,7 @@ from pathlib import Path
 from bench.common import bench_env, main_for, stats, timed
 from hutch import RunStep, Sandbox, Template
 from hutch.node import base_image
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 
 TWO_STEPS = [RunStep(run="mkdir -p /app && echo one > /app/one"), RunStep(run="echo two > /app/two")]
 

@@ -23,7 +23,7 @@ from collections import defaultdict
 from bench.common import bench_env, main_for, stats
 from hutch import Sandbox, Volume
 from hutch.node import base_image
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 
 MB100 = 100 * 2**20
 WRITE = "dd if=/dev/zero of={0} bs=1M count=100 status=none"

@@ -24,7 +24,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from hutch.server.templates import BASE_TEMPLATE_ID
+from hutch.services.templates import BASE_TEMPLATE_ID
 from hutch.store import Store, TemplateRecord
 
 

@@ -13,7 +13,7 @@ import httpx
 
 from hutch.cli.server import add_fleet_options, add_unlimited_option, raise_open_files
 from hutch.cli.shared import Subparsers, fleet_installed
-from hutch.server.config import DEFAULT_CACHE_DIR, FleetConfig, ServerConfig
+from hutch.services.config import DEFAULT_CACHE_DIR, FleetConfig, ServerConfig
 
 NODE_PORT = 7430
 

@@ -23,7 +23,7 @@ from hutch.cli import (
     webhooks,
 )
 from hutch.cli.shared import Subparsers, client_env, run_handler
-from hutch.server.config import DEFAULT_DATA_DIR
+from hutch.services.config import DEFAULT_DATA_DIR
 
 # In the order `hutch --help` lists them
 COMMANDS: tuple[Callable[[Subparsers], None], ...] = (

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hutch.cli.shared import CLIENT_ENV, Subparsers, fleet_installed
-from hutch.server.config import DEFAULT_CACHE_DIR, DEFAULT_PORT, FleetConfig, ServerConfig
+from hutch.services.config import DEFAULT_CACHE_DIR, DEFAULT_PORT, FleetConfig, ServerConfig
 
 # They read the data dir themselves, not a client's environment
 SERVER_COMMANDS = ("serve", "build-base", "team-create", "node")
@@ -262,7 +262,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                           webhook_retry_for=args.webhook_retry_for, team_max_webhooks=args.team_max_webhooks,
                           otlp_endpoint=args.otlp_endpoint)
     from hutch import tracing
-    from hutch.server.deliveries import Destinations
+    from hutch.services.deliveries import Destinations
 
     if tracing.endpoint_from(config.otlp_endpoint) and not tracing.available():
         print("traces (--otlp-endpoint, OTEL_EXPORTER_OTLP_ENDPOINT) need the opentelemetry SDK: "

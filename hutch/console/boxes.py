@@ -15,9 +15,9 @@ from hutch.console import session
 from hutch.console.pages import StateDep, page, see_other
 from hutch.console.plots import plots
 from hutch.errors import ApiError, Code
-from hutch.server import boxops
-from hutch.server.dataplane import check_path
-from hutch.server.models import FsEntry, ProcessInfo
+from hutch.services import boxops
+from hutch.services.dataplane import check_path
+from hutch.services.models import FsEntry, ProcessInfo
 from hutch.store import SandboxRecord, SandboxStatus
 
 router = APIRouter()

@@ -1,6 +1,6 @@
 """The console's events and webhooks: the team's newest events (refreshed by htmx), and its
 webhooks with each one's last delivery; register one (its secret shown once), enable or disable
-it, delete it. Through the same services as the API's routes (hutch.server.webhooks)."""
+it, delete it. Through the same services as the API's routes (hutch.services.webhooks)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from hutch.console import session
 from hutch.console.boxes import SessionDep
 from hutch.console.pages import StateDep, changed, page, refused_form
 from hutch.errors import ApiError, Code
-from hutch.server.events import info as event_info
-from hutch.server.models import CreateWebhook, UpdateWebhook
 from hutch.server.state import State
-from hutch.server.webhooks import delivery_info
-from hutch.server.webhooks import info as webhook_info
+from hutch.services.events import info as event_info
+from hutch.services.models import CreateWebhook, UpdateWebhook
+from hutch.services.webhooks import delivery_info
+from hutch.services.webhooks import info as webhook_info
 
 router = APIRouter()
 

@@ -14,8 +14,8 @@ from hutch.console.boxes import SessionDep
 from hutch.console.pages import StateDep, page, see_other
 from hutch.errors import ApiError
 from hutch.server.auth import team_for_key
-from hutch.server.models import BuildId, SecretName, TemplateRef
-from hutch.server.secrets import providers
+from hutch.services.models import BuildId, SecretName, TemplateRef
+from hutch.services.secrets import providers
 
 router = APIRouter()
 

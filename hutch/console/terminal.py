@@ -16,9 +16,9 @@ from pydantic import BaseModel
 from hutch.console import session
 from hutch.console.pages import StateDep, state
 from hutch.errors import ApiError, Code
-from hutch.server import boxops
 from hutch.server.attach import serve_attachment
-from hutch.server.models import PtySize, SpawnCommand
+from hutch.services import boxops
+from hutch.services.models import PtySize, SpawnCommand
 from hutch.shell import LOGIN_SHELL
 from hutch.store import SandboxRecord
 

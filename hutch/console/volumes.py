@@ -12,8 +12,8 @@ from hutch.console import session
 from hutch.console.boxes import SessionDep
 from hutch.console.pages import StateDep, changed, page, refused_form
 from hutch.errors import ApiError, Code
-from hutch.server.models import CreateVolume, VolumeInfo
 from hutch.server.state import State
+from hutch.services.models import CreateVolume, VolumeInfo
 
 router = APIRouter()
 

@@ -27,11 +27,11 @@ from starlette.responses import JSONResponse
 from hutch.e2b import events, secrets, snapshots, templates, volumes, webhooks
 from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, iso, validation_message
 from hutch.errors import ApiError, Code
-from hutch.server import header_rules
 from hutch.server.auth import team_for_key
-from hutch.server.models import MAX_FORKS, CreateSandbox, NetworkConfig, UpdateSandbox
-from hutch.server.sandboxes import E2BTraits
-from hutch.server.templates import BASE_TEMPLATE_ID
+from hutch.services import header_rules
+from hutch.services.models import MAX_FORKS, CreateSandbox, NetworkConfig, UpdateSandbox
+from hutch.services.sandboxes import E2BTraits
+from hutch.services.templates import BASE_TEMPLATE_ID
 from hutch.store import AuditLogRecord, SandboxRecord, SandboxStatus
 
 DEFAULT_TIMEOUT = 300

@@ -22,10 +22,10 @@ from starlette.requests import Request
 from hutch.e2b.common import StateGetter
 from hutch.e2b.connect import invalid, parse_json
 from hutch.errors import ApiError, Code
-from hutch.server import audit
 from hutch.server.auth import authorize_box
-from hutch.server.models import User
-from hutch.server.tokens import sandbox_named
+from hutch.services import audit
+from hutch.services.models import User
+from hutch.services.tokens import sandbox_named
 from hutch.store import SandboxRecord, SandboxStatus
 
 ENVD_PORT = "49983"

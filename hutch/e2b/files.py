@@ -28,7 +28,7 @@ from hutch.e2b.envd import Call, check_box, check_user, sandbox_of
 from hutch.e2b.signing import SignedLink, signed_sandbox_of
 from hutch.errors import ApiError, Code
 from hutch.guest.protocol import metadata_problem
-from hutch.server import audit, boxops
+from hutch.services import audit, boxops
 
 MAX_PARTS = 1000
 CHUNK = 64 * 1024

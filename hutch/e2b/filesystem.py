@@ -38,8 +38,8 @@ from hutch.e2b.connect import (
 )
 from hutch.e2b.envd import Call
 from hutch.errors import ApiError, Code
-from hutch.server import boxops
-from hutch.server.models import FsEntry, FsEvent
+from hutch.services import boxops
+from hutch.services.models import FsEntry, FsEvent
 
 log = logging.getLogger("hutch.e2b")
 

@@ -4,7 +4,7 @@ port inside the box (the code interpreter's 49999, say), as E2B's proxy sends it
 The token is envd's own check (`sandbox_of`), taken from `X-Access-Token` or, as the code
 interpreter's client sends it on its context calls, `E2B-Traffic-Access-Token` (hutch's traffic
 token is the box's access token). A wrong one is envd's 401. The request goes through
-hutch.server.boxport (the agent's tunnel, h11 framing, a bounded head, the answer streamed);
+hutch.services.boxport (the agent's tunnel, h11 framing, a bounded head, the answer streamed);
 hop-by-hop headers and cookies stay behind, and the answer is sandboxed (CSP), since it is served
 from hutch's own origin. An answer the box cuts short ends the client's response unfinished, so
 the client sees a broken stream, not a short one, and only once the store says whether the box is
@@ -23,8 +23,8 @@ from hutch.e2b.common import StateGetter
 from hutch.e2b.envd import ENVD_PORT, HOST_FORM, SandboxGone, sandbox_of
 from hutch.errors import ApiError, Code
 from hutch.guest.protocol import INTERPRETER_PORT
-from hutch.server import boxport
-from hutch.server.uploads import MAX_JSON_BODY, capped_body
+from hutch.services import boxport
+from hutch.services.uploads import MAX_JSON_BODY, capped_body
 from hutch.store import SandboxRecord, SandboxStatus
 
 if TYPE_CHECKING:

@@ -49,8 +49,8 @@ from hutch.e2b.connect import (
 from hutch.e2b.envd import Call
 from hutch.errors import ApiError, Code
 from hutch.guest import protocol
-from hutch.server import boxops
-from hutch.server.models import PtySize, SpawnCommand
+from hutch.services import boxops
+from hutch.services.models import PtySize, SpawnCommand
 from hutch.store import SandboxStatus
 
 SIGNALS = {"SIGNAL_UNSPECIFIED": 0, "SIGNAL_SIGTERM": 15, "SIGNAL_SIGKILL": 9}

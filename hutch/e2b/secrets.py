@@ -1,6 +1,6 @@
-"""E2B's secrets over hutch's (hutch.server.secrets): /secrets (create, list by pages, get, update
+"""E2B's secrets over hutch's (hutch.services.secrets): /secrets (create, list by pages, get, update
 with a new value, destroy), by id or name. A value goes in and never comes out. E2B's secrets
-have no hosts of their own: a box's network rules (hutch.server.header_rules) name the domains
+have no hosts of their own: a box's network rules (hutch.services.header_rules) name the domains
 and headers a secret's `${e2b.secrets.NAME}` is set in, by the egress proxy, audited as hutch's.
 """
 
@@ -14,8 +14,8 @@ from starlette.responses import JSONResponse
 
 from hutch.e2b.common import Ctx, iso, validation_message
 from hutch.errors import ApiError, Code
-from hutch.server.header_rules import SECRET_NAME
-from hutch.server.models import MAX_METADATA_KEYS, SecretValue
+from hutch.services.header_rules import SECRET_NAME
+from hutch.services.models import MAX_METADATA_KEYS, SecretValue
 from hutch.store import SecretRecord
 
 VALUE: TypeAdapter[str] = TypeAdapter(SecretValue)

@@ -1,4 +1,4 @@
-"""E2B's snapshots as hutch's own (hutch.server.snapshots), for control.py's routes: a snapshot taken
+"""E2B's snapshots as hutch's own (hutch.services.snapshots), for control.py's routes: a snapshot taken
 (POST /sandboxes/{id}/snapshots), listed (GET /snapshots), deleted the way the SDK deletes one (as a
 template: DELETE /templates/{id}), booted (POST /sandboxes with its id or name as templateID) and a
 running box forked (POST /sandboxes/{id}/fork: a snapshot taken for it, then the boxes).
@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from hutch.e2b.common import Ctx, validation_message
 from hutch.errors import ApiError, Code
-from hutch.server.models import BootSnapshot, CreateSandbox
-from hutch.server.sandboxes import E2BTraits
+from hutch.services.models import BootSnapshot, CreateSandbox
+from hutch.services.sandboxes import E2BTraits
 from hutch.store import SandboxRecord, SnapshotRecord
 
 DEFAULT_TAG = ":default"

@@ -38,8 +38,8 @@ from starlette.responses import JSONResponse
 
 from hutch.e2b.common import Ctx, iso, validation_message
 from hutch.errors import ApiError, Code
-from hutch.server.models import CreateTemplate
-from hutch.server.templates import BASE_TEMPLATE_ID
+from hutch.services.models import CreateTemplate
+from hutch.services.templates import BASE_TEMPLATE_ID
 from hutch.store import BuildRecord, BuildStatus, TemplateRecord
 from hutch.templates.buildlog import MAX_LOG_BYTES
 

@@ -1,4 +1,4 @@
-"""E2B's volumes over hutch's (hutch.server.volumes): the control plane's /volumes (X-API-KEY), and
+"""E2B's volumes over hutch's (hutch.services.volumes): the control plane's /volumes (X-API-KEY), and
 the volume content API at /volumecontent/{volumeID}/... with the volume's own bearer token, as the
 e2b SDK (2.63) speaks them. The SDK reads content calls' base from E2B_VOLUME_API_URL, which
 hutch's client.env sets to the same <hutch>/e2b as E2B_API_URL.
@@ -21,8 +21,8 @@ from starlette.responses import JSONResponse, StreamingResponse
 from hutch.e2b.common import Ctx, StateGetter, validation_message
 from hutch.errors import ApiError, Code
 from hutch.node.api import Entry
-from hutch.server.models import CreateVolume, VolumeMountSpec
 from hutch.server.routes.files import declared_length
+from hutch.services.models import CreateVolume, VolumeMountSpec
 from hutch.store import VolumeRecord
 
 if TYPE_CHECKING:

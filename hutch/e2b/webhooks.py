@@ -1,9 +1,9 @@
-"""E2B's lifecycle webhooks over hutch's (hutch.server.webhooks): /events/webhooks (register,
+"""E2B's lifecycle webhooks over hutch's (hutch.services.webhooks): /events/webhooks (register,
 list, get, update, delete), `events` in E2B's names (`sandbox.lifecycle.created`, ...). Each
 delivery is E2B's event (hutch.e2b.events), signed as E2B signs: `e2b-signature`, the SHA-256 of
 the secret followed by the body in base64 without padding, with `e2b-webhook-id`,
 `e2b-delivery-id` and `e2b-signature-version: v1`. Delivered, retried, recorded and disabled as
-hutch's own are (hutch.server.deliveries).
+hutch's own are (hutch.services.deliveries).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from starlette.responses import JSONResponse
 from hutch.e2b.common import Ctx, iso
 from hutch.e2b.events import PREFIX, TYPES, ours, shown
 from hutch.errors import ApiError, Code
-from hutch.server.deliveries import Flavor, e2b_signature
-from hutch.server.models import CreateWebhook, UpdateWebhook
+from hutch.services.deliveries import Flavor, e2b_signature
+from hutch.services.models import CreateWebhook, UpdateWebhook
 from hutch.store import EventRecord, Store, WebhookRecord
 
 FLAVOR = "e2b"

@@ -30,12 +30,12 @@ from hutch.fleet.relay import Relay
 from hutch.node.node import Node
 from hutch.node.pool import WarmPool
 from hutch.secrets.vault import Vault
-from hutch.server.config import ServerConfig
-from hutch.server.sandboxes import Sandboxes
-from hutch.server.secrets import Secrets
-from hutch.server.state import NodeSide
-from hutch.server.templates import BUILD_BOX_PREFIX, Templates
-from hutch.server.tokens import TokenSigner, load_or_create_key
+from hutch.services.config import ServerConfig
+from hutch.services.nodeside import NodeSide
+from hutch.services.sandboxes import Sandboxes
+from hutch.services.secrets import Secrets
+from hutch.services.templates import BUILD_BOX_PREFIX, Templates
+from hutch.services.tokens import TokenSigner, load_or_create_key
 from hutch.store import NodeRecord, Store
 
 log = logging.getLogger("hutch.fleet")
@@ -101,7 +101,7 @@ async def sweep_orphans(store: Store, node: Node, pool: WarmPool, every: float =
             if runtime_id not in held:
                 del unclaimed[runtime_id]
         for runtime_id, key in held.items():
-            # a build box has no sandbox: its build's node stops it (hutch.server.templates)
+            # a build box has no sandbox: its build's node stops it (hutch.services.templates)
             if runtime_id in waiting or key.startswith(BUILD_BOX_PREFIX) or store.sandbox_by_runtime(runtime_id) is not None:
                 unclaimed.pop(runtime_id, None)
             elif now - unclaimed.setdefault(runtime_id, now) >= ORPHAN_AFTER:

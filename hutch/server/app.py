@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -24,7 +24,6 @@ from hutch.e2b.webhooks import FLAVOR as E2B_WEBHOOKS
 from hutch.e2b.webhooks import flavor as e2b_webhooks
 from hutch.errors import ApiError
 from hutch.server import errors
-from hutch.server.config import ServerConfig
 from hutch.server.middleware import MAX_JSON_BODY, BodyLimit
 from hutch.server.routes import (
     code,
@@ -41,7 +40,9 @@ from hutch.server.routes import (
     webhooks,
 )
 from hutch.server.site_tls import site_tls
-from hutch.server.state import State
+from hutch.server.state import RemoteNodes, State
+from hutch.services.config import ServerConfig
+from hutch.store import Store
 
 log = logging.getLogger("hutch.server")
 
@@ -57,12 +58,22 @@ def _dump_tasks() -> None:
         task.print_stack(limit=12, file=sys.stderr)
 
 
+def _fleet_nodes(config: ServerConfig) -> Callable[[Store], RemoteNodes] | None:
+    """A fleet's API server reaches its nodes through hutch.fleet (Ray: imported only then)."""
+    fleet = config.fleet
+    if fleet is None:
+        return None
+    from hutch.fleet.apiside import FleetNodes
+
+    return lambda store: FleetNodes(fleet, store, config.data_dir)
+
+
 def create_app(config: ServerConfig) -> FastAPI:
     envd = e2b.EnvdServices()  # E2B's envd: processes' timers and tags, file watchers
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        st = State(config)
+        st = State(config, _fleet_nodes(config))
         app.state.hutch = st
         loop = asyncio.get_running_loop()
         tasks = []
@@ -72,11 +83,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             await st.sandboxes.reconcile()  # before any lifetime acts on a box not yet taken back
             await st.templates.reconcile()
             st.snapshots.reconcile()
-        else:  # a fleet's nodes take back their own boxes; the API servers watch for lost nodes
-            from hutch.fleet.watch import NodeWatch
-
-            assert st.placement is not None
-            tasks.append(loop.create_task(NodeWatch(st.store, st.placement).run()))
+        elif st.remote is not None:  # a fleet's nodes take back their own boxes; the API servers watch for lost nodes
+            tasks.append(loop.create_task(st.remote.watch()))
         tasks.append(loop.create_task(st.sandboxes.run_lifetimes()))  # a fleet's: each API server's, one wins
         st.deliverer.flavors[E2B_WEBHOOKS] = e2b_webhooks(st.store)  # E2B's shape and signature
         tasks.append(loop.create_task(st.deliverer.run()))  # webhooks: likewise, a lease per endpoint
@@ -118,7 +126,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, errors.http_error_handler)
     app.add_exception_handler(sqlalchemy.exc.OperationalError, errors.store_error_handler)
     app.add_exception_handler(Exception, errors.unexpected_error_handler)
-    app.add_middleware(BodyLimit, limit=MAX_JSON_BODY)
+    app.add_middleware(BodyLimit, limit=MAX_JSON_BODY, streamed=e2b.STREAMED, streamed_puts=e2b.STREAMED_PUTS,
+                       connect_prefix=e2b.ENVD_PREFIX)
     endpoint = tracing.endpoint_from(config.otlp_endpoint)
     if endpoint:  # else no middleware and no wrapper: tracing off costs nothing
         tracing.setup(endpoint, "hutch")

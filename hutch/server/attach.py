@@ -32,9 +32,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from hutch.errors import ApiError, Code
 from hutch.guest import protocol
 from hutch.server import errors
-from hutch.server.audit import AuditLog, actor
-from hutch.server.dataplane import DataPlane
-from hutch.server.models import PtySize, SignalProcess, StdinFrame
+from hutch.services.audit import AuditLog, actor
+from hutch.services.dataplane import DataPlane
+from hutch.services.models import PtySize, SignalProcess, StdinFrame
 from hutch.store import SandboxRecord
 
 MAX_FRAME = 1 * 2**20

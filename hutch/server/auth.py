@@ -12,8 +12,8 @@ from starlette.requests import HTTPConnection
 
 from hutch import tracing
 from hutch.errors import ApiError, Code, not_found
-from hutch.server import audit
 from hutch.server.state import State, StateDep
+from hutch.services import audit
 from hutch.store import SandboxRecord, SandboxStatus
 
 

@@ -9,30 +9,31 @@ import json
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hutch import e2b
 from hutch.errors import Code
 from hutch.server import errors
-from hutch.server.uploads import MAX_JSON_BODY
+from hutch.services.uploads import MAX_JSON_BODY
 
 __all__ = ["MAX_JSON_BODY", "BodyLimit"]
-
 
 
 class BodyLimit:
     """Refuses over-large JSON bodies (413) before anything parses them; file uploads are exempt
     here and capped where they stream."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, *, streamed: frozenset[str] = frozenset(),
+                 streamed_puts: tuple[str, ...] = (), connect_prefix: str | None = None) -> None:
+        # the composition root names E2B's streamed paths and its Connect prefix (hutch.e2b)
         self.app, self.limit = app, limit
+        self.streamed, self.streamed_puts, self.connect_prefix = streamed, streamed_puts, connect_prefix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (scope["method"] == "PUT" and scope["path"].endswith("/files")) or (
-                scope["method"] == "POST" and scope["path"] in e2b.STREAMED) or (  # E2B's upload and input stream
-                scope["method"] == "PUT" and scope["path"].startswith(e2b.STREAMED_PUTS)):  # E2B's uploads
+                scope["method"] == "POST" and scope["path"] in self.streamed) or (  # E2B's upload and input stream
+                scope["method"] == "PUT" and self.streamed_puts and scope["path"].startswith(self.streamed_puts)):
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            return await _refuse(send, self.limit, connect=scope["path"].startswith(e2b.ENVD_PREFIX + "/"))
+            return await _refuse(send, self.limit, connect=self._connect(scope["path"]))
         seen = 0
 
         async def counted() -> Message:
@@ -44,6 +45,9 @@ class BodyLimit:
             return msg
 
         await self.app(scope, counted, send)
+
+    def _connect(self, path: str) -> bool:
+        return self.connect_prefix is not None and path.startswith(self.connect_prefix + "/")
 
 
 async def _refuse(send: Send, limit: int, connect: bool = False) -> None:

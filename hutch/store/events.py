@@ -1,5 +1,5 @@
 """The events log: every change of a box's, a snapshot's or a template build's state, one row
-each, team by team, read by cursor (hutch.server.events serves it).
+each, team by team, read by cursor (hutch.services.events serves it).
 
 An event is written in the transaction that makes its change (`record`), so there is never a
 change without its event nor an event without its change. Its id is the cursor: every insert holds
@@ -36,7 +36,7 @@ MAX_TEXT = 2000  # characters of a text an event carries (a failure's reason is 
 
 
 # Told (on the committing thread) once a transaction that wrote an event has committed: how this
-# process's webhook deliverer wakes without polling (hutch.server.deliveries)
+# process's webhook deliverer wakes without polling (hutch.services.deliveries)
 _committed: list[Callable[[], None]] = []
 
 

@@ -205,7 +205,7 @@ events = sa.Table(
 )
 
 # A team's webhook endpoints, each delivered its team's events in order past its cursor by whichever
-# API server holds its lease (hutch.server.webhooks)
+# API server holds its lease (hutch.services.webhooks)
 webhooks = sa.Table(
     "webhooks", meta,
     sa.Column("id", sa.String(36), primary_key=True),
@@ -272,7 +272,7 @@ console_sessions = sa.Table(
     sa.Column("expires_at", sa.Float, nullable=False, index=True),
 )
 
-# --- snapshots (hutch.server.snapshots) -----------------------------------------------------------
+# --- snapshots (hutch.services.snapshots) -----------------------------------------------------------
 
 snapshots = sa.Table(
     "snapshots", meta,  # a box's saved state, booted any number of times; its image is in the snapshots' dir
@@ -297,7 +297,7 @@ snapshots = sa.Table(
     sa.UniqueConstraint("team_id", "name", name="uq_snapshots_team_name"),
 )
 
-# --- volumes (hutch.server.volumes) ---------------------------------------------------------------
+# --- volumes (hutch.services.volumes) ---------------------------------------------------------------
 
 volumes = sa.Table(
     "volumes", meta,  # storage that outlives boxes; its filesystem is in the node's volumes' dir

@@ -123,7 +123,7 @@ export function needsInstalled(what: string, present: boolean): string | false {
  * boxes of hutch/code-interpreter boot from. */
 export async function codeInterpreterBuilt(): Promise<boolean> {
   const ran = await run(PYTHON, ["-c", "from hutch.node import base_image\n"
-    + "from hutch.server.config import DEFAULT_CACHE_DIR\n"
+    + "from hutch.services.config import DEFAULT_CACHE_DIR\n"
     + "print(base_image.is_built(DEFAULT_CACHE_DIR, base_image.CODE_INTERPRETER))"], { cwd: REPO });
   if (ran.code !== 0) throw new Error(`could not ask whether the code interpreter is built: ${ran.stderr}`);
   return ran.stdout.trim() === "True";

@@ -54,7 +54,7 @@ from typing import IO, Any
 
 import httpx
 
-from hutch.server.config import DEFAULT_CACHE_DIR, ServerConfig
+from hutch.services.config import DEFAULT_CACHE_DIR, ServerConfig
 from tests.integration.support import ClientArgs
 from tests.postgres import running_postgres
 

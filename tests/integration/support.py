@@ -23,7 +23,7 @@ import pytest
 from hutch import Sandbox, SandboxError
 from hutch.node.idle import freezer_file, thaw
 from hutch.node.runsc import find_runsc
-from hutch.server.config import ServerConfig
+from hutch.services.config import ServerConfig
 from hutch.store import SandboxRecord, Store
 from tests.integration.internet import EGRESS_HOSTS, certificate
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from hutch import NotFoundError, RunStep, Sandbox, Template
 from hutch.node import base_image
-from hutch.server.config import DEFAULT_CACHE_DIR
-from hutch.server.templates import CODE_INTERPRETER_READY, CODE_INTERPRETER_START
+from hutch.services.config import DEFAULT_CACHE_DIR
+from hutch.services.templates import CODE_INTERPRETER_READY, CODE_INTERPRETER_START
 from tests.integration.support import Env, needs_installed, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from hutch import RunStep, Sandbox, Secret, Template
-from hutch.server import boxport
+from hutch.services import boxport
 from tests.integration.internet import Internet
 from tests.integration.support import Env, needs_installed, wait_for
 

@@ -21,7 +21,7 @@ import pytest
 
 from hutch import Sandbox
 from hutch.node import base_image
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 from tests.integration.support import Env, needs_installed, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -200,7 +200,7 @@ def test_e2bs_lifecycle_events_api_serves_a_boxs_life_in_its_shapes(env: Env) ->
 
 
 def test_a_team_holds_a_bounded_number_of_streams_and_a_closed_one_gives_its_place_back(env: Env) -> None:
-    from hutch.server.events import MAX_STREAMS
+    from hutch.services.events import MAX_STREAMS
 
     headers = {"Authorization": f"Bearer {env.key_b}"}
     limits = httpx.Limits(max_connections=MAX_STREAMS + 4)

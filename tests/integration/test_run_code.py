@@ -16,7 +16,7 @@ import pytest
 from hutch import AsyncSandbox, ConflictError, NotFoundError, Result, Sandbox, SandboxTimeoutError, ValidationError
 from hutch.node import base_image
 from hutch.sdk.types import ExecutionError
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 from tests.integration.support import Env, needs_installed
 
 TEMPLATE = "hutch/code-interpreter"

@@ -33,7 +33,7 @@ from hutch import (
     ValidationError,
     WorkdirStep,
 )
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 from tests.integration.internet import Internet
 from tests.integration.oci_image import FIFO, IMAGE_ENV, IMAGE_WORKDIR, REMOVED, make_busybox_image, needs_image_tools
 from tests.integration.support import HUTCH, Env, Server

@@ -26,7 +26,7 @@ from hutch import (
 )
 from hutch.node import base_image
 from hutch.sdk.codes import ServerCode
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 from tests.integration.support import Env, make_server, retire, wait_for
 
 

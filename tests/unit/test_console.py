@@ -24,10 +24,10 @@ from hutch.console.pages import TEMPLATES
 from hutch.console.plots import HEIGHT, WIDTH, plots
 from hutch.node.api import UsageSample
 from hutch.node.volumes import VolumeDisks
-from hutch.server.config import ServerConfig
-from hutch.server.models import CreateVolume, MountedVolume, SandboxInfo
 from hutch.server.state import State
-from hutch.server.volumes import Volumes
+from hutch.services.config import ServerConfig
+from hutch.services.models import CreateVolume, MountedVolume, SandboxInfo
+from hutch.services.volumes import Volumes
 from hutch.store import SandboxRecord, SandboxStatus, Store, hash_secret
 from hutch.store.schema import console_sessions
 

@@ -18,7 +18,7 @@ from hutch.e2b.files import _capped, _gunzip, _metadata
 from hutch.e2b.filesystem import entry
 from hutch.e2b.signing import SignedLink
 from hutch.errors import ApiError, Code
-from hutch.server.models import FsEntry, LinkEnd
+from hutch.services.models import FsEntry, LinkEnd
 
 
 def test_a_multipart_body_is_capped_while_it_streams() -> None:

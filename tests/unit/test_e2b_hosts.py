@@ -13,7 +13,7 @@ from cryptography import x509
 
 from hutch.e2b.hosts import API_PREFIX, ENVD_PREFIX, Target, target_of
 from hutch.server.site_tls import site_tls
-from hutch.server.tokens import TokenSigner, sandbox_named
+from hutch.services.tokens import TokenSigner, sandbox_named
 
 BOX = "8d0d2f24-6ee5-4d45-b0a2-a1548fe3e283"
 

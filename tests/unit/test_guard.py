@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hutch.server import guard
+from hutch.services import guard
 
 
 def _lock(path: Path) -> int:

@@ -9,6 +9,7 @@ that is a module, else to the package itself.
 from __future__ import annotations
 
 import ast
+import functools
 from collections import deque
 from pathlib import Path
 
@@ -44,6 +45,7 @@ def imported_by(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return {m for m in found if m in modules and m != name}
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     modules = module_names()
     return {name: imported_by(name, path, modules) for name, path in modules.items()}
@@ -126,3 +128,50 @@ def test_no_import_cycle_in_hutch() -> None:
         rest = sorted(knot - set(path))
         shown.append("  " + " -> ".join(path) + (f"  (the same knot holds {', '.join(rest)})" if rest else ""))
     assert not shown, "import cycles in hutch:\n" + "\n".join(shown)
+
+
+# --- the layers' rules: which package may lean on which ---------------------------------------------
+
+FRONTS = ("hutch.server", "hutch.e2b", "hutch.console")  # HTTP's, E2B's and the console's fronts
+WIRING = ("hutch.fleet", "hutch.cli")  # a fleet's reach to its nodes; the command line
+CLIENT = ("hutch.sdk", "hutch.integrations", "hutch.shell")  # what runs in a user's process
+BELOW_SERVICES = ("hutch.node", "hutch.store", "hutch.egress", "hutch.preview", "hutch.secrets",
+                  "hutch.templates", "hutch.guest", "hutch.errors", "hutch.http_relay", "hutch.tracing")
+COMPOSITION_ROOTS = {"hutch.server.app"}  # with hutch.cli: where the fleet, E2B and the console are wired in
+
+
+def within(module: str, packages: tuple[str, ...] | str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in ((packages,) if isinstance(packages, str) else packages))
+
+
+def broken(rule: str, importer: tuple[str, ...] | str, forbidden: tuple[str, ...] | str,
+           exempt: set[str] | None = None) -> list[str]:
+    """Each import, by a module of `importer`, of a module of `forbidden`: one line per breach."""
+    return [f"{rule}: {a} imports {b}" for a, bs in sorted(import_graph().items()) for b in sorted(bs)
+            if within(a, importer) and not within(a, forbidden) and within(b, forbidden)
+            and a not in (exempt or set())]
+
+
+LAYER_RULES: list[tuple[str, tuple[str, ...] | str, tuple[str, ...] | str, set[str]]] = [
+    ("the services know no front and no wiring", "hutch.services", (*FRONTS, *WIRING, *CLIENT), set()),
+    ("what lies below the services knows nothing above it", BELOW_SERVICES,
+     ("hutch.services", *FRONTS, *WIRING, *CLIENT), set()),
+    ("the HTTP layer wires in the fleet, E2B and the console only at its composition root", "hutch.server",
+     ("hutch.fleet", "hutch.e2b", "hutch.console"), COMPOSITION_ROOTS),
+    ("the fleet is below the fronts", "hutch.fleet", (*FRONTS, "hutch.cli"), set()),
+    ("E2B's facade and the console are fronts side by side", "hutch.e2b", "hutch.console", set()),
+    ("the console and E2B's facade are fronts side by side", "hutch.console", "hutch.e2b", set()),
+    ("a user's process holds the client alone", CLIENT,
+     ("hutch.services", *FRONTS, *WIRING, *BELOW_SERVICES), set()),
+]
+
+
+def test_the_rules_see_a_breach() -> None:
+    assert within("hutch.services.sandboxes", "hutch.services") and not within("hutch.servicesx", "hutch.services")
+    assert broken("r", "hutch.server", "hutch.services")  # the routes do call the services
+
+
+def test_each_layer_leans_only_on_the_layers_below_it() -> None:
+    breaches = [line for rule, importer, forbidden, exempt in LAYER_RULES
+                for line in broken(rule, importer, forbidden, exempt)]
+    assert not breaches, "imports across the layers' rules:\n  " + "\n  ".join(breaches)

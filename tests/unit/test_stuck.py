@@ -11,10 +11,10 @@ from typing import cast
 
 from hutch.node.api import NodeRuntime
 from hutch.secrets.vault import Vault
-from hutch.server.config import ServerConfig
-from hutch.server.sandboxes import CHECKPOINT_DONE, STUCK_SECONDS, Sandboxes
-from hutch.server.secrets import Secrets
-from hutch.server.tokens import TokenSigner
+from hutch.services.config import ServerConfig
+from hutch.services.sandboxes import CHECKPOINT_DONE, STUCK_SECONDS, Sandboxes
+from hutch.services.secrets import Secrets
+from hutch.services.tokens import TokenSigner
 from hutch.store import SandboxRecord, SandboxStatus, Store
 from tests.unit.test_store import new_record
 

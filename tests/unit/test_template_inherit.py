@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hutch.server.models import CreateTemplate
-from hutch.server.templates import _inherited_start
+from hutch.services.models import CreateTemplate
+from hutch.services.templates import _inherited_start
 from hutch.store import TemplateRecord
 
 PARENT = TemplateRecord(id="p", team_id=None, name="code-interpreter-v1", rootfs="/r",

@@ -18,10 +18,10 @@ from typing import Any, cast
 import pytest
 
 from hutch.node.api import NodeRuntime
-from hutch.server import templates as templates_module
-from hutch.server.config import FleetConfig, ServerConfig
-from hutch.server.models import CreateTemplate
-from hutch.server.templates import UNUSED_GRACE, Templates
+from hutch.services import templates as templates_module
+from hutch.services.config import FleetConfig, ServerConfig
+from hutch.services.models import CreateTemplate
+from hutch.services.templates import UNUSED_GRACE, Templates
 from hutch.store import BuildRecord, BuildStatus, Store, TemplateRecord
 from hutch.templates.buildlog import BuildLog
 from hutch.templates.builds import Built

@@ -14,7 +14,7 @@ import pytest
 
 from hutch import verify_webhook
 from hutch.sdk.errors import ValidationError
-from hutch.server.deliveries import Destinations, RefusedDestination, e2b_signature, hutch_signature
+from hutch.services.deliveries import Destinations, RefusedDestination, e2b_signature, hutch_signature
 
 
 def _resolve(d: Destinations, url: str) -> str:
@@ -77,7 +77,7 @@ def test_e2bs_signature_is_the_unpadded_base64_sha256_of_secret_and_body() -> No
 def test_a_delivery_connects_to_the_checked_address_and_names_the_host() -> None:
     import httpx
 
-    from hutch.server.deliveries import _pinned
+    from hutch.services.deliveries import _pinned
 
     client = httpx.AsyncClient()
     six = _pinned(client, "http://[2606:4700::1]/hook", "http", "2606:4700::1", 80,
@@ -90,7 +90,7 @@ def test_a_delivery_connects_to_the_checked_address_and_names_the_host() -> None
 
 
 def test_an_endpoint_is_sent_only_what_its_flavor_can_send() -> None:
-    from hutch.server.deliveries import Flavor, _types_for
+    from hutch.services.deliveries import Flavor, _types_for
 
     every = Flavor(None, lambda e: b"", lambda *a: {})
     lifecycle = Flavor(frozenset({"sandbox.created", "sandbox.killed"}), lambda e: b"", lambda *a: {})

@@ -1,7 +1,7 @@
 """The data plane's code interpreter (/data/v1/sandboxes/{id}/code): run code in a context's kernel
 (an NDJSON stream, as it comes) and the contexts themselves. The box's token opens them; the calls
 go to the interpreter of a hutch/code-interpreter box (hutch/guest/interpreter.py, on loopback port
-49999 inside the box) through hutch.server.boxport, as E2B's port forwarder does.
+49999 inside the box) through hutch.services.boxport, as E2B's port forwarder does.
 
 The stream is the interpreter's own lines (`stdout`, `stderr`, `result`, `error`,
 `number_of_executions`, `keepalive`, `end_of_execution`), passed on unparsed: the interpreter
@@ -24,10 +24,10 @@ from starlette.responses import StreamingResponse
 
 from hutch.errors import ApiError, Code
 from hutch.guest.protocol import INTERPRETER_PORT as PORT
-from hutch.server import audit, boxport
 from hutch.server.auth import ActorDep, BoxDep
-from hutch.server.models import CodeContext, CreateCodeContext, RunCode
 from hutch.server.state import State, StateDep
+from hutch.services import audit, boxport
+from hutch.services.models import CodeContext, CreateCodeContext, RunCode
 from hutch.store import SandboxRecord
 
 router = APIRouter(prefix="/data/v1/sandboxes/{sandbox_id}/code")

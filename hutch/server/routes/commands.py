@@ -12,11 +12,11 @@ from starlette.responses import StreamingResponse
 
 from hutch.errors import ApiError
 from hutch.guest import protocol
-from hutch.server import audit, boxops
 from hutch.server.attach import serve_attachment
 from hutch.server.auth import ActorDep, BoxDep, authorize_box
-from hutch.server.models import CommandResult, ProcessInfo, RunCommand, Signalled, SignalProcess, SpawnCommand
 from hutch.server.state import State, StateDep
+from hutch.services import audit, boxops
+from hutch.services.models import CommandResult, ProcessInfo, RunCommand, Signalled, SignalProcess, SpawnCommand
 
 router = APIRouter(prefix="/data/v1/sandboxes/{sandbox_id}")
 

@@ -1,5 +1,5 @@
 """A team's events (/v1/events): every change of its boxes', snapshots' and template builds' state,
-paged by cursor or streamed (server-sent events) from one (hutch.server.events)."""
+paged by cursor or streamed (server-sent events) from one (hutch.services.events)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
 from hutch.server.auth import TeamDep
-from hutch.server.events import MAX_CURSOR, MAX_PAGE, cursor_of, types_of
-from hutch.server.models import EventPage
 from hutch.server.state import StateDep
+from hutch.services.events import MAX_CURSOR, MAX_PAGE, cursor_of, types_of
+from hutch.services.models import EventPage
 
 router = APIRouter()
 

@@ -9,10 +9,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, Response
 from starlette.responses import StreamingResponse
 
-from hutch.server import boxops
 from hutch.server.auth import ActorDep, BoxDep
-from hutch.server.models import DirMade, FileWritten, FsEntries, FsEntry, MakeDir, MoveEntry, User
 from hutch.server.state import StateDep
+from hutch.services import boxops
+from hutch.services.models import DirMade, FileWritten, FsEntries, FsEntry, MakeDir, MoveEntry, User
 
 router = APIRouter(prefix="/data/v1/sandboxes/{sandbox_id}")
 WHOLE_UP_TO = 256 * 2**10  # a file up to this size is read whole and sent in one answer

@@ -6,7 +6,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from hutch.server.auth import TeamDep
-from hutch.server.models import (
+from hutch.server.state import StateDep
+from hutch.services.models import (
     PreviewPort,
     PreviewPortNumber,
     PreviewToken,
@@ -14,7 +15,6 @@ from hutch.server.models import (
     SignedPreviewUrl,
     SignPreviewUrl,
 )
-from hutch.server.state import StateDep
 
 router = APIRouter()
 

@@ -9,7 +9,8 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Query, Response
 
 from hutch.server.auth import TeamDep
-from hutch.server.models import (
+from hutch.server.state import StateDep
+from hutch.services.models import (
     AttachSecret,
     AuditPage,
     CreateSandbox,
@@ -20,7 +21,6 @@ from hutch.server.models import (
     SecretBinding,
     UpdateSandbox,
 )
-from hutch.server.state import StateDep
 from hutch.store import SandboxStatus
 
 router = APIRouter()

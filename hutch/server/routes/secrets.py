@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from hutch.server.auth import TeamDep
-from hutch.server.models import CreateSecret, ProviderInfo, RotateSecret, SecretAuditPage, SecretInfo, SecretName
-from hutch.server.secrets import providers
 from hutch.server.state import StateDep
+from hutch.services.models import CreateSecret, ProviderInfo, RotateSecret, SecretAuditPage, SecretInfo, SecretName
+from hutch.services.secrets import providers
 
 router = APIRouter()
 

@@ -10,8 +10,8 @@ from fastapi import APIRouter, Query, Response
 
 from hutch.errors import ApiError
 from hutch.server.auth import TeamDep
-from hutch.server.models import BootSnapshot, CreateSnapshot, SandboxAccess, SnapshotInfo
 from hutch.server.state import State, StateDep
+from hutch.services.models import BootSnapshot, CreateSnapshot, SandboxAccess, SnapshotInfo
 from hutch.store import SandboxRecord
 
 router = APIRouter()

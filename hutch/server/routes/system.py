@@ -11,8 +11,8 @@ from fastapi import APIRouter, Response
 
 from hutch.errors import ApiError, Code
 from hutch.server.auth import TeamDep
-from hutch.server.models import NodeInfo
 from hutch.server.state import State, StateDep
+from hutch.services.models import NodeInfo
 from hutch.store import SandboxStatus
 
 router = APIRouter()

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Query, Response
 from starlette.responses import StreamingResponse
 
 from hutch.server.auth import TeamDep
-from hutch.server.models import BuildId, BuildInfo, CreateTemplate, Rebuild, TemplateInfo, TemplateRef
 from hutch.server.state import StateDep
+from hutch.services.models import BuildId, BuildInfo, CreateTemplate, Rebuild, TemplateInfo, TemplateRef
 
 router = APIRouter()
 

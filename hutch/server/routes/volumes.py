@@ -10,8 +10,10 @@ from fastapi import APIRouter, Query, Request, Response
 from starlette.responses import StreamingResponse
 
 from hutch.server.auth import TeamDep
-from hutch.server.dataplane import entry_model
-from hutch.server.models import (
+from hutch.server.routes.files import WHOLE_UP_TO, declared_length
+from hutch.server.state import StateDep
+from hutch.services.dataplane import entry_model
+from hutch.services.models import (
     CreateVolume,
     DirMade,
     FileWritten,
@@ -23,8 +25,6 @@ from hutch.server.models import (
     VolumeInfo,
     VolumeRef,
 )
-from hutch.server.routes.files import WHOLE_UP_TO, declared_length
-from hutch.server.state import StateDep
 
 router = APIRouter()
 FilePath = Annotated[str, Query(max_length=4096)]

@@ -1,5 +1,5 @@
 """A team's webhooks (/v1/webhooks): endpoints its events are POSTed to, signed; and each one's
-delivery attempts (hutch.server.webhooks, hutch.server.deliveries)."""
+delivery attempts (hutch.services.webhooks, hutch.services.deliveries)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response
 
 from hutch.server.auth import TeamDep
-from hutch.server.models import CreateWebhook, DeliveryInfo, UpdateWebhook, WebhookInfo
 from hutch.server.state import StateDep
-from hutch.server.webhooks import MAX_DELIVERIES_SHOWN, info
+from hutch.services.models import CreateWebhook, DeliveryInfo, UpdateWebhook, WebhookInfo
+from hutch.services.webhooks import MAX_DELIVERIES_SHOWN, info
 
 router = APIRouter()
 # The calls that only read or delete are plain functions: FastAPI runs them on its threads, off the

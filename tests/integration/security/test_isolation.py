@@ -13,7 +13,7 @@ import pytest
 
 from hutch import Sandbox, SandboxError
 from hutch.node import base_image
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 from tests.integration.support import Env, ok_or_failed
 
 

@@ -18,7 +18,7 @@ from hutch.node import base_image, mounts
 from hutch.node.node import Node
 from hutch.node.runsc import Runsc, RunscConfig, find_runsc
 from hutch.node.spec import AgentRuntime, Limits
-from hutch.server.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR
 from tests.integration.support import Server, make_server, retire, runsc_cli, wait_for
 
 CLONE_NEWNS = 0x20000

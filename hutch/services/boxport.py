@@ -21,7 +21,7 @@ import weakref
 from collections import Counter
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import h11
 
@@ -31,7 +31,20 @@ from hutch.node.api import AgentUnreachable, ChannelError
 from hutch.store import SandboxRecord, SandboxStatus
 
 if TYPE_CHECKING:
-    from hutch.server.state import State
+    from hutch.node.api import NodeRuntime
+    from hutch.services.sandboxes import Sandboxes
+    from hutch.store import Store
+
+
+class State(Protocol):
+    """What a request to a box's port needs of the server's state."""
+
+    @property
+    def sandboxes(self) -> Sandboxes: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def node(self) -> NodeRuntime: ...
 
 MAX_HEAD = 64 * 1024
 READ = 64 * 1024

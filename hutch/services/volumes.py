@@ -25,9 +25,9 @@ from hutch.guest import protocol
 from hutch.node.api import Entry, VolumeMount
 from hutch.node.volfiles import CHUNK, VolumeFiles
 from hutch.node.volumes import VolumeDisks, VolumeGone
-from hutch.server.config import ServerConfig
-from hutch.server.models import CreateVolume, MountedVolume, Mounts, VolumeInfo, VolumeMountSpec, timestamp
-from hutch.server.uploads import capped_body
+from hutch.services.config import ServerConfig
+from hutch.services.models import CreateVolume, MountedVolume, Mounts, VolumeInfo, VolumeMountSpec, timestamp
+from hutch.services.uploads import capped_body
 from hutch.store import Store, VolumeRecord
 
 log = logging.getLogger(__name__)

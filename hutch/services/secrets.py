@@ -18,9 +18,9 @@ from hutch.egress.rules import domain_matches
 from hutch.errors import ApiError, Code, not_found
 from hutch.secrets.providers import DEFAULT_FORMAT, DEFAULT_HEADER, PROVIDERS
 from hutch.secrets.vault import Vault, VaultError
-from hutch.server.header_rules import Rules
-from hutch.server.header_rules import injections as rule_injections
-from hutch.server.models import (
+from hutch.services.header_rules import Rules
+from hutch.services.header_rules import injections as rule_injections
+from hutch.services.models import (
     MAX_BOUND_SECRETS,
     CreateSecret,
     ProviderInfo,
@@ -170,7 +170,7 @@ class Secrets:
     # --- what the egress proxy asks -------------------------------------------------------------
 
     def injections(self, box: SandboxRecord) -> tuple[Injection, ...]:
-        """The box's bound secrets, then its header rules (hutch.server.header_rules)."""
+        """The box's bound secrets, then its header rules (hutch.services.header_rules)."""
         bound = tuple(Injection(secret_id=rec.id, secret_name=rec.name, team_id=rec.team_id, env=b.env,
                                 standin=b.standin, header=rec.header, format=rec.format, hosts=tuple(rec.hosts))
                       for b, rec in self.store.bound_secrets(box.id))

@@ -29,9 +29,9 @@ from hutch.node.api import (
     ProcessDesc,
     Stream,
 )
-from hutch.server.models import CommandResult, FsEntry, FsEvent, LinkEnd, ProcessInfo, RunCommand, SpawnCommand, timestamp
-from hutch.server.sandboxes import Sandboxes
-from hutch.server.uploads import capped_body
+from hutch.services.models import CommandResult, FsEntry, FsEvent, LinkEnd, ProcessInfo, RunCommand, SpawnCommand, timestamp
+from hutch.services.sandboxes import Sandboxes
+from hutch.services.uploads import capped_body
 from hutch.store import SandboxRecord
 
 T = TypeVar("T")

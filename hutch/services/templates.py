@@ -40,8 +40,8 @@ from hutch.errors import ApiError, BuildFailure, Code
 from hutch.guest import protocol
 from hutch.node import base_image, mounts
 from hutch.node.api import NodeRuntime
-from hutch.server.config import ServerConfig
-from hutch.server.models import BuildErrorInfo, BuildInfo, CreateTemplate, TemplateInfo, timestamp
+from hutch.services.config import ServerConfig
+from hutch.services.models import BuildErrorInfo, BuildInfo, CreateTemplate, TemplateInfo, timestamp
 from hutch.store import BuildRecord, BuildStatus, Store, TemplateRecord
 from hutch.templates import oci
 from hutch.templates.buildlog import BuildLog, Ended, follow, follow_file

@@ -13,8 +13,8 @@ from hutch.node.api import AgentUnreachable, ChannelError
 from hutch.preview import access
 from hutch.preview.access import PreviewKeys
 from hutch.preview.proxy import PreviewProxy, PreviewSite, Published
-from hutch.server.models import PreviewPort, PreviewToken, SignedPreviewUrl, timestamp
-from hutch.server.sandboxes import Sandboxes
+from hutch.services.models import PreviewPort, PreviewToken, SignedPreviewUrl, timestamp
+from hutch.services.sandboxes import Sandboxes
 from hutch.store import PreviewPortRecord, SandboxRecord
 
 

@@ -4,7 +4,7 @@ record claims: the warm pool's, a create's not yet recorded, a build's. Recorded
 they do across any restart (the next start adopts them). A server that stops as it should says so
 first (its own shutdown stopped those boxes), and the guard exits with nothing to do.
 
-It is `python -P .../hutch/server/guard.py RUNSC STATE_DIR`, the store's URL in its environment
+It is `python -P .../hutch/services/guard.py RUNSC STATE_DIR`, the store's URL in its environment
 (not its command line, which any user may read), its stdin the read end of a pipe whose write end
 only the server holds: the server's end closes however it ends. Until then
 it only waits in a read (no timer, no CPU), with nothing but the standard library loaded (run by

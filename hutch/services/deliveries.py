@@ -40,7 +40,7 @@ from hutch.secrets.vault import Vault
 from hutch.store import EventRecord, Store, WebhookRecord
 from hutch.store.events import on_event
 
-log = logging.getLogger("hutch.server.deliveries")
+log = logging.getLogger("hutch.services.deliveries")
 
 POLL_SECONDS = 5.0  # how often the store is asked for the newest event with nothing told meanwhile
 LOOK_GAP = 0.2  # the least time between two looks

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from hutch.server.models import NodeInfo
+from hutch.services.models import NodeInfo
 from hutch.store import SandboxStatus
 
 # Latency buckets from a few ms (a command) to a minute (a large restore).

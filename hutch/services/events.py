@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 
 from hutch.errors import ApiError, Code
-from hutch.server.models import EventInfo, EventPage, timestamp
+from hutch.services.models import EventInfo, EventPage, timestamp
 from hutch.store import EventRecord, Store
 
 MAX_PAGE = 1000

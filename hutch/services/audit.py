@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from starlette.requests import HTTPConnection
 
 from hutch.errors import ApiError
-from hutch.server.models import AuditEntry, AuditPage, timestamp
+from hutch.services.models import AuditEntry, AuditPage, timestamp
 from hutch.store import SandboxRecord, Store
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")

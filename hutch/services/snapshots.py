@@ -21,9 +21,9 @@ from pathlib import Path
 from hutch.errors import ApiError, Code
 from hutch.node import boxfiles
 from hutch.node.api import AgentUnreachable, ChannelError
-from hutch.server.config import ServerConfig
-from hutch.server.models import BootSnapshot, CreateSandbox, SnapshotInfo, timestamp
-from hutch.server.sandboxes import E2BTraits, Sandboxes, checkpoint_bound, checkpoint_size, own_bytes
+from hutch.services.config import ServerConfig
+from hutch.services.models import BootSnapshot, CreateSandbox, SnapshotInfo, timestamp
+from hutch.services.sandboxes import E2BTraits, Sandboxes, checkpoint_bound, checkpoint_size, own_bytes
 from hutch.store import CheckpointBudgets, SandboxRecord, SnapshotRecord, Store
 
 log = logging.getLogger("hutch.server")

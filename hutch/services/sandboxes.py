@@ -32,10 +32,10 @@ from hutch.node.api import CHECKPOINT_SLACK, BoxAgent, BoxRef, BoxStartError, Li
 from hutch.node.pool import WarmPool
 from hutch.node.spec import Limits
 from hutch.preview.proxy import PreviewSite
-from hutch.server.config import ServerConfig
-from hutch.server.header_rules import Rules
-from hutch.server.metrics import Metrics
-from hutch.server.models import (
+from hutch.services.config import ServerConfig
+from hutch.services.header_rules import Rules
+from hutch.services.metrics import Metrics
+from hutch.services.models import (
     CreateSandbox,
     NetworkConfig,
     NetworkLogEntry,
@@ -46,10 +46,10 @@ from hutch.server.models import (
     UpdateSandbox,
     timestamp,
 )
-from hutch.server.secrets import Secrets
-from hutch.server.templates import BASE_TEMPLATE_ID
-from hutch.server.tokens import TokenSigner
-from hutch.server.volumes import Volumes, mounts_of
+from hutch.services.secrets import Secrets
+from hutch.services.templates import BASE_TEMPLATE_ID
+from hutch.services.tokens import TokenSigner
+from hutch.services.volumes import Volumes, mounts_of
 from hutch.store import (
     CheckpointBudgets,
     Event,
@@ -320,7 +320,7 @@ class Sandboxes:
                      snapshot: tuple[SnapshotRecord, Path] | None = None,
                      header_rules: Rules | None = None) -> SandboxRecord:
         """A new box; with `e2b` (E2B's API), one that keeps E2B's ways (E2BTraits).
-        With `snapshot` (hutch.server.snapshots: the record and its image), the box continues
+        With `snapshot` (hutch.services.snapshots: the record and its image), the box continues
         from it: the snapshot's template, shape, env (the create's on top), egress rules and
         secrets unless the create gives its own, and new stand-ins; no start command runs."""
         template: TemplateRecord | None = None
@@ -463,7 +463,7 @@ class Sandboxes:
 
     async def update(self, team_id: str, sandbox_id: str, req: UpdateSandbox, *,
                      header_rules: Rules | _Unchanged | None = UNCHANGED, said: bool = True) -> SandboxRecord:
-        """`header_rules` (hutch.server.header_rules), if given, replace the box's. `said`: whether
+        """`header_rules` (hutch.services.header_rules), if given, replace the box's. `said`: whether
         it is an event (not for a change that is how another call is carried out)."""
         async with self._locks[sandbox_id]:
             rec = self.get(team_id, sandbox_id)

@@ -7,12 +7,21 @@ What a row says is `audit`'s: the op's name, what it acted on and as whom, and h
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
-from hutch.server import audit
-from hutch.server.models import FsEntry, ProcessInfo, SpawnCommand
-from hutch.server.state import State
+from hutch.services import audit
+from hutch.services.dataplane import DataPlane
+from hutch.services.models import FsEntry, ProcessInfo, SpawnCommand
 from hutch.store import SandboxRecord
+
+
+class State(Protocol):
+    """What these operations need of the server's state: its audit log and its data plane."""
+
+    @property
+    def audit(self) -> audit.AuditLog: ...
+    @property
+    def data(self) -> DataPlane: ...
 
 
 async def write_file(st: State, rec: SandboxRecord, who: str, path: str, body: AsyncIterator[bytes],

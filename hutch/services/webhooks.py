@@ -1,4 +1,4 @@
-"""A team's webhooks: endpoints its events are POSTed to, signed (hutch.server.deliveries sends
+"""A team's webhooks: endpoints its events are POSTed to, signed (hutch.services.deliveries sends
 them). Made, listed, changed and deleted here; a URL is checked where it leads when it is set (and
 again at every delivery), and the signing secret is sealed at rest and shown once.
 """
@@ -13,9 +13,9 @@ from collections.abc import Callable, Collection
 
 from hutch.errors import ApiError, Code
 from hutch.secrets.vault import Vault
-from hutch.server.deliveries import Destinations, RefusedDestination, bound_to
-from hutch.server.events import types_of
-from hutch.server.models import CreateWebhook, DeliveryInfo, UpdateWebhook, WebhookInfo, timestamp
+from hutch.services.deliveries import Destinations, RefusedDestination, bound_to
+from hutch.services.events import types_of
+from hutch.services.models import CreateWebhook, DeliveryInfo, UpdateWebhook, WebhookInfo, timestamp
 from hutch.store import DeliveryRecord, Store, WebhookRecord
 
 SECRET_PREFIX = "whsec_"
