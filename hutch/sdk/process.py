@@ -21,6 +21,7 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 
+from hutch.sdk import routes
 from hutch.sdk.codes import SdkCode, ServerCode
 from hutch.sdk.config import tls_context
 from hutch.sdk.errors import ConflictError, SandboxError, SandboxTimeoutError, ServerError, error_for, error_from_response
@@ -82,7 +83,7 @@ class AsyncProcess:
         for attempt in (1, 2):
             try:
                 proc._ws = await ws_connect(
-                    dp.url.replace("http", "ws", 1) + f"/commands/{pid}/ws", additional_headers=dp.headers(),
+                    routes.ATTACH_PROCESS.at(dp.url.replace("http", "ws", 1), pid=pid)[1], additional_headers=dp.headers(),
                     ssl=tls_context() if dp.url.startswith("https:") else None, max_size=MAX_FRAME,
                     open_timeout=30, ping_interval=20, ping_timeout=60)
                 break

@@ -1,5 +1,7 @@
 """The SDK's wire types: what the server answers (SandboxInfo, EntryInfo, BuildInfo, ...) and the
-few things sent as they are (NetworkConfig, the template steps), each with how it is read off JSON."""
+few things sent as they are (NetworkConfig, the template steps). Each `Wire` type is read off JSON
+from its fields (hutch.sdk.wire); tests/unit/test_sdk_openapi.py checks them against the server's
+OpenAPI document."""
 
 from __future__ import annotations
 
@@ -9,23 +11,15 @@ from typing import Any
 
 from hutch.sdk.codes import ServerCode
 from hutch.sdk.errors import ValidationError
+from hutch.sdk.wire import READER, Wire, renamed
 
 BUILD_ENDED = ("ready", "failed", "cancelled")
-
-
-def _time(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
-
-
-def _stamped(d: dict[str, Any]) -> dict[str, Any]:
-    """A log entry's fields, its `at` read as a datetime."""
-    return {**d, "at": datetime.fromisoformat(d["at"])}
 
 
 # --- sandboxes ------------------------------------------------------------------------------------
 
 @dataclass
-class NetworkConfig:
+class NetworkConfig(Wire):
     """Egress rules. `allow_out`: CIDRs and domains ("*.example.com" matches any name below it,
     not the apex); `deny_out`: CIDRs. Allow wins over deny, so `deny_out=["0.0.0.0/0"]` with an
     allow list lets only that list out. Private, loopback and link-local ranges (169.254.169.254
@@ -36,7 +30,7 @@ class NetworkConfig:
 
 
 @dataclass
-class NetworkLogEntry:
+class NetworkLogEntry(Wire):
     id: int
     at: datetime
     host: str
@@ -49,23 +43,15 @@ class NetworkLogEntry:
     error: str | None = None
     secrets: list[str] | None = None  # the secrets swapped into its requests
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> NetworkLogEntry:
-        return cls(**_stamped(d))
-
 
 @dataclass
-class NetworkLogPage:
+class NetworkLogPage(Wire):
     entries: list[NetworkLogEntry]
     next_before: int | None  # pass as `before` for older entries; None at the end
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> NetworkLogPage:
-        return cls([NetworkLogEntry.from_json(e) for e in d["entries"]], d["next_before"])
-
 
 @dataclass
-class SecretBinding:
+class SecretBinding(Wire):
     """A secret bound to an env var of a sandbox (the box sees only a stand-in)."""
 
     env: str
@@ -73,13 +59,9 @@ class SecretBinding:
     revoked: bool  # the secret was deleted: its stand-in is not swapped any more
     created_at: datetime
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> SecretBinding:
-        return cls(d["env"], d["secret"], d["revoked"], datetime.fromisoformat(d["created_at"]))
-
 
 @dataclass
-class SandboxInfo:
+class SandboxInfo(Wire):
     """The server's view of a sandbox at the moment it was asked."""
 
     id: str
@@ -101,23 +83,9 @@ class SandboxInfo:
     node: str | None = None  # the fleet node it runs or last ran on (None on a single host)
     volumes: list[MountedVolume] = field(default_factory=list)  # what it mounts
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> SandboxInfo:
-        return cls(
-            id=d["id"], name=d["name"], status=d["status"], template=d["template"], metadata=d["metadata"],
-            timeout_seconds=d.get("timeout_seconds"), auto_delete_seconds=d.get("auto_delete_seconds"),
-            vcpu_count=d["vcpu_count"], memory_mib=d["memory_mib"],
-            created_at=datetime.fromisoformat(d["created_at"]), updated_at=datetime.fromisoformat(d["updated_at"]),
-            failure=d.get("failure"),
-            network=NetworkConfig(**d["network"]) if d.get("network") else None,
-            secrets=[SecretBinding.from_json(b) for b in d.get("secrets", ())],
-            preview_access=d.get("preview_access", "public"), preview_url_template=d.get("preview_url_template", ""),
-            node=d.get("node"), volumes=[MountedVolume(**m) for m in d.get("volumes", ())],
-        )
-
 
 @dataclass
-class MountedVolume:
+class MountedVolume(Wire):
     """A volume a sandbox mounts, at `path` in the box."""
 
     volume_id: str
@@ -127,7 +95,7 @@ class MountedVolume:
 
 
 @dataclass
-class VolumeInfo:
+class VolumeInfo(Wire):
     """A volume: storage that outlives boxes, which many boxes mount at once."""
 
     id: str
@@ -138,15 +106,9 @@ class VolumeInfo:
     created_at: datetime
     mounted_by: list[str]  # the live sandboxes (running or paused) that mount it
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> VolumeInfo:
-        return cls(id=d["id"], name=d["name"], size_mib=d["size_mib"], used_bytes=d.get("used_bytes"),
-                   metadata=d["metadata"], created_at=datetime.fromisoformat(d["created_at"]),
-                   mounted_by=list(d.get("mounted_by", ())))
-
 
 @dataclass
-class SnapshotInfo:
+class SnapshotInfo(Wire):
     """A saved state of a box (memory, processes and files; with `memory` False its files only),
     which new boxes boot from."""
 
@@ -161,15 +123,9 @@ class SnapshotInfo:
     size_bytes: int
     created_at: datetime
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> SnapshotInfo:
-        return cls(id=d["id"], name=d.get("name"), metadata=d["metadata"], source_sandbox_id=d.get("source_sandbox_id"),
-                   template=d["template"], vcpu_count=d["vcpu_count"], memory_mib=d["memory_mib"], memory=d["memory"],
-                   size_bytes=d["size_bytes"], created_at=datetime.fromisoformat(d["created_at"]))
-
 
 @dataclass
-class AuditEntry:
+class AuditEntry(Wire):
     """A command or file operation on a sandbox."""
 
     id: int
@@ -181,31 +137,19 @@ class AuditEntry:
     exit_code: int | None  # a command's, once it ended
     outcome: str  # "ok", or the error code the call ended with
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> AuditEntry:
-        return cls(**_stamped(d))
-
 
 @dataclass
-class AuditPage:
+class AuditPage(Wire):
     entries: list[AuditEntry]
     next_before: int | None
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> AuditPage:
-        return cls([AuditEntry.from_json(e) for e in d["entries"]], d["next_before"])
-
 
 @dataclass
-class PreviewPort:
+class PreviewPort(Wire):
     port: int
     access: str  # "public" or "private"
     url: str
     created_at: datetime
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> PreviewPort:
-        return cls(d["port"], d["access"], d["url"], datetime.fromisoformat(d["created_at"]))
 
 
 # --- commands, processes and files ----------------------------------------------------------------
@@ -218,7 +162,7 @@ class CommandResult:
 
 
 @dataclass
-class ProcessInfo:
+class ProcessInfo(Wire):
     """A spawned process that is still running."""
 
     pid: int
@@ -227,14 +171,18 @@ class ProcessInfo:
     pty: bool
     started_at: datetime
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> ProcessInfo:
-        return cls(pid=d["pid"], command=d["command"], user=d["user"], pty=d["pty"],
-                   started_at=datetime.fromisoformat(d["started_at"]))
+
+@dataclass
+class LinkEnd(Wire):
+    """Where a link leads, and what is there."""
+
+    path: str
+    type: str  # "file", "dir", "symlink" or "other"
+    mode: int
 
 
 @dataclass
-class EntryInfo:
+class EntryInfo(Wire):
     """A file, directory or link in the box, as lstat sees it (a link is described, not followed)."""
 
     name: str
@@ -246,13 +194,9 @@ class EntryInfo:
     owner: str
     group: str
     modified_time: datetime
-    symlink_target: str | None = None
+    symlink_target: str | None = None  # the link's text, as readlink has it
+    link: LinkEnd | None = None  # for a link: where it leads, every link on the way resolved (None: nowhere)
     metadata: dict[str, str] | None = None  # E2B's file metadata (user.e2b.* xattrs), if the file has any
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> EntryInfo:
-        return cls(d["name"], d["path"], d["type"], d["size"], d["mode"], d["permissions"], d["owner"], d["group"],
-                   datetime.fromisoformat(d["modified_time"]), d.get("symlink_target"), d.get("metadata"))
 
 
 @dataclass
@@ -266,7 +210,7 @@ class FilesystemEvent:
 # --- secrets --------------------------------------------------------------------------------------
 
 @dataclass
-class SecretAuth:
+class SecretAuth(Wire):
     """Where clients send the credential: a header, and its value with "{value}" for the
     credential ("Bearer {value}"). The stand-in is swapped only there."""
 
@@ -275,7 +219,7 @@ class SecretAuth:
 
 
 @dataclass
-class SecretInfo:
+class SecretInfo(Wire):
     name: str
     provider: str | None
     allowed_hosts: list[str]
@@ -284,14 +228,9 @@ class SecretInfo:
     created_at: datetime
     updated_at: datetime
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> SecretInfo:
-        return cls(d["name"], d.get("provider"), d["allowed_hosts"], SecretAuth(**d["auth"]), d["version"],
-                   datetime.fromisoformat(d["created_at"]), datetime.fromisoformat(d["updated_at"]))
-
 
 @dataclass
-class ProviderInfo:
+class ProviderInfo(Wire):
     """A service whose auth scheme and hosts a secret takes by name (`provider="openai"`)."""
 
     name: str
@@ -300,13 +239,9 @@ class ProviderInfo:
     auth: SecretAuth
     env: str  # the variable its client libraries read
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> ProviderInfo:
-        return cls(**{**d, "auth": SecretAuth(**d["auth"])})
-
 
 @dataclass
-class SecretAuditEntry:
+class SecretAuditEntry(Wire):
     id: int
     at: datetime
     sandbox_id: str
@@ -316,25 +251,17 @@ class SecretAuditEntry:
     path: str
     status: int | None  # None: no answer came
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> SecretAuditEntry:
-        return cls(**_stamped(d))
-
 
 @dataclass
-class SecretAuditPage:
+class SecretAuditPage(Wire):
     entries: list[SecretAuditEntry]
     next_before: int | None
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> SecretAuditPage:
-        return cls([SecretAuditEntry.from_json(e) for e in d["entries"]], d["next_before"])
 
 
 # --- events ---------------------------------------------------------------------------------------
 
 @dataclass
-class Event:
+class Event(Wire):
     """One change of state of the team's: `id` is its cursor (ids only grow, in the order the
     changes were made)."""
 
@@ -342,27 +269,19 @@ class Event:
     type: str  # sandbox.created, sandbox.paused, snapshot.deleted, template.build.ready, ...
     at: datetime
     sandbox_id: str | None
-    data: dict[str, Any]
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Event:
-        return cls(**_stamped(d))
+    data: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class EventPage:
+class EventPage(Wire):
     events: list[Event]
     next: int  # the cursor to ask from next
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> EventPage:
-        return cls([Event.from_json(e) for e in d["events"]], d["next"])
 
 
 # --- webhooks -------------------------------------------------------------------------------------
 
 @dataclass
-class WebhookInfo:
+class WebhookInfo(Wire):
     """An endpoint the team's events are POSTed to, signed. `secret` only in what `create` returned."""
 
     id: str
@@ -375,15 +294,9 @@ class WebhookInfo:
     updated_at: datetime
     secret: str | None = None
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> WebhookInfo:
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}  # a newer server's fields are skipped
-        return cls(**{**known, "created_at": datetime.fromisoformat(d["created_at"]),
-                      "updated_at": datetime.fromisoformat(d["updated_at"])})
-
 
 @dataclass
-class WebhookDelivery:
+class WebhookDelivery(Wire):
     """One attempt to deliver an event."""
 
     id: int
@@ -395,10 +308,6 @@ class WebhookDelivery:
     ok: bool
     error: str | None
     duration_ms: int
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> WebhookDelivery:
-        return cls(**_stamped({k: v for k, v in d.items() if k in cls.__dataclass_fields__}))
 
 
 # --- templates ------------------------------------------------------------------------------------
@@ -487,19 +396,15 @@ def step_from_json(d: dict[str, Any]) -> Step:
 
 
 @dataclass
-class BuildErrorInfo:
+class BuildErrorInfo(Wire):
     code: str  # step_failed, image_not_found, image_pull_failed, ready_timeout, cancelled, build_failed, ...
     message: str
     step: int | None = None  # the index (from 0) into the template's steps of the one at fault; None: none's
     exit_code: int | None = None  # that step's command's
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any] | None) -> BuildErrorInfo | None:
-        return None if d is None else cls(d["code"], d["message"], d.get("step"), d.get("exit_code"))
-
 
 @dataclass
-class BuildInfo:
+class BuildInfo(Wire):
     id: str
     template_id: str
     template: str  # its name
@@ -515,15 +420,9 @@ class BuildInfo:
     def ended(self) -> bool:
         return self.status in BUILD_ENDED
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> BuildInfo:
-        return cls(d["id"], d["template_id"], d["template"], d["status"], BuildErrorInfo.from_json(d.get("error")),
-                   d["steps_total"], d["steps_cached"], datetime.fromisoformat(d["created_at"]),
-                   _time(d.get("started_at")), _time(d.get("finished_at")))
-
 
 @dataclass
-class TemplateInfo:
+class TemplateInfo(Wire):
     """The server's view of a template when it was asked. `status` is "ready" once any build
     succeeded (a rebuild keeps it so), else "building" or "failed" as its latest build."""
 
@@ -531,8 +430,8 @@ class TemplateInfo:
     name: str
     system: bool  # hutch/base and the like: every team's, never deleted
     status: str
-    from_: str | None  # None: a system template, built by the server itself
-    steps: list[Step]
+    from_: str | None = field(metadata=renamed("from"))  # None: a system template, built by the server itself
+    steps: list[Step] = field(metadata={READER: lambda steps: [step_from_json(s) for s in steps]})
     start_cmd: str | None
     ready_cmd: str | None
     ready_timeout_seconds: int
@@ -545,27 +444,14 @@ class TemplateInfo:
     created_at: datetime
     latest_build: BuildInfo | None
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> TemplateInfo:
-        latest = d.get("latest_build")
-        return cls(d["id"], d["name"], d.get("system", False), d["status"], d.get("from"),
-                   [step_from_json(s) for s in d.get("steps") or ()], d.get("start_cmd"), d.get("ready_cmd"),
-                   d["ready_timeout_seconds"], d["vcpu"], d["memory_mib"], d["disk_mib"], d.get("env") or {},
-                   d.get("workdir"), d.get("user"), datetime.fromisoformat(d["created_at"]),
-                   None if latest is None else BuildInfo.from_json(latest))
-
 
 @dataclass
-class BuildLogLine:
+class BuildLogLine(Wire):
     seq: int  # rises by one a line, from 1
     time: datetime
     step: int | None  # the index (from 0) of the step it belongs to; None: the builder's own lines
     stream: str  # system, stdout, stderr
     text: str
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> BuildLogLine:
-        return cls(d["seq"], datetime.fromisoformat(d["time"]), d.get("step"), d["stream"], d["text"])
 
 
 @dataclass
@@ -650,13 +536,9 @@ class Execution:
 
 
 @dataclass
-class CodeContext:
+class CodeContext(Wire):
     """A code-interpreter context: its own kernel (own variables), started in `cwd`."""
 
     id: str
     language: str
     cwd: str
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> CodeContext:
-        return cls(id=d["id"], language=d["language"], cwd=d["cwd"])

@@ -58,9 +58,9 @@ def test_table_pads_columns_and_strips_line_ends() -> None:
 
 
 def test_a_templates_json_spells_its_steps_as_the_http_api() -> None:
-    info = TemplateInfo.from_json({"id": "t1", "name": "web", "status": "ready", "from": "hutch/base",
+    info = TemplateInfo.from_json({"id": "t1", "name": "web", "system": False, "status": "ready", "from": "hutch/base",
                                    "steps": [{"run": "make"}, {"env": {"key": "K", "value": "V"}}], "ready_timeout_seconds": 60,
-                                   "vcpu": 1, "memory_mib": 512, "disk_mib": 1024,
+                                   "vcpu": 1, "memory_mib": 512, "disk_mib": 1024, "env": {},
                                    "created_at": "2026-01-02T03:04:05+00:00"})
     assert info.steps == [RunStep("make"), EnvStep("K", "V")]
     data = info_json(info)

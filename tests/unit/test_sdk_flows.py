@@ -49,8 +49,8 @@ SANDBOX = {"id": "sb-1", "name": "box", "status": "active", "template": "hutch/b
            "data_plane_url": DATA, "access_token": "token-1"}
 BUILD = {"id": "b-1", "template_id": "t-1", "template": "py", "status": "running", "error": None, "steps_total": 1,
          "steps_cached": 0, "created_at": WHEN, "started_at": WHEN, "finished_at": None}
-TEMPLATE = {"id": "t-1", "name": "py", "status": "building", "from": "hutch/base", "steps": [{"run": "true"}],
-            "ready_timeout_seconds": 60, "vcpu": 1, "memory_mib": 512, "disk_mib": 2048, "created_at": WHEN,
+TEMPLATE = {"id": "t-1", "name": "py", "system": False, "status": "building", "from": "hutch/base", "steps": [{"run": "true"}],
+            "ready_timeout_seconds": 60, "vcpu": 1, "memory_mib": 512, "disk_mib": 2048, "env": {}, "created_at": WHEN,
             "latest_build": BUILD}
 Answer = httpx.Response | Callable[[httpx.Request], httpx.Response]
 

@@ -4,12 +4,12 @@ over a stream of NDJSON lines, and the contexts themselves."""
 from __future__ import annotations
 
 import json
-import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 
+from hutch.sdk import routes
 from hutch.sdk.codes import SdkCode, ServerCode
 from hutch.sdk.deadline import within
 from hutch.sdk.errors import ConflictError, SandboxTimeoutError, ServerError, ValidationError
@@ -26,10 +26,6 @@ def context_id(context: CodeContext | str) -> str:
     return context.id if isinstance(context, CodeContext) else context
 
 
-def _context_url(dp: DataPlane, context: CodeContext | str) -> str:
-    return f"{dp.url}/code/contexts/{urllib.parse.quote(context_id(context), safe='')}"
-
-
 def run(dp: DataPlane, code: str, *, language: str | None, context: CodeContext | str | None,
         on_stdout: OnOutput | None, on_stderr: OnOutput | None, on_result: OnResult | None,
         on_error: OnError | None, envs: dict[str, str] | None, timeout: float | None) -> Flow[Execution]:
@@ -41,7 +37,7 @@ def run(dp: DataPlane, code: str, *, language: str | None, context: CodeContext 
     body = {"code": code, "language": language, "context_id": None if context is None else context_id(context),
             "env": envs, "timeout_seconds": timeout}
     yield from send_data(dp, lambda: Call(
-        "POST", f"{dp.url}/code/execute", {**dp.headers(), "Accept": "application/x-ndjson"},
+        *routes.RUN_CODE.at(dp.url), {**dp.headers(), "Accept": "application/x-ndjson"},
         json={k: v for k, v in body.items() if v is not None}, stream=True, timeout=STREAM_TIMEOUT))
     execution = Execution()
     while True:
@@ -102,22 +98,22 @@ def _on_item(item: dict[str, Any], execution: Execution, on_stdout: OnOutput | N
 def create_context(dp: DataPlane, cwd: str | None, language: str | None,
                    timeout: float | None) -> Flow[CodeContext]:
     body = {k: v for k, v in {"cwd": cwd, "language": language}.items() if v is not None}
-    reply = yield from within(timeout, send_data(dp, lambda: Call("POST", f"{dp.url}/code/contexts", dp.headers(),
+    reply = yield from within(timeout, send_data(dp, lambda: Call(*routes.CREATE_CONTEXT.at(dp.url), dp.headers(),
                                                                   json=body, timeout=STREAM_TIMEOUT)))  # a kernel starts
     return CodeContext.from_json(json.loads(reply.body))
 
 
 def list_contexts(dp: DataPlane, timeout: float | None) -> Flow[list[CodeContext]]:
-    reply = yield from within(timeout, send_data(dp, lambda: Call("GET", f"{dp.url}/code/contexts", dp.headers())))
+    reply = yield from within(timeout, send_data(dp, lambda: Call(*routes.LIST_CONTEXTS.at(dp.url), dp.headers())))
     return [CodeContext.from_json(d) for d in json.loads(reply.body)]
 
 
 def restart_context(dp: DataPlane, context: CodeContext | str, timeout: float | None) -> Flow[None]:
-    url = f"{_context_url(dp, context)}/restart"
-    yield from within(timeout, send_data(dp, lambda: Call("POST", url, dp.headers(),
+    where = routes.RESTART_CONTEXT.at(dp.url, context_id=context_id(context))
+    yield from within(timeout, send_data(dp, lambda: Call(*where, dp.headers(),
                                                           timeout=STREAM_TIMEOUT)))  # a kernel starts
 
 
 def remove_context(dp: DataPlane, context: CodeContext | str, timeout: float | None) -> Flow[None]:
-    url = _context_url(dp, context)
-    yield from within(timeout, send_data(dp, lambda: Call("DELETE", url, dp.headers())))
+    where = routes.REMOVE_CONTEXT.at(dp.url, context_id=context_id(context))
+    yield from within(timeout, send_data(dp, lambda: Call(*where, dp.headers())))

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from hutch.sdk import routes
 from hutch.sdk.codes import SdkCode, ServerCode
 from hutch.sdk.deadline import within
 from hutch.sdk.errors import ConflictError, SandboxError, SandboxTimeoutError, ServerError, ValidationError
@@ -35,7 +36,7 @@ def run(dp: DataPlane, command: str, *, cwd: str | None, env: dict[str, str] | N
     as it comes; a non-zero exit is a result, a timeout is a SandboxTimeoutError."""
     body = {"command": command, "cwd": cwd, "env": env, "timeout_seconds": timeout_seconds, "user": user}
     yield from send_data(dp, lambda: Call(
-        "POST", f"{dp.url}/commands/run", {**dp.headers(), "Accept": "text/event-stream"},
+        *routes.RUN_COMMAND.at(dp.url), {**dp.headers(), "Accept": "text/event-stream"},
         json={k: v for k, v in body.items() if v is not None}, stream=True, timeout=STREAM_TIMEOUT))
     out = _Output()
     event, data = "message", []
@@ -106,7 +107,7 @@ def spawn(dp: DataPlane, command: str, *, cwd: str | None, env: dict[str, str] |
     """Start a long-lived process and attach to it; if the attach fails, kill it (nobody could ever
     reach it)."""
     body = {"command": command, "cwd": cwd, "env": env, "user": user, "pty": _pty(pty)}
-    reply = yield from send_data(dp, lambda: Call("POST", f"{dp.url}/commands/spawn", dp.headers(),
+    reply = yield from send_data(dp, lambda: Call(*routes.SPAWN_COMMAND.at(dp.url), dp.headers(),
                                                   json={k: v for k, v in body.items() if v is not None}))
     pid: int = json.loads(reply.body)["pid"]
     try:
@@ -127,12 +128,12 @@ def attach(dp: DataPlane, pid: int, on_stdout: OutputCallback | None,
 
 
 def list_processes(dp: DataPlane, timeout: float | None) -> Flow[list[ProcessInfo]]:
-    reply = yield from within(timeout, send_data(dp, lambda: Call("GET", f"{dp.url}/commands", dp.headers())))
+    reply = yield from within(timeout, send_data(dp, lambda: Call(*routes.LIST_PROCESSES.at(dp.url), dp.headers())))
     return [ProcessInfo.from_json(d) for d in json.loads(reply.body)]
 
 
 def signal_process(dp: DataPlane, pid: int, signal: int, timeout: float | None) -> Flow[bool]:
     """Signal a spawned process' group; False if it had already ended."""
-    reply = yield from within(timeout, send_data(dp, lambda: Call("POST", f"{dp.url}/commands/{pid}/signal",
+    reply = yield from within(timeout, send_data(dp, lambda: Call(*routes.SIGNAL_PROCESS.at(dp.url, pid=pid),
                                                                   dp.headers(), json={"signal": int(signal)})))
     return bool(json.loads(reply.body)["signalled"])

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import httpx
 
+from hutch.sdk import routes
 from hutch.sdk.codes import SdkCode
 from hutch.sdk.config import ConnectionConfig
 from hutch.sdk.errors import SandboxError, ServerError
@@ -22,7 +23,7 @@ def list_events(cfg: ConnectionConfig, after: int, types: Sequence[str], sandbox
         params["types"] = ",".join(types)
     if sandbox_id:
         params["sandbox_id"] = sandbox_id
-    reply = yield from send(Call("GET", f"{cfg.base_url}/v1/events", cfg.headers(), params=params))
+    reply = yield from send(Call(*routes.LIST_EVENTS.at(cfg.base_url), cfg.headers(), params=params))
     return EventPage.from_json(json.loads(reply.body))
 
 
@@ -46,7 +47,7 @@ def stream_events(cfg: ConnectionConfig, after: int | None, types: Sequence[str]
     while True:
         query = {**params, **({"after": str(cursor)} if cursor is not None else {})}
         try:
-            yield from send(Call("GET", f"{cfg.base_url}/v1/events/stream", cfg.headers(), params=query, stream=True,
+            yield from send(Call(*routes.STREAM_EVENTS.at(cfg.base_url), cfg.headers(), params=query, stream=True,
                                  timeout=STREAM_TIMEOUT))
         except SandboxError as e:  # down or restarting (no answer, 429, 5xx): again, for a while
             if e.status_code is not None and e.status_code < 500 and e.status_code != 429:

@@ -6,6 +6,7 @@ import json
 
 import httpx
 
+from hutch.sdk import routes
 from hutch.sdk.codes import SdkCode
 from hutch.sdk.deadline import within
 from hutch.sdk.errors import NotFoundError, SandboxTimeoutError, ServerError, ValidationError
@@ -32,27 +33,27 @@ def as_bytes(content: str | bytes) -> bytes:
 
 def write_file(dp: DataPlane, path: str, content: str | bytes, user: str | None, timeout: float | None) -> Flow[None]:
     data, params = as_bytes(content), {"path": path, **_user(user)}
-    yield from within(timeout, send_data(dp, lambda: Call("PUT", f"{dp.url}/files", dp.headers(), params=params,
+    yield from within(timeout, send_data(dp, lambda: Call(*routes.WRITE_FILE.at(dp.url), dp.headers(), params=params,
                                                           content=data, timeout=FILE_TIMEOUT)))
 
 
 def read_file(dp: DataPlane, path: str, user: str | None, timeout: float | None) -> Flow[bytes]:
     params = {"path": path, **_user(user)}
-    reply = yield from within(timeout, send_data(dp, lambda: Call("GET", f"{dp.url}/files", dp.headers(),
+    reply = yield from within(timeout, send_data(dp, lambda: Call(*routes.READ_FILE.at(dp.url), dp.headers(),
                                                                   params=params, timeout=FILE_TIMEOUT)))
     return reply.body
 
 
 def download_dir(dp: DataPlane, path: str, user: str | None, timeout: float | None) -> Flow[bytes]:
     params = {"path": path, **_user(user)}
-    reply = yield from within(timeout, send_data(dp, lambda: Call("GET", f"{dp.url}/files/zip", dp.headers(),
+    reply = yield from within(timeout, send_data(dp, lambda: Call(*routes.DOWNLOAD_DIR.at(dp.url), dp.headers(),
                                                                   params=params, timeout=FILE_TIMEOUT)))
     return reply.body
 
 
 def get_entry(dp: DataPlane, path: str, user: str | None, timeout: float | None) -> Flow[EntryInfo]:
     params = {"path": path, **_user(user)}
-    reply = yield from within(timeout, send_data(dp, lambda: Call("GET", f"{dp.url}/files/stat", dp.headers(),
+    reply = yield from within(timeout, send_data(dp, lambda: Call(*routes.STAT_FILE.at(dp.url), dp.headers(),
                                                                   params=params)))
     return EntryInfo.from_json(json.loads(reply.body))
 
@@ -69,14 +70,14 @@ def list_dir(dp: DataPlane, path: str, depth: int, user: str | None, timeout: fl
     if type(depth) is not int or not 1 <= depth <= 16:
         raise ValidationError(f"depth is an int in 1..16, not {depth!r}", code=SdkCode.INVALID_ARGUMENT)
     params = {"path": path, "depth": str(depth), **_user(user)}
-    reply = yield from within(timeout, send_data(dp, lambda: Call("GET", f"{dp.url}/files/list", dp.headers(),
+    reply = yield from within(timeout, send_data(dp, lambda: Call(*routes.LIST_DIR.at(dp.url), dp.headers(),
                                                                   params=params, timeout=FILE_TIMEOUT)))
     return [EntryInfo.from_json(d) for d in json.loads(reply.body)["entries"]]
 
 
 def make_dir(dp: DataPlane, path: str, user: str | None, timeout: float | None) -> Flow[bool]:
     body = {"path": path, **_user(user)}
-    reply = yield from within(timeout, send_data(dp, lambda: Call("POST", f"{dp.url}/files/mkdir", dp.headers(),
+    reply = yield from within(timeout, send_data(dp, lambda: Call(*routes.MAKE_DIR.at(dp.url), dp.headers(),
                                                                   json=body)))
     return bool(json.loads(reply.body)["created"])
 
@@ -84,14 +85,14 @@ def make_dir(dp: DataPlane, path: str, user: str | None, timeout: float | None) 
 def rename(dp: DataPlane, source: str, destination: str, user: str | None,
            timeout: float | None) -> Flow[EntryInfo]:
     body = {"source": source, "destination": destination, **_user(user)}
-    reply = yield from within(timeout, send_data(dp, lambda: Call("POST", f"{dp.url}/files/move", dp.headers(),
+    reply = yield from within(timeout, send_data(dp, lambda: Call(*routes.MOVE_FILE.at(dp.url), dp.headers(),
                                                                   json=body)))
     return EntryInfo.from_json(json.loads(reply.body))
 
 
 def remove(dp: DataPlane, path: str, user: str | None, timeout: float | None) -> Flow[None]:
     params = {"path": path, **_user(user)}
-    yield from within(timeout, send_data(dp, lambda: Call("DELETE", f"{dp.url}/files", dp.headers(), params=params,
+    yield from within(timeout, send_data(dp, lambda: Call(*routes.REMOVE_FILE.at(dp.url), dp.headers(), params=params,
                                                           timeout=FILE_TIMEOUT)))
 
 
@@ -99,7 +100,7 @@ def watch_dir(dp: DataPlane, path: str, recursive: bool) -> Flow[None]:
     """Emit WATCH_OPENED once the watch is in place, then a FilesystemEvent per change, until the
     directory goes or the caller stops reading."""
     params = {"path": path, "recursive": "true" if recursive else "false"}
-    yield from send_data(dp, lambda: Call("GET", f"{dp.url}/files/watch", dp.headers(), params=params, stream=True,
+    yield from send_data(dp, lambda: Call(*routes.WATCH_DIR.at(dp.url), dp.headers(), params=params, stream=True,
                                           timeout=STREAM_TIMEOUT))
     yield Emit(WATCH_OPENED)
     data: list[str] = []

@@ -6,10 +6,11 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import httpx
 
+from hutch.sdk import routes
 from hutch.sdk.codes import ServerCode
 from hutch.sdk.config import ConnectionConfig
 from hutch.sdk.errors import AuthenticationError, NotFoundError
@@ -71,10 +72,6 @@ def page_params(limit: int, before: int | None) -> dict[str, str]:
     return {"limit": str(limit), **({"before": str(before)} if before is not None else {})}
 
 
-def _url(cfg: ConnectionConfig, sandbox_id: str, tail: str = "") -> str:
-    return f"{cfg.base_url}/v1/sandboxes/{sandbox_id}{tail}"
-
-
 def _access(cfg: ConnectionConfig, reply: Reply) -> tuple[SandboxInfo, DataPlane]:
     d = json.loads(reply.body)
     return SandboxInfo.from_json(d), DataPlane(d["data_plane_url"], d["access_token"], d["id"], cfg)
@@ -90,32 +87,33 @@ def create(cfg: ConnectionConfig, name: str, *, from_template: str | None, timeo
             "auto_delete_seconds": auto_delete_seconds, "metadata": metadata, "env_vars": env_vars,
             "network": network_body(network), "secrets": secrets, "preview_access": preview_access,
             "from_snapshot": from_snapshot, "volumes": volumes}
-    reply = yield from send(Call("POST", f"{cfg.base_url}/v1/sandboxes", cfg.headers(),
+    reply = yield from send(Call(*routes.CREATE_SANDBOX.at(cfg.base_url), cfg.headers(),
                                  json={k: v for k, v in body.items() if v is not None}))
     return _access(cfg, reply)
 
 
 def connect(cfg: ConnectionConfig, sandbox_id: str) -> Flow[tuple[SandboxInfo, DataPlane]]:
     """The sandbox and a fresh data-plane token; the server resumes a paused box first."""
-    reply = yield from send(Call("POST", _url(cfg, sandbox_id, "/connect"), cfg.headers()))
+    reply = yield from send(Call(*routes.CONNECT_SANDBOX.at(cfg.base_url, sandbox_id=sandbox_id), cfg.headers()))
     return _access(cfg, reply)
 
 
 def pause(cfg: ConnectionConfig, sandbox_id: str, memory: bool = True) -> Flow[None]:
-    yield from send(Call("POST", _url(cfg, sandbox_id, "/pause"), cfg.headers(),
+    yield from send(Call(*routes.PAUSE_SANDBOX.at(cfg.base_url, sandbox_id=sandbox_id), cfg.headers(),
                          params={} if memory else {"memory": "false"}))
 
 
 def resume(dp: DataPlane) -> Flow[SandboxInfo]:
     """Resume (a no-op when active) and take the rotated token."""
-    reply = yield from send(Call("POST", _url(dp.cfg, dp.sandbox_id, "/resume"), dp.cfg.headers()))
+    reply = yield from send(Call(*routes.RESUME_SANDBOX.at(dp.cfg.base_url, sandbox_id=dp.sandbox_id),
+                                 dp.cfg.headers()))
     info, fresh = _access(dp.cfg, reply)
     dp.url, dp.token = fresh.url, fresh.token
     return info
 
 
 def get_info(cfg: ConnectionConfig, sandbox_id: str) -> Flow[SandboxInfo]:
-    reply = yield from send(Call("GET", _url(cfg, sandbox_id), cfg.headers()))
+    reply = yield from send(Call(*routes.GET_SANDBOX.at(cfg.base_url, sandbox_id=sandbox_id), cfg.headers()))
     return SandboxInfo.from_json(json.loads(reply.body))
 
 
@@ -126,7 +124,7 @@ def list_sandboxes(cfg: ConnectionConfig, metadata: dict[str, str] | None,
         params["metadata"] = urlencode(metadata)
     if status:
         params["status"] = status
-    reply = yield from send(Call("GET", f"{cfg.base_url}/v1/sandboxes", cfg.headers(), params=params))
+    reply = yield from send(Call(*routes.LIST_SANDBOXES.at(cfg.base_url), cfg.headers(), params=params))
     return [SandboxInfo.from_json(d) for d in json.loads(reply.body)]
 
 
@@ -136,18 +134,18 @@ def update(cfg: ConnectionConfig, sandbox_id: str, *, metadata: Any, timeout_sec
     changes = {"metadata": metadata, "timeout_seconds": timeout_seconds, "auto_delete_seconds": auto_delete_seconds,
                "network": network if network is UNSET else network_body(network)}
     body = {k: v for k, v in changes.items() if v is not UNSET}
-    reply = yield from send(Call("PATCH", _url(cfg, sandbox_id), cfg.headers(), json=body))
+    reply = yield from send(Call(*routes.UPDATE_SANDBOX.at(cfg.base_url, sandbox_id=sandbox_id), cfg.headers(), json=body))
     return SandboxInfo.from_json(json.loads(reply.body))
 
 
 def network_log(cfg: ConnectionConfig, sandbox_id: str, limit: int, before: int | None) -> Flow[NetworkLogPage]:
-    reply = yield from send(Call("GET", _url(cfg, sandbox_id, "/network-log"), cfg.headers(),
+    reply = yield from send(Call(*routes.NETWORK_LOG.at(cfg.base_url, sandbox_id=sandbox_id), cfg.headers(),
                                  params=page_params(limit, before)))
     return NetworkLogPage.from_json(json.loads(reply.body))
 
 
 def audit_log(cfg: ConnectionConfig, sandbox_id: str, limit: int, before: int | None) -> Flow[AuditPage]:
-    reply = yield from send(Call("GET", _url(cfg, sandbox_id, "/audit"), cfg.headers(),
+    reply = yield from send(Call(*routes.AUDIT_LOG.at(cfg.base_url, sandbox_id=sandbox_id), cfg.headers(),
                                  params=page_params(limit, before)))
     return AuditPage.from_json(json.loads(reply.body))
 
@@ -155,14 +153,18 @@ def audit_log(cfg: ConnectionConfig, sandbox_id: str, limit: int, before: int | 
 def kill(cfg: ConnectionConfig, sandbox_id: str) -> Flow[None]:
     """Idempotent: a sandbox that is already gone is not an error."""
     try:
-        yield from send(Call("DELETE", _url(cfg, sandbox_id), cfg.headers()))
+        yield from send(Call(*routes.KILL_SANDBOX.at(cfg.base_url, sandbox_id=sandbox_id), cfg.headers()))
     except NotFoundError:
         pass
+
+
+_BINDING_ROUTES = {"PUT": routes.ATTACH_SECRET, "DELETE": routes.DETACH_SECRET}
 
 
 def secret_bindings(cfg: ConnectionConfig, sandbox_id: str, method: str = "GET", env: str | None = None,
                     secret: str | None = None) -> Flow[list[SecretBinding]]:
     """A sandbox's bindings: listed (GET), one attached (PUT) or detached (DELETE) first."""
-    url = _url(cfg, sandbox_id, "/secrets") + (f"/{quote(env, safe='')}" if env else "")
-    reply = yield from send(Call(method, url, cfg.headers(), json={"secret": secret} if secret is not None else None))
+    route = _BINDING_ROUTES[method] if env else routes.LIST_BINDINGS
+    reply = yield from send(Call(*route.at(cfg.base_url, sandbox_id=sandbox_id, env=env or ""), cfg.headers(),
+                                 json={"secret": secret} if secret is not None else None))
     return [SecretBinding.from_json(b) for b in json.loads(reply.body)]

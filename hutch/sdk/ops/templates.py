@@ -10,10 +10,10 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
+from hutch.sdk import routes
 from hutch.sdk.codes import BuildFailure, SdkCode, ServerCode
 from hutch.sdk.config import ConnectionConfig
 from hutch.sdk.errors import BuildError, SandboxTimeoutError, ServerError, ValidationError, error_for
@@ -24,14 +24,6 @@ from hutch.sdk.types import BuildEnd, BuildErrorInfo, BuildInfo, BuildLogLine, S
 BUILD_LOG_TIMEOUT = httpx.Timeout(connect=10.0, read=60.0, write=60.0, pool=10.0)
 VCPUS, MEMORY_MIB, DISK_MIB, READY_TIMEOUT_SECONDS = range(1, 5), range(256, 4097), range(1024, 8193), range(1, 3601)
 LogCallback = Callable[[BuildLogLine], Any]  # on the async SDK it may also return an awaitable
-
-
-def _url(cfg: ConnectionConfig, ref: str = "", tail: str = "") -> str:
-    return f"{cfg.base_url}/v1/templates" + (f"/{quote(ref, safe='')}" if ref else "") + tail
-
-
-def _build_url(cfg: ConnectionConfig, template_id: str, build_id: str, tail: str = "") -> str:
-    return _url(cfg, template_id, f"/builds/{quote(build_id, safe='')}{tail}")
 
 
 def template_body(name: str, from_: str, steps: Sequence[Step | dict[str, Any]] | None, start_cmd: str | None,
@@ -61,12 +53,12 @@ def template_body(name: str, from_: str, steps: Sequence[Step | dict[str, Any]] 
 
 def create_template(cfg: ConnectionConfig, body: dict[str, Any]) -> Flow[TemplateInfo]:
     """Answers at once: the build is queued, not run."""
-    reply = yield from send(Call("POST", _url(cfg), cfg.headers(), json=body))
+    reply = yield from send(Call(*routes.CREATE_TEMPLATE.at(cfg.base_url), cfg.headers(), json=body))
     return TemplateInfo.from_json(json.loads(reply.body))
 
 
 def list_templates(cfg: ConnectionConfig) -> Flow[list[TemplateInfo]]:
-    reply = yield from send(Call("GET", _url(cfg), cfg.headers()))
+    reply = yield from send(Call(*routes.LIST_TEMPLATES.at(cfg.base_url), cfg.headers()))
     return [TemplateInfo.from_json(d) for d in json.loads(reply.body)]
 
 
@@ -78,36 +70,37 @@ def get_template(cfg: ConnectionConfig, name_or_id: str) -> Flow[TemplateInfo]:
             if name_or_id in (info.name, info.id):
                 return info
         raise error_for(404, ServerCode.TEMPLATE_NOT_FOUND, f"template {name_or_id!r} does not exist")
-    reply = yield from send(Call("GET", _url(cfg, name_or_id), cfg.headers()))
+    reply = yield from send(Call(*routes.GET_TEMPLATE.at(cfg.base_url, ref=name_or_id), cfg.headers()))
     return TemplateInfo.from_json(json.loads(reply.body))
 
 
 def delete_template(cfg: ConnectionConfig, name_or_id: str) -> Flow[None]:
     """Cancels a running build. A template boxes or builds use is a ConflictError (template_in_use)."""
     ref = (yield from get_template(cfg, name_or_id)).id if "/" in name_or_id else name_or_id
-    yield from send(Call("DELETE", _url(cfg, ref), cfg.headers()))
+    yield from send(Call(*routes.DELETE_TEMPLATE.at(cfg.base_url, ref=ref), cfg.headers()))
 
 
 def start_build(cfg: ConnectionConfig, template_id: str, no_cache: bool) -> Flow[BuildInfo]:
     body = {"no_cache": True} if no_cache else {}
-    reply = yield from send(Call("POST", _url(cfg, template_id, "/builds"), cfg.headers(), json=body))
+    reply = yield from send(Call(*routes.START_BUILD.at(cfg.base_url, ref=template_id), cfg.headers(), json=body))
     return BuildInfo.from_json(json.loads(reply.body))
 
 
 def list_builds(cfg: ConnectionConfig, template_id: str) -> Flow[list[BuildInfo]]:
     """Newest first."""
-    reply = yield from send(Call("GET", _url(cfg, template_id, "/builds"), cfg.headers()))
+    reply = yield from send(Call(*routes.LIST_BUILDS.at(cfg.base_url, ref=template_id), cfg.headers()))
     return [BuildInfo.from_json(d) for d in json.loads(reply.body)]
 
 
 def get_build(cfg: ConnectionConfig, template_id: str, build_id: str) -> Flow[BuildInfo]:
-    reply = yield from send(Call("GET", _build_url(cfg, template_id, build_id), cfg.headers()))
+    reply = yield from send(Call(*routes.GET_BUILD.at(cfg.base_url, ref=template_id, build_id=build_id), cfg.headers()))
     return BuildInfo.from_json(json.loads(reply.body))
 
 
 def cancel_build(cfg: ConnectionConfig, template_id: str, build_id: str) -> Flow[BuildInfo]:
     """A build that had already ended is a ConflictError (build_finished)."""
-    reply = yield from send(Call("POST", _build_url(cfg, template_id, build_id, "/cancel"), cfg.headers()))
+    reply = yield from send(Call(*routes.CANCEL_BUILD.at(cfg.base_url, ref=template_id, build_id=build_id),
+                                 cfg.headers()))
     return BuildInfo.from_json(json.loads(reply.body))
 
 
@@ -120,8 +113,8 @@ def build_logs(cfg: ConnectionConfig, template_id: str, build_id: str, *, follow
     after, failures = 0, 0
     while True:
         params = {"follow": "true" if follow else "false", **({"after": str(after)} if after else {})}
-        yield from send(Call("GET", _build_url(cfg, template_id, build_id, "/logs"), cfg.headers(), params=params,
-                             stream=True, timeout=_log_timeout(deadline)))
+        yield from send(Call(*routes.BUILD_LOGS.at(cfg.base_url, ref=template_id, build_id=build_id), cfg.headers(),
+                             params=params, stream=True, timeout=_log_timeout(deadline)))
         seen, broken, silent = False, False, False
         while True:
             try:
@@ -140,7 +133,8 @@ def build_logs(cfg: ConnectionConfig, template_id: str, build_id: str, *, follow
                 broken = True
                 break
             if d.get("done"):
-                return BuildEnd(d["status"], BuildErrorInfo.from_json(d.get("error")))
+                error = d.get("error")
+                return BuildEnd(d["status"], None if error is None else BuildErrorInfo.from_json(error))
             if d["seq"] <= after:
                 continue
             after, seen = d["seq"], True
