@@ -62,7 +62,7 @@ def collector() -> Iterator[Collector]:
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     c.url = f"http://127.0.0.1:{server.server_address[1]}"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()  # a quick shutdown
     try:
         yield c
     finally:

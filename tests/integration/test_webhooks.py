@@ -63,7 +63,7 @@ def _serve(r: Receiver) -> Generator[Receiver, None, None]:
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     r.url = f"http://127.0.0.1:{server.server_address[1]}/hooks"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     try:
         yield r

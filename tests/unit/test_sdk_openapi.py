@@ -25,7 +25,7 @@ from hutch.sdk import types as wire_types
 from hutch.sdk.codes import BuildFailure
 from hutch.sdk.wire import Wire, admits_none, hints, wire_name
 from hutch.server.app import create_app
-from hutch.server.config import ServerConfig
+from hutch.services.config import ServerConfig
 
 SDK = Path(routes.__file__).parent
 Doc = dict[str, Any]
