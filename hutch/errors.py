@@ -2,8 +2,9 @@
 
 `ApiError(Code.X, message)` is the only way to raise an API error; the status comes from the code,
 so one code never travels with two statuses. The SDK mirrors these names (`hutch.sdk.codes`), and
-a test keeps the two lists equal. The guest agent's own codes (`hutch.guest.protocol.ERR_*`) are
-members here too: the node passes the ones it knows on, under the status this table gives them.
+a test keeps the two lists equal. The guest agent's codes (`hutch.guest.protocol.ERR_*`, each with its
+one status on the channel) each become one member here (`hutch.node.agent.AGENT_CODES`), mostly
+their namesakes below, answered under the status this table gives them.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class Code(StrEnum):
     READY_TIMEOUT = "ready_timeout", 504
     INSUFFICIENT_STORAGE = "insufficient_storage", 507
 
-    # the guest agent's own (hutch.guest.protocol), passed on by the node
+    # the guest agent's own (hutch.guest.protocol), passed on by the node (the rest of its codes are above)
     FILE_NOT_FOUND = "file_not_found", 404
     PROCESS_NOT_FOUND = "process_not_found", 404
     IS_A_DIRECTORY = "is_a_directory", 400

@@ -6,9 +6,18 @@ The standard library's http.server would do, but importing it (email, http.clien
 
 from __future__ import annotations
 
+import json
+import os
 import socketserver
+import sys
 from collections.abc import Iterator
 from typing import ClassVar
+
+try:
+    from hutch.guest import protocol as p
+except ImportError:  # in the box: run as a script beside its modules, without the hutch package
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import protocol as p  # type: ignore[import-not-found, no-redef]
 
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
 MAX_LINE = 65536
@@ -62,8 +71,8 @@ class Handler(socketserver.StreamRequestHandler):
             except Exception as e:  # a bug must answer 500, not leave the host guessing
                 self.close_connection = True
                 if not self._head_sent:
-                    body = f'{{"code": "agent_error", "message": "{type(e).__name__}"}}'.encode()
-                    self.send_response(500)
+                    body = json.dumps({"code": p.ERR_AGENT, "message": type(e).__name__}).encode()
+                    self.send_response(p.ERROR_STATUS[p.ERR_AGENT])
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()

@@ -77,13 +77,13 @@ def command_env(as_root: bool, extra: dict[str, Any] | None) -> tuple[dict[str, 
     return env, home
 
 
-def start_problem(e: OSError, cwd: str) -> tuple[str, str]:
-    """The agent's error code and message for a command that could not start."""
+def start_problem(e: OSError, cwd: str) -> p.Refusal:
+    """The agent's error (code and message) for a command that could not start."""
     if isinstance(e, (FileNotFoundError, NotADirectoryError)):
-        return p.ERR_BAD_CWD, f"no such directory: {cwd}"
+        return p.Refusal(p.ERR_BAD_CWD, f"no such directory: {cwd}")
     if isinstance(e, PermissionError):
-        return p.ERR_BAD_CWD, f"no permission to enter {cwd}"
-    return p.ERR_IO, f"could not start: {e}"
+        return p.Refusal(p.ERR_BAD_CWD, f"no permission to enter {cwd}")
+    return p.Refusal(p.ERR_START_FAILED, f"could not start: {e}")
 
 
 def set_size(fd: int, rows: int, cols: int) -> None:

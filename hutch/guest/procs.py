@@ -37,12 +37,6 @@ MAX_COMMAND_SHOWN = 1024  # characters of the command in listings
 EOF_CHAR = b"\x04"  # a terminal's end of input (^D): closing its master would hang it up
 
 
-class ProcError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
 class Proc:
     """One spawned process and its output buffer. The pump thread sends events into it; readers
     take them by sequence number. Oldest output goes first when the buffer is full."""
@@ -111,7 +105,7 @@ class Proc:
     def write_stdin(self, data: bytes) -> None:
         with self._stdin_lock:
             if self._stdin is None:
-                raise ProcError(409, p.ERR_STDIN_CLOSED, f"the stdin of process {self.pid} is closed")
+                raise p.Refusal(p.ERR_STDIN_CLOSED, f"the stdin of process {self.pid} is closed")
             view = memoryview(data)
             deadline = time.monotonic() + STDIN_WAIT
             while view:  # a process that does not read makes the write wait, but not for ever
@@ -120,11 +114,11 @@ class Proc:
                 except BlockingIOError:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise ProcError(409, p.ERR_STDIN_FULL, f"process {self.pid} has not read its stdin for "
+                        raise p.Refusal(p.ERR_STDIN_FULL, f"process {self.pid} has not read its stdin for "
                                         f"{STDIN_WAIT:.0f} s; {len(data) - len(view)} of {len(data)} bytes went in") from None
                     select.select([], [self._stdin], [], min(left, 1.0))
                 except OSError as e:
-                    raise ProcError(409, p.ERR_STDIN_CLOSED, f"stdin of process {self.pid}: {e.strerror}") from None
+                    raise p.Refusal(p.ERR_STDIN_CLOSED, f"stdin of process {self.pid}: {e.strerror}") from None
 
     def close_stdin(self) -> None:
         with self._stdin_lock:
@@ -145,7 +139,7 @@ class Proc:
     def resize(self, rows: int, cols: int) -> None:
         with self._stdin_lock:
             if not self.pty or self._stdin is None:
-                raise ProcError(400, p.ERR_NOT_TTY, f"process {self.pid} has no terminal")
+                raise p.Refusal(p.ERR_NOT_TTY, f"process {self.pid} has no terminal")
             L.set_size(self._stdin, rows, cols)
 
 
@@ -159,7 +153,7 @@ class ProcTable:
         cmd: str = req["cmd"]  # a string: the channel checked it
         size = req.get("pty")
         if size is not None and not (isinstance(size, dict) and _dims(size.get("rows"), size.get("cols"))):
-            raise ProcError(400, p.ERR_BAD_REQUEST, "pty must be {rows, cols} within 1..1000")
+            raise p.Refusal(p.ERR_BAD_REQUEST, "pty must be {rows, cols} within 1..1000")
         as_root = req.get("user") == "root"
         env, home = L.command_env(as_root, req.get("env"))
         if size is not None:
@@ -167,13 +161,12 @@ class ProcTable:
         cwd = req.get("cwd") or (home if os.path.isdir(home) else "/")
         with self._lock:  # the count, the start and the entry at once: concurrent spawns cannot pass the cap
             if sum(1 for proc in self._procs.values() if proc.exit_code is None) >= MAX_RUNNING:
-                raise ProcError(429, p.ERR_TOO_MANY_PROCS, f"at most {MAX_RUNNING} spawned processes run at once")
+                raise p.Refusal(p.ERR_TOO_MANY_PROCS, f"at most {MAX_RUNNING} spawned processes run at once")
             try:
                 launched = L.launch(self.spawner, ["/bin/sh", "-c", cmd], cwd, env, as_root, stdin="pty" if size else "pipe",
                                     size=(size["rows"], size["cols"]) if size else None)
             except OSError as e:
-                code, message = L.start_problem(e, cwd)
-                raise ProcError(400 if code == p.ERR_BAD_CWD else 503, code, message) from None
+                raise L.start_problem(e, cwd) from None
             if launched.stdin is not None:
                 os.set_blocking(launched.stdin, False)
             proc = Proc(launched, cmd, "root" if as_root else p.BOX_USER, size is not None)
@@ -195,7 +188,7 @@ class ProcTable:
         with self._lock:
             proc = self._procs.get(pid)
         if proc is None:
-            raise ProcError(404, p.ERR_NO_PROCESS, f"no process {pid} was spawned in this box (or it ended long ago)")
+            raise p.Refusal(p.ERR_NO_PROCESS, f"no process {pid} was spawned in this box (or it ended long ago)")
         return proc
 
     def running(self) -> list[Proc]:
@@ -209,12 +202,12 @@ def _dims(rows: Any, cols: Any) -> bool:
 
 def parse_resize(req: Any) -> tuple[int, int]:
     if not isinstance(req, dict) or not _dims(req.get("rows"), req.get("cols")):
-        raise ProcError(400, p.ERR_BAD_REQUEST, "resize takes {rows, cols} within 1..1000")
+        raise p.Refusal(p.ERR_BAD_REQUEST, "resize takes {rows, cols} within 1..1000")
     return req["rows"], req["cols"]
 
 
 def parse_signal(req: Any) -> int:
     sig = req.get("signal") if isinstance(req, dict) else None
     if type(sig) is not int or not 1 <= sig < signal.NSIG:
-        raise ProcError(400, p.ERR_BAD_REQUEST, f"signal must be a number in 1..{signal.NSIG - 1}")
+        raise p.Refusal(p.ERR_BAD_REQUEST, f"signal must be a number in 1..{signal.NSIG - 1}")
     return sig

@@ -1,4 +1,4 @@
-"""The channel protocol between the node and the guest agent: paths and names both sides share.
+"""The channel protocol between the node and the guest agent: paths, names and error codes both sides share.
 
 The channel is HTTP/1.1 over the per-box Unix socket. This module is standard-library only and is
 imported by the agent inside the box as well as by the node on the host.
@@ -61,7 +61,8 @@ EVENT_FS = "fs"  # {"t": "fs", "name": str, "type": "create" | "write" | "remove
 EVENT_DROPPED = "dropped"  # {"t": "dropped", "chars": int}: a spawned process' buffer lost this much output
 # A spawned process' events also carry "s", their sequence number.
 
-# Error codes the agent answers with (JSON body {"code", "message"}).
+# Error codes the agent answers with (JSON body {"code", "message"}), each under the one status
+# ERROR_STATUS gives it. The node maps each to a code of the server's catalogue (hutch.node.agent).
 ERR_BAD_PATH = "invalid_path"
 ERR_NOT_FOUND = "file_not_found"
 ERR_IS_DIR = "is_a_directory"
@@ -69,7 +70,10 @@ ERR_NOT_DIR = "not_a_directory"
 ERR_NOT_REGULAR = "not_a_regular_file"
 ERR_UNSAFE_PATH = "unsafe_path"  # the path goes through a link the box's user made
 ERR_BAD_REQUEST = "invalid_request"
+ERR_NO_ROUTE = "no_such_route"  # the agent has no such route (or method of it): an older agent, say
+ERR_BODY_TOO_LARGE = "body_too_large"  # a request body past what the route takes
 ERR_BAD_CWD = "invalid_cwd"
+ERR_START_FAILED = "command_start_failed"  # the command could not start (out of pids, say)
 ERR_IO = "io_error"
 ERR_NO_PROCESS = "process_not_found"
 ERR_NOT_TTY = "not_a_terminal"
@@ -80,7 +84,46 @@ ERR_PORT_CLOSED = "port_not_listening"  # nothing in the box accepts connections
 ERR_PERMISSION = "permission_denied"  # the acting user may not
 ERR_EXISTS = "already_exists"
 ERR_TOO_MANY_ENTRIES = "too_many_entries"  # a listing past the agent's cap
+ERR_AGENT = "agent_error"  # a bug of the agent's
 
+# Each code's one status: call sites name the code, never a status.
+ERROR_STATUS = {
+    ERR_BAD_PATH: 400,
+    ERR_NOT_FOUND: 404,
+    ERR_IS_DIR: 400,
+    ERR_NOT_DIR: 400,
+    ERR_NOT_REGULAR: 400,
+    ERR_UNSAFE_PATH: 400,
+    ERR_BAD_REQUEST: 400,
+    ERR_NO_ROUTE: 404,
+    ERR_BODY_TOO_LARGE: 413,
+    ERR_BAD_CWD: 400,
+    ERR_START_FAILED: 503,
+    ERR_IO: 400,
+    ERR_NO_PROCESS: 404,
+    ERR_NOT_TTY: 400,
+    ERR_STDIN_CLOSED: 409,
+    ERR_STDIN_FULL: 409,
+    ERR_TOO_MANY_PROCS: 429,
+    ERR_PORT_CLOSED: 502,
+    ERR_PERMISSION: 403,
+    ERR_EXISTS: 409,
+    ERR_TOO_MANY_ENTRIES: 400,
+    ERR_AGENT: 500,
+}
+
+
+class Refusal(Exception):
+    """An error answer of the agent's, raised where it is found and answered by the channel: its
+    code (whose status ERROR_STATUS gives) and a message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+    @property
+    def status(self) -> int:
+        return ERROR_STATUS[self.code]
 
 def path_problem(path: str) -> str | None:
     """Why a box path is unacceptable, or None: absolute, no '..' segment, no NUL."""

@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar, cast
 
 import httpx
 
-from hutch.errors import ApiError, Code, code_of
+from hutch.errors import ApiError, Code
 from hutch.guest import protocol
 from hutch.node.api import (
     AgentProtocolError,
@@ -62,10 +62,34 @@ MAX_TEXT = 8192  # a name or path in an entry
 MIN_TIME, MAX_TIME = -62_135_596_800, 253_402_300_798
 
 
-# The agent's codes, passed on under the catalogue's status; any other it sends is an agent_error.
-# Every ERR_* of the protocol must be a catalogue member (tests/unit/test_catalogue.py checks it).
-AGENT_CODES = frozenset(code for name, value in vars(protocol).items()
-                        if name.startswith("ERR_") and (code := code_of(value)) is not None)
+# Each of the agent's codes (protocol.ERR_*) and the catalogue's code it is passed on as, under the
+# catalogue's status; any other code the agent sends is an agent_error. Most are the catalogue's own;
+# the two that are not answer clients as an agent before them did (invalid_request, 400).
+# tests/unit/test_catalogue.py keeps this to the protocol's list.
+AGENT_CODES: dict[str, Code] = {
+    protocol.ERR_BAD_PATH: Code.INVALID_PATH,
+    protocol.ERR_NOT_FOUND: Code.FILE_NOT_FOUND,
+    protocol.ERR_IS_DIR: Code.IS_A_DIRECTORY,
+    protocol.ERR_NOT_DIR: Code.NOT_A_DIRECTORY,
+    protocol.ERR_NOT_REGULAR: Code.NOT_A_REGULAR_FILE,
+    protocol.ERR_UNSAFE_PATH: Code.UNSAFE_PATH,
+    protocol.ERR_BAD_REQUEST: Code.INVALID_REQUEST,
+    protocol.ERR_NO_ROUTE: Code.INVALID_REQUEST,
+    protocol.ERR_BODY_TOO_LARGE: Code.INVALID_REQUEST,
+    protocol.ERR_BAD_CWD: Code.INVALID_CWD,
+    protocol.ERR_START_FAILED: Code.COMMAND_START_FAILED,
+    protocol.ERR_IO: Code.IO_ERROR,
+    protocol.ERR_NO_PROCESS: Code.PROCESS_NOT_FOUND,
+    protocol.ERR_NOT_TTY: Code.NOT_A_TERMINAL,
+    protocol.ERR_STDIN_CLOSED: Code.STDIN_CLOSED,
+    protocol.ERR_STDIN_FULL: Code.STDIN_FULL,
+    protocol.ERR_TOO_MANY_PROCS: Code.TOO_MANY_PROCESSES,
+    protocol.ERR_PORT_CLOSED: Code.PORT_NOT_LISTENING,
+    protocol.ERR_PERMISSION: Code.PERMISSION_DENIED,
+    protocol.ERR_EXISTS: Code.ALREADY_EXISTS,
+    protocol.ERR_TOO_MANY_ENTRIES: Code.TOO_MANY_ENTRIES,
+    protocol.ERR_AGENT: Code.AGENT_ERROR,
+}
 
 _ENTRY_TYPES = ("file", "dir", "symlink", "other")
 MAX_METADATA_KEYS, MAX_METADATA_BYTES = 512, 4096  # the agent's bound on what it reads back
@@ -230,10 +254,8 @@ def error_of(status: int, body: bytes) -> ApiError:
             raise TypeError
     except (ValueError, RecursionError, KeyError, TypeError):
         return AgentProtocolError(f"the sandbox's agent answered {status or 'nothing'}")
-    known = code_of(code)
-    if known in AGENT_CODES:  # the agent's word: only codes it may give
-        return ApiError(known, message[:MAX_MESSAGE])
-    return ApiError(Code.AGENT_ERROR, message[:MAX_MESSAGE])
+    # the agent's word: only codes it may give, and the status is the catalogue's, not the agent's
+    return ApiError(AGENT_CODES.get(code, Code.AGENT_ERROR), message[:MAX_MESSAGE])
 
 
 def tunnel_head(head: bytes) -> tuple[int, int]:

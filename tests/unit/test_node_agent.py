@@ -196,6 +196,22 @@ def test_a_code_the_agent_may_give_passes_under_the_catalogues_status() -> None:
     assert (err.code, err.status) == (Code.PERMISSION_DENIED, 403)  # the status is the catalogue's, not the agent's
 
 
+@pytest.mark.parametrize(("status", "code", "expected"), [
+    (404, protocol.ERR_NO_ROUTE, Code.INVALID_REQUEST),
+    (413, protocol.ERR_BODY_TOO_LARGE, Code.INVALID_REQUEST),
+    (404, protocol.ERR_BAD_REQUEST, Code.INVALID_REQUEST),  # as an agent from before those two says it (a box resumed)
+    (503, protocol.ERR_START_FAILED, Code.COMMAND_START_FAILED),
+    (503, protocol.ERR_IO, Code.IO_ERROR),  # an older agent's spawn that could not start: the data plane renames it
+    (500, protocol.ERR_AGENT, Code.AGENT_ERROR),
+])
+def test_the_agents_own_codes_reach_clients_as_they_did_before_it_had_them(status: int, code: str,
+                                                                          expected: Code) -> None:
+    err = agent.error_of(status, json.dumps({"code": code, "message": "m"}).encode())
+    assert (err.code, err.status, err.message) == (expected, expected.status, "m")
+    assert expected.status == {Code.INVALID_REQUEST: 400, Code.COMMAND_START_FAILED: 503, Code.IO_ERROR: 400,
+                               Code.AGENT_ERROR: 502}[expected]
+
+
 @pytest.mark.parametrize(("status", "body"), [
     (400, {"code": "sandbox_failed", "message": "a code of the server's, not the agent's"}),
     (400, {"code": "no_such_code", "message": "m"}),
