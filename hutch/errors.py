@@ -85,6 +85,7 @@ class Code(StrEnum):
     TOO_MANY_SNAPSHOTS = "too_many_snapshots", 429  # a team's snapshots, by count or by bytes
     TOO_MANY_VOLUMES = "too_many_volumes", 429  # a team's volumes, by count or by size; or the node's disk budget
     TOO_MANY_WEBHOOKS = "too_many_webhooks", 429
+    TOO_MANY_WATCHERS = "too_many_watchers", 429  # a box's or team's open file watchers (E2B's envd)
 
     # the server, the node and the box
     SERVER_ERROR = "server_error", 500

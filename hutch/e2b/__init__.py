@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from hutch.e2b import files, filesystem, ports, process
 from hutch.e2b.common import StateGetter
-from hutch.e2b.connect import HTTP_STATUS, ConnectError
+from hutch.e2b.connect import ConnectError
 from hutch.e2b.control import control_routes
 from hutch.e2b.envd import SandboxGone, basic_user, call_of, sandbox_of
 from hutch.errors import ApiError, Code, for_http_status
@@ -78,7 +78,7 @@ def _rest_handlers(app: FastAPI, get_state: StateGetter) -> None:
 
     async def connect_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ConnectError)
-        counted(exc.code, HTTP_STATUS.get(exc.code, 500))
+        counted(exc.code, exc.status)
         return exc.response()
 
     async def gone(request: Request, exc: Exception) -> JSONResponse:
@@ -146,7 +146,7 @@ def envd_app(get_state: StateGetter, services: EnvdServices) -> FastAPI:
                 return await process.dispatch(services.procs, method, call, request)
             if service == "filesystem.Filesystem":
                 return await filesystem.dispatch(services.watchers, method, call, request)
-            raise ConnectError("unimplemented", f"{service}/{method} is not implemented")
+            raise ConnectError.unimplemented(f"{service}/{method}")
         except ApiError as e:
             raise ConnectError.of(e) from None
 
