@@ -136,6 +136,12 @@ class BuildFailure(StrEnum):
     BUILD_FAILED = "build_failed"
 
 
+def build_error(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    """A failed build's `error` (kept with the build, not an HTTP answer): the one builder of it.
+    `code` is a BuildFailure; the image importer and the start probe hand theirs on as text."""
+    return {"code": code, "message": message, **extra}
+
+
 # A plain HTTP status from the framework (a route that does not exist, a method it lacks) as a code.
 BY_HTTP_STATUS = {400: Code.INVALID_REQUEST, 401: Code.UNAUTHORIZED, 403: Code.FORBIDDEN, 404: Code.NOT_FOUND,
                   405: Code.METHOD_NOT_ALLOWED, 409: Code.CONFLICT, 413: Code.PAYLOAD_TOO_LARGE,
