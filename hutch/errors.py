@@ -86,6 +86,7 @@ class Code(StrEnum):
     TOO_MANY_SNAPSHOTS = "too_many_snapshots", 429  # a team's snapshots, by count or by bytes
     TOO_MANY_VOLUMES = "too_many_volumes", 429  # a team's volumes, by count or by size; or the node's disk budget
     TOO_MANY_WEBHOOKS = "too_many_webhooks", 429
+    TOO_MANY_WATCHERS = "too_many_watchers", 429  # a box's or team's open file watchers (E2B's envd)
 
     # the server, the node and the box
     SERVER_ERROR = "server_error", 500
@@ -134,6 +135,12 @@ class BuildFailure(StrEnum):
     START_FAILED = "start_failed"
     CANCELLED = "cancelled"
     BUILD_FAILED = "build_failed"
+
+
+def build_error(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    """A failed build's `error` (kept with the build, not an HTTP answer): the one builder of it.
+    `code` is a BuildFailure; the image importer and the start probe hand theirs on as text."""
+    return {"code": code, "message": message, **extra}
 
 
 # A plain HTTP status from the framework (a route that does not exist, a method it lacks) as a code.

@@ -20,9 +20,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from hutch.e2b import files, filesystem, ports, process
+from hutch.e2b import files, filesystem, ports, process, rest
 from hutch.e2b.common import StateGetter
-from hutch.e2b.connect import HTTP_STATUS, ConnectError
+from hutch.e2b.connect import ConnectError
 from hutch.e2b.control import control_routes
 from hutch.e2b.envd import SandboxGone, basic_user, call_of, sandbox_of
 from hutch.errors import ApiError, Code, for_http_status
@@ -40,8 +40,15 @@ STREAMED_PUTS = (API_PREFIX + "/volumecontent/", API_PREFIX + "/template-uploads
 STREAMED = frozenset({ENVD_PREFIX + "/files", SIGNED_FILES, ENVD_PREFIX + "/process.Process/StreamInput"})
 
 
+def too_large(message: str) -> tuple[int, dict[str, Any]]:
+    """hutch's body guard (BodyLimit) refusing on envd's paths: a Connect client reads
+    resource_exhausted (429)."""
+    error = ConnectError.of_code(Code.PAYLOAD_TOO_LARGE, message)
+    return error.status, error.body()
+
+
 def _rest_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"code": status, "message": message}, status_code=status, headers=headers)
+    return JSONResponse(rest.error_body(status, message), status_code=status, headers=headers)
 
 
 def _is_rpc(request: Request) -> bool:
@@ -78,13 +85,13 @@ def _rest_handlers(app: FastAPI, get_state: StateGetter) -> None:
 
     async def connect_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ConnectError)
-        counted(exc.code, HTTP_STATUS.get(exc.code, 500))
+        counted(exc.code, exc.status)
         return exc.response()
 
     async def gone(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, SandboxGone)
-        counted("sandbox_not_found", 502)
-        return JSONResponse(exc.body(), status_code=502)
+        counted("sandbox_not_found", exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status)
 
     async def store_error(request: Request, exc: Exception) -> JSONResponse:
         """As hutch's: the store could not answer or write (a full disk is said so)."""
@@ -146,7 +153,7 @@ def envd_app(get_state: StateGetter, services: EnvdServices) -> FastAPI:
                 return await process.dispatch(services.procs, method, call, request)
             if service == "filesystem.Filesystem":
                 return await filesystem.dispatch(services.watchers, method, call, request)
-            raise ConnectError("unimplemented", f"{service}/{method} is not implemented")
+            raise ConnectError.unimplemented(f"{service}/{method}")
         except ApiError as e:
             raise ConnectError.of(e) from None
 

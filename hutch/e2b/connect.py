@@ -14,6 +14,7 @@ import json
 import struct
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from starlette.responses import JSONResponse, StreamingResponse
@@ -24,26 +25,57 @@ STREAM_TYPE = "application/connect+json"  # exactly: the client compares it with
 END_STREAM = 0x02
 MAX_MESSAGE = 4 * 2**20
 
-HTTP_STATUS = {"canceled": 499, "unknown": 500, "invalid_argument": 400, "deadline_exceeded": 504,
-               "not_found": 404, "already_exists": 409, "permission_denied": 403, "resource_exhausted": 429,
-               "failed_precondition": 400, "aborted": 409, "out_of_range": 400, "unimplemented": 501,
-               "internal": 500, "unavailable": 503, "data_loss": 500, "unauthenticated": 401}
 
-# hutch's error codes, then HTTP statuses, as Connect codes (the first match wins)
-_BY_HUTCH_CODE = {Code.FILE_NOT_FOUND: "not_found", Code.PROCESS_NOT_FOUND: "not_found", Code.NOT_FOUND: "not_found",
-                  Code.ALREADY_EXISTS: "already_exists", Code.PERMISSION_DENIED: "permission_denied",
-                  Code.SANDBOX_PAUSED: "unavailable", Code.SANDBOX_FAILED: "unavailable",
-                  Code.SANDBOX_UNREACHABLE: "unavailable", Code.SANDBOX_NOT_RUNNING: "unavailable",
-                  Code.STDIN_CLOSED: "failed_precondition", Code.NOT_A_TERMINAL: "failed_precondition",
-                  Code.TOO_MANY_PROCESSES: "resource_exhausted", Code.OUTPUT_TOO_LARGE: "resource_exhausted",
-                  Code.PAYLOAD_TOO_LARGE: "resource_exhausted"}
-_BY_STATUS = {400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied", 404: "not_found",
-              409: "failed_precondition", 413: "resource_exhausted", 429: "resource_exhausted",
-              501: "unimplemented", 503: "unavailable", 504: "deadline_exceeded", 507: "resource_exhausted"}
+class ConnectCode(StrEnum):
+    """Connect's error codes, each with the HTTP status it answers with: the one table of them."""
+
+    status: int
+
+    def __new__(cls, value: str, status: int) -> ConnectCode:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.status = status
+        return member
+
+    CANCELED = "canceled", 499
+    UNKNOWN = "unknown", 500
+    INVALID_ARGUMENT = "invalid_argument", 400
+    DEADLINE_EXCEEDED = "deadline_exceeded", 504
+    NOT_FOUND = "not_found", 404
+    ALREADY_EXISTS = "already_exists", 409
+    PERMISSION_DENIED = "permission_denied", 403
+    RESOURCE_EXHAUSTED = "resource_exhausted", 429
+    FAILED_PRECONDITION = "failed_precondition", 400
+    ABORTED = "aborted", 409
+    OUT_OF_RANGE = "out_of_range", 400
+    UNIMPLEMENTED = "unimplemented", 501
+    INTERNAL = "internal", 500
+    UNAVAILABLE = "unavailable", 503
+    DATA_LOSS = "data_loss", 500
+    UNAUTHENTICATED = "unauthenticated", 401
+
+
+_C = ConnectCode
+# hutch's error codes, then HTTP statuses, as Connect codes (the first match wins): the one place a
+# catalogue code becomes a Connect code
+_BY_HUTCH_CODE = {Code.FILE_NOT_FOUND: _C.NOT_FOUND, Code.PROCESS_NOT_FOUND: _C.NOT_FOUND, Code.NOT_FOUND: _C.NOT_FOUND,
+                  Code.ALREADY_EXISTS: _C.ALREADY_EXISTS, Code.PERMISSION_DENIED: _C.PERMISSION_DENIED,
+                  Code.SANDBOX_PAUSED: _C.UNAVAILABLE, Code.SANDBOX_FAILED: _C.UNAVAILABLE,
+                  Code.SANDBOX_UNREACHABLE: _C.UNAVAILABLE, Code.SANDBOX_NOT_RUNNING: _C.UNAVAILABLE,
+                  Code.STDIN_CLOSED: _C.FAILED_PRECONDITION, Code.NOT_A_TERMINAL: _C.FAILED_PRECONDITION,
+                  Code.TOO_MANY_PROCESSES: _C.RESOURCE_EXHAUSTED, Code.OUTPUT_TOO_LARGE: _C.RESOURCE_EXHAUSTED,
+                  Code.PAYLOAD_TOO_LARGE: _C.RESOURCE_EXHAUSTED}
+_BY_STATUS = {400: _C.INVALID_ARGUMENT, 401: _C.UNAUTHENTICATED, 403: _C.PERMISSION_DENIED, 404: _C.NOT_FOUND,
+              409: _C.FAILED_PRECONDITION, 413: _C.RESOURCE_EXHAUSTED, 429: _C.RESOURCE_EXHAUSTED,
+              501: _C.UNIMPLEMENTED, 503: _C.UNAVAILABLE, 504: _C.DEADLINE_EXCEEDED, 507: _C.RESOURCE_EXHAUSTED}
 
 
 class ConnectError(Exception):
-    def __init__(self, code: str, message: str) -> None:
+    """An error in Connect's shape. Made from the catalogue (`of`, `of_code`) wherever hutch has a
+    code for the condition; a ConnectCode directly only for Connect's own (an unknown method, a
+    compressed message, a stream's deadline)."""
+
+    def __init__(self, code: ConnectCode, message: str) -> None:
         super().__init__(message)
         self.code, self.message = code, message
 
@@ -54,19 +86,36 @@ class ConnectError(Exception):
     @classmethod
     def of_code(cls, hutch_code: Code, message: str) -> ConnectError:
         status = hutch_code.status
-        code = _BY_HUTCH_CODE.get(hutch_code) or _BY_STATUS.get(status) or ("internal" if status >= 500
-                                                                            else "invalid_argument")
+        code = _BY_HUTCH_CODE.get(hutch_code) or _BY_STATUS.get(status) or (_C.INTERNAL if status >= 500
+                                                                            else _C.INVALID_ARGUMENT)
         return cls(code, message)
 
+    # Connect's own conditions, which hutch's API has no word for
+    @classmethod
+    def unimplemented(cls, method: str) -> ConnectError:
+        """A call this envd does not serve (`<service>/<method>`)."""
+        return cls(ConnectCode.UNIMPLEMENTED, f"{method} is not implemented")
+
+    @classmethod
+    def deadline_exceeded(cls) -> ConnectError:
+        """The end of a stream whose process its Connect-Timeout-Ms ended, in envd's words."""
+        return cls(ConnectCode.DEADLINE_EXCEEDED, "context deadline exceeded")
+
+    @property
+    def status(self) -> int:
+        return self.code.status
+
     def body(self) -> dict[str, str]:
+        """Connect's error body: the one builder of it (a unary answer; a stream's end frame)."""
         return {"code": self.code, "message": self.message}
 
     def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=HTTP_STATUS.get(self.code, 500))
+        return JSONResponse(self.body(), status_code=self.status)
 
 
 def invalid(message: str) -> ConnectError:
-    return ConnectError("invalid_argument", message)
+    """A message the call cannot take (not JSON, a field of the wrong type): invalid_argument."""
+    return ConnectError.of_code(Code.INVALID_MESSAGE, message)
 
 
 # --- envelopes ------------------------------------------------------------------------------------
@@ -93,13 +142,13 @@ class Envelopes:
         while len(self._buf) - at >= 5:
             flags, n = struct.unpack_from(">BI", self._buf, at)
             if n > MAX_MESSAGE:
-                raise ConnectError("resource_exhausted", f"messages are limited to {MAX_MESSAGE} bytes")
+                raise ConnectError.of_code(Code.PAYLOAD_TOO_LARGE, f"messages are limited to {MAX_MESSAGE} bytes")
             if len(self._buf) - at < 5 + n:
                 break
             data = bytes(self._buf[at + 5:at + 5 + n])
             at += 5 + n
             if flags & 0x01:
-                raise ConnectError("internal", "compressed messages are not supported")
+                raise ConnectError(ConnectCode.INTERNAL, "compressed messages are not supported")  # Connect's own
             if not flags & END_STREAM:
                 out.append((flags, parse_json(data)))
         del self._buf[:at]

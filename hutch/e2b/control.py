@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
 from starlette.responses import JSONResponse
 
-from hutch.e2b import events, secrets, snapshots, templates, volumes, webhooks
+from hutch.e2b import events, rest, secrets, snapshots, templates, volumes, webhooks
 from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, iso, validation_message
 from hutch.errors import ApiError, Code
 from hutch.server.auth import team_for_key
@@ -241,7 +241,7 @@ class Control:
             raise ApiError(Code.INVALID_REQUEST, "timeout must be greater than 0")
         req = snapshots.fork_request(rec, count, _clamp_timeout(timeout))
         results = await c.st.snapshots.fork(c.team_id, rec.id, req, e2b=True)
-        return [{"error": {"code": r.code.status, "message": r.message}} if isinstance(r, ApiError)
+        return [{"error": rest.error_body(r.code.status, r.message)} if isinstance(r, ApiError)
                 else {"sandbox": self.sandbox(c, r)} for r in results]
 
     async def set_timeout(self, c: Ctx, sandbox_id: str, body: dict[str, Any]) -> None:

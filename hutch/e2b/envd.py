@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
+from hutch.e2b import rest
 from hutch.e2b.common import StateGetter
 from hutch.e2b.connect import invalid, parse_json
 from hutch.errors import ApiError, Code
@@ -36,12 +37,14 @@ if TYPE_CHECKING:
 
 
 class SandboxGone(Exception):
+    status = 502  # E2B's proxy's, not a catalogue code's: the SDK reads it as "not running"
+
     def __init__(self, sandbox_id: str, message: str = "The sandbox was not found") -> None:
         super().__init__(message)
         self.sandbox_id, self.message = sandbox_id, message
 
     def body(self) -> dict[str, Any]:
-        return {"sandboxId": self.sandbox_id, "message": self.message, "code": 502}
+        return rest.error_body(self.status, self.message, sandboxId=self.sandbox_id)
 
 
 @dataclass

@@ -144,7 +144,7 @@ class Watchers:
         path = self._path(call, msg)
         made, created = await boxops.make_dir(call.st, call.rec, call.who, path, call.user)
         if not created:
-            raise ConnectError("already_exists", f"directory {path} already exists")
+            raise ApiError(Code.ALREADY_EXISTS, f"directory {path} already exists")
         return {"entry": entry(made)}
 
     async def move(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
@@ -166,7 +166,7 @@ class Watchers:
         mine = [w for w in self.open.values() if w.team_id == call.rec.team_id]
         if (len(mine) >= MAX_WATCHERS_PER_TEAM
                 or sum(w.sandbox_id == call.rec.id for w in mine) >= MAX_WATCHERS_PER_BOX):
-            raise ConnectError("resource_exhausted", "too many watchers are open; remove some")
+            raise ApiError(Code.TOO_MANY_WATCHERS, "too many watchers are open; remove some")
         envd_watch = await self._watch(call, msg)
         w = Watcher(call.rec.id, call.rec.team_id, envd_watch.watch)
         watcher_id = str(uuid.uuid4())
@@ -191,7 +191,7 @@ class Watchers:
         watcher_id = text(msg, "watcherId", "watcher_id")
         w = self.open.get(watcher_id)
         if w is None or w.sandbox_id != call.rec.id:
-            raise ConnectError("not_found", f"watcher {watcher_id[:64]} not found")
+            raise ApiError(Code.NOT_FOUND, f"watcher {watcher_id[:64]} not found")
         return watcher_id, w
 
     async def get_watcher_events(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
@@ -265,6 +265,6 @@ async def dispatch(service: Watchers, method: str, call: Call, request: Request)
         return await service.watch_dir(call, request)
     handler = UNARY.get(method)
     if handler is None:
-        raise ConnectError("unimplemented", f"filesystem.Filesystem/{method} is not implemented")
+        raise ConnectError.unimplemented(f"filesystem.Filesystem/{method}")
     return JSONResponse(await handler(service, call, await call.unary_message(request)))
 

@@ -24,7 +24,9 @@ import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hutch import e2b
+from hutch.e2b import rest
 from hutch.e2b.envd import ENVD_PORT, HOST_FORM
+from hutch.errors import Code
 
 log = logging.getLogger("hutch.e2b")
 
@@ -85,9 +87,10 @@ class HostRouter:
 
 
 async def _not_here(send: Send, domain: str) -> None:
-    body = json.dumps({"code": 404, "message": f"not a host this server serves: api.{domain} or "
-                                               f"<port>-<sandbox id>.{domain}"}).encode()
-    await send({"type": "http.response.start", "status": 404,
+    status = Code.NOT_FOUND.status
+    body = json.dumps(rest.error_body(status, f"not a host this server serves: api.{domain} or "
+                                              f"<port>-<sandbox id>.{domain}")).encode()
+    await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
 

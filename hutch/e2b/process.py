@@ -130,7 +130,7 @@ class Processes:
             for pid, k in self.boxes.get(call.rec.id, {}).items():
                 if k.tag == tag:
                     return pid
-            raise ConnectError("not_found", f"process with tag {tag} not found")
+            raise ApiError(Code.PROCESS_NOT_FOUND, f"process with tag {tag} not found")
         pid = integer(selector, "pid")
         if not 1 <= pid <= 2**31:
             raise invalid("process.pid must be a positive number")
@@ -142,8 +142,8 @@ class Processes:
         try:
             return await work
         except ApiError as e:
-            if e.code == Code.PROCESS_NOT_FOUND:
-                raise ConnectError("not_found", f"process with pid {pid} not found") from None
+            if e.code == Code.PROCESS_NOT_FOUND:  # kept a ConnectError: start's suppress(ApiError) passes it on, as before
+                raise ConnectError.of_code(Code.PROCESS_NOT_FOUND, f"process with pid {pid} not found") from None
             raise
 
     async def signal(self, call: Call, pid: int, sig: int) -> bool:
@@ -202,7 +202,7 @@ class Processes:
                         k = self.known(call.rec.id, pid)
                         self.forget(call.rec.id, pid)  # ended: envd forgets it too (its timer with it)
                         if k and k.deadline_hit:  # as envd, whose request context ended the process
-                            yield end_stream(ConnectError("deadline_exceeded", "context deadline exceeded"))
+                            yield end_stream(ConnectError.deadline_exceeded())
                             return
                         yield envelope({"event": {"end": end}})
                         yield end_stream()
@@ -270,7 +270,7 @@ class Processes:
             follow = await call.st.data.follow_process(call.rec, pid, after=k.seq if k else None)
         except ApiError as e:
             if e.code == Code.PROCESS_NOT_FOUND:
-                raise ConnectError("not_found", f"process with pid {pid} not found") from None
+                raise ApiError(Code.PROCESS_NOT_FOUND, f"process with pid {pid} not found") from None
             raise
         return stream_response(self._relay(call, pid, follow.events, follow.aclose, keepalive(request)))
 
@@ -306,7 +306,7 @@ class Processes:
         if sig not in (9, 15):
             raise invalid("signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM")
         if not await self.signal(call, pid, sig):  # it had ended: envd has forgotten it
-            raise ConnectError("not_found", f"process with pid {pid} not found")
+            raise ApiError(Code.PROCESS_NOT_FOUND, f"process with pid {pid} not found")
         return {}
 
     async def update(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
@@ -350,7 +350,7 @@ async def dispatch(service: Processes, method: str, call: Call, request: Request
         return await service.stream_input(call, request)
     handler = UNARY.get(method)
     if handler is None:
-        raise ConnectError("unimplemented", f"process.Process/{method} is not implemented")
+        raise ConnectError.unimplemented(f"process.Process/{method}")
     return JSONResponse(await handler(service, call, await call.unary_message(request)))
 
 

@@ -127,7 +127,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.add_exception_handler(sqlalchemy.exc.OperationalError, errors.store_error_handler)
     app.add_exception_handler(Exception, errors.unexpected_error_handler)
     app.add_middleware(BodyLimit, limit=MAX_JSON_BODY, streamed=e2b.STREAMED, streamed_puts=e2b.STREAMED_PUTS,
-                       connect_prefix=e2b.ENVD_PREFIX)
+                       refusals={e2b.ENVD_PREFIX: e2b.too_large})
     endpoint = tracing.endpoint_from(config.otlp_endpoint)
     if endpoint:  # else no middleware and no wrapper: tracing off costs nothing
         tracing.setup(endpoint, "hutch")

@@ -43,6 +43,11 @@ CLOSE_ERROR = 4500
 CLOSE_TOO_BIG = 1009
 
 
+def _error_frame(code: Code, message: str, **extra: Any) -> dict[str, Any]:
+    """An error frame: the catalogue's code and its status, as an answer's error would have them."""
+    return {"t": "error", "status": code.status, **errors.error_fields(code, message, **extra)}
+
+
 async def serve_attachment(websocket: WebSocket, data: DataPlane, audit: AuditLog,
                            authorize: Callable[[], SandboxRecord], pid: str) -> None:
     """A WebSocket attached to spawned process `pid` of the box `authorize()` names (it raises
@@ -106,7 +111,7 @@ class Attachment:
                 await self._send({"t": "exit", "exit_code": ev["code"]})
                 return 1000
         err = await self.data.sandboxes.box_unreachable(self.rec)  # paused, failed or gone
-        await self._send({"t": "error", "status": err.status, "code": err.code, "message": err.message})
+        await self._send(_error_frame(err.code, err.message))
         return CLOSE_PAUSED if err.code == Code.SANDBOX_PAUSED else CLOSE_ERROR
 
     async def _input(self) -> None:
@@ -142,11 +147,9 @@ class Attachment:
             if request_id is not None:
                 await self._send({**answer, "t": "ack", "id": request_id})
         except ValueError:
-            await self._send({"t": "error", "status": 400, "code": "invalid_message",
-                              "message": "a control frame is a JSON object"})
+            await self._send(_error_frame(Code.INVALID_MESSAGE, "a control frame is a JSON object"))
         except ApiError as e:
-            await self._send({"t": "error", "status": e.status, "code": e.code, "message": e.message,
-                              "id": request_id})
+            await self._send(_error_frame(e.code, e.message, id=request_id))
         return True
 
     async def _control(self, request: dict[str, Any]) -> dict[str, Any]:

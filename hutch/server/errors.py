@@ -18,8 +18,14 @@ from starlette.routing import Match
 from hutch.errors import ApiError, Code, for_http_status
 
 
+def error_fields(code: Code, message: str, **extra: Any) -> dict[str, Any]:
+    """An error's code and message (and more): inside error_body, and an error event of a stream
+    (SSE, NDJSON, a WebSocket's frame). The one builder of them: the code is the catalogue's."""
+    return {"code": code, "message": message, **extra}
+
+
 def error_body(code: Code, message: str, **extra: Any) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, **extra}}
+    return {"error": error_fields(code, message, **extra)}
 
 
 def _counted(request: HTTPConnection, code: Code) -> None:

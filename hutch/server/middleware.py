@@ -5,6 +5,8 @@ stream."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -13,7 +15,15 @@ from hutch.errors import Code
 from hutch.server import errors
 from hutch.services.uploads import MAX_JSON_BODY
 
-__all__ = ["MAX_JSON_BODY", "BodyLimit"]
+__all__ = ["MAX_JSON_BODY", "BodyLimit", "Refusal"]
+
+# a refused body's message -> the status and error body to answer, in one front's error shape
+Refusal = Callable[[str], tuple[int, dict[str, Any]]]
+
+
+def hutch_refusal(message: str) -> tuple[int, dict[str, Any]]:
+    """hutch's own: 413 payload_too_large in hutch's error shape."""
+    return Code.PAYLOAD_TOO_LARGE.status, errors.error_body(Code.PAYLOAD_TOO_LARGE, message)
 
 
 class BodyLimit:
@@ -21,10 +31,12 @@ class BodyLimit:
     here and capped where they stream."""
 
     def __init__(self, app: ASGIApp, limit: int, *, streamed: frozenset[str] = frozenset(),
-                 streamed_puts: tuple[str, ...] = (), connect_prefix: str | None = None) -> None:
-        # the composition root names E2B's streamed paths and its Connect prefix (hutch.e2b)
+                 streamed_puts: tuple[str, ...] = (), refusals: Mapping[str, Refusal] | None = None) -> None:
+        # the composition root names E2B's streamed paths, and the path prefixes that answer in
+        # another front's shape with that front's refusal (E2B's envd: Connect's), so this module
+        # knows no front but hutch's own
         self.app, self.limit = app, limit
-        self.streamed, self.streamed_puts, self.connect_prefix = streamed, streamed_puts, connect_prefix
+        self.streamed, self.streamed_puts, self.refusals = streamed, streamed_puts, dict(refusals or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (scope["method"] == "PUT" and scope["path"].endswith("/files")) or (
@@ -33,7 +45,7 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            return await _refuse(send, self.limit, connect=self._connect(scope["path"]))
+            return await _refuse(send, self._refusal(scope["path"]), f"request bodies are limited to {self.limit} bytes")
         seen = 0
 
         async def counted() -> Message:
@@ -46,16 +58,13 @@ class BodyLimit:
 
         await self.app(scope, counted, send)
 
-    def _connect(self, path: str) -> bool:
-        return self.connect_prefix is not None and path.startswith(self.connect_prefix + "/")
+    def _refusal(self, path: str) -> Refusal:
+        return next((r for prefix, r in self.refusals.items() if path.startswith(prefix + "/")), hutch_refusal)
 
 
-async def _refuse(send: Send, limit: int, connect: bool = False) -> None:
-    """413 in hutch's error shape, or (E2B's envd, a Connect client) Connect's resource_exhausted."""
-    message = f"request bodies are limited to {limit} bytes"
-    error = {"code": "resource_exhausted", "message": message} if connect else errors.error_body(Code.PAYLOAD_TOO_LARGE,
-                                                                                                     message)
+async def _refuse(send: Send, refuse: Refusal, message: str) -> None:
+    status, error = refuse(message)
     body = json.dumps(error).encode()
-    await send({"type": "http.response.start", "status": 429 if connect else 413,
+    await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from hutch.egress.policy import Policy
 from hutch.egress.rules import NetworkRules
-from hutch.errors import ApiError, BuildFailure, Code
+from hutch.errors import ApiError, BuildFailure, Code, build_error
 from hutch.guest import protocol
 from hutch.node import base_image, mounts
 from hutch.node.api import NodeRuntime
@@ -280,7 +280,7 @@ class Templates:
     def _cancel_in_store(self, build_id: str, write_log: bool) -> bool:
         """A fleet's cancel: a queued build ends here (its log says so); a running one is marked
         cancelled, and the node running it stops it when it sees that. False if it had ended."""
-        error = {"code": BuildFailure.CANCELLED, "message": "the build was cancelled"}
+        error = build_error(BuildFailure.CANCELLED, "the build was cancelled")
         values: dict[str, Any] = {"status": BuildStatus.CANCELLED, "error": error, "finished_at": time.time()}
         if self.store.update_build(build_id, only_if_status=(BuildStatus.QUEUED,), **values):
             if write_log:  # no node claims it now: nobody else writes its log
@@ -334,7 +334,7 @@ class Templates:
         """How a build ended, by its record; None while it is queued or running."""
         build = self.store.get_build(build_id)
         if build is None:
-            return BuildStatus.CANCELLED, {"code": BuildFailure.CANCELLED, "message": "the template was deleted"}
+            return BuildStatus.CANCELLED, build_error(BuildFailure.CANCELLED, "the template was deleted")
         if build.status in (BuildStatus.QUEUED, BuildStatus.RUNNING):
             return None
         return build.status, build.error
@@ -357,7 +357,7 @@ class Templates:
         except OSError as e:
             log.error("build %s: its log cannot be written: %s", build.id, e)
             self._settle(build.id, status=BuildStatus.FAILED, finished_at=time.time(),
-                         error={"code": BuildFailure.BUILD_FAILED, "message": "the build's log cannot be written"})
+                         error=build_error(BuildFailure.BUILD_FAILED, "the build's log cannot be written"))
             self._tasks.pop(build.id, None)
             return
         self._live[build.id] = blog
@@ -387,7 +387,7 @@ class Templates:
             error = e.info()
             blog.system(f"failed: {e.code}: {e.message}", e.step)
         except TimeoutError:
-            error = {"code": BuildFailure.BUILD_FAILED, "message": f"the build took longer than {BUILD_TIMEOUT:.0f} s"}
+            error = build_error(BuildFailure.BUILD_FAILED, f"the build took longer than {BUILD_TIMEOUT:.0f} s")
             blog.system(f"failed: {error['message']}")
         except asyncio.CancelledError:
             if build.id in self._ended_elsewhere:
@@ -397,11 +397,11 @@ class Templates:
                 blog.system("the server is stopping: the build starts again when it is back" if not claimed else
                             f"node {self.owner} is stopping: the build starts again on a node")
             else:
-                status, error = BuildStatus.CANCELLED, {"code": BuildFailure.CANCELLED, "message": "the build was cancelled"}
+                status, error = BuildStatus.CANCELLED, build_error(BuildFailure.CANCELLED, "the build was cancelled")
                 blog.system("cancelled")
         except Exception as e:  # a bug or the host (disk full, a mount refused): the build fails, not the server
             log.exception("build %s failed", build.id)
-            error = {"code": BuildFailure.BUILD_FAILED, "message": f"the build failed on the server: {e}"[:2000]}
+            error = build_error(BuildFailure.BUILD_FAILED, f"the build failed on the server: {e}"[:2000])
             blog.system(f"failed: {error['message']}")
         finally:
             self._building_from.pop(build.id, None)
@@ -419,7 +419,7 @@ class Templates:
             if not mine:  # its record says how it ended (a cancel, a lost node, a delete)
                 record = self.store.get_build(build.id)
                 gone = record is None
-                status, error = ((BuildStatus.CANCELLED, {"code": BuildFailure.CANCELLED, "message": "the template was deleted"})
+                status, error = ((BuildStatus.CANCELLED, build_error(BuildFailure.CANCELLED, "the template was deleted"))
                                  if record is None else (record.status, record.error))
                 blog.system("cancelled" if status == BuildStatus.CANCELLED else
                             f"ended elsewhere: {status}" + (f": {error.get('message')}" if error else ""))
@@ -524,11 +524,11 @@ class Templates:
         if self.owner is not None:
             reason = f"node {self.owner} stopped during the build"
             for build_id in self.store.fail_builds_of(self.owner, reason):
-                self._end_log(build_id, BuildStatus.FAILED, {"code": BuildFailure.BUILD_FAILED, "message": reason})
+                self._end_log(build_id, BuildStatus.FAILED, build_error(BuildFailure.BUILD_FAILED, reason))
             await self.collect_roots()
             return
         for build in self.store.list_builds(statuses=(BuildStatus.RUNNING,), limit=10_000):
-            error = {"code": BuildFailure.BUILD_FAILED, "message": "the server stopped during the build"}
+            error = build_error(BuildFailure.BUILD_FAILED, "the server stopped during the build")
             self.store.update_build(build.id, status=BuildStatus.FAILED, error=error, finished_at=time.time())
             self._end_log(build.id, BuildStatus.FAILED, error)
         for build in reversed(self.store.list_builds(statuses=(BuildStatus.QUEUED,), limit=10_000)):

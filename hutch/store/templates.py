@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from hutch.errors import BuildFailure
+from hutch.errors import BuildFailure, build_error
 from hutch.store.database import Database, conflict_insert
 from hutch.store.events import record
 from hutch.store.records import BUILD_JSON, LIVE_STATUSES, TEMPLATE_JSON, BuildRecord, BuildStatus, TemplateRecord
@@ -192,7 +192,7 @@ class TemplateQueries(Database):
         message), in one UPDATE; returns their ids. For a node that was lost, or that starts again
         (what it was building is gone with its process)."""
         b = template_builds.c
-        error = {"code": BuildFailure.BUILD_FAILED, "message": reason}
+        error = build_error(BuildFailure.BUILD_FAILED, reason)
         q = (template_builds.update().where(b.node == node, b.status == BuildStatus.RUNNING)
              .values(**BUILD_JSON.encoded({"status": BuildStatus.FAILED, "error": error, "finished_at": time.time()}))
              .returning(b.id))

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hutch.errors import ApiError, BuildFailure
+from hutch.errors import ApiError, BuildFailure, build_error
 from hutch.guest.protocol import BOX_GID, BOX_UID
 from hutch.node import boxcmd, mounts, roots
 from hutch.node.api import BoxAgent, BoxStartError, ChannelError, NodeRuntime
@@ -64,7 +64,7 @@ class BuildFailed(Exception):
         self.code, self.message, self.step, self.exit_code = code, message, step, exit_code
 
     def info(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "step": self.step, "exit_code": self.exit_code}
+        return build_error(self.code, self.message, step=self.step, exit_code=self.exit_code)
 
 
 def describe(step: dict[str, Any]) -> str:

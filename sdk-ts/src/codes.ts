@@ -65,6 +65,7 @@ export const ServerCode = {
   TOO_MANY_SNAPSHOTS: "too_many_snapshots",
   TOO_MANY_VOLUMES: "too_many_volumes",
   TOO_MANY_WEBHOOKS: "too_many_webhooks",
+  TOO_MANY_WATCHERS: "too_many_watchers",
   TOO_MANY_TEMPLATES: "too_many_templates",
   TOO_MANY_BUILDS: "too_many_builds",
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from hutch.e2b import connect
-from hutch.e2b.connect import END_STREAM, MAX_MESSAGE, ConnectError, Envelopes
+from hutch.e2b.connect import END_STREAM, MAX_MESSAGE, ConnectCode, ConnectError, Envelopes
 from hutch.errors import ApiError, Code
 
 
@@ -53,7 +53,7 @@ def test_an_envelope_is_flags_a_big_endian_length_and_compact_json() -> None:
 
 def test_the_end_of_a_stream_holds_nothing_or_the_error() -> None:
     assert connect.end_stream() == frame(b"{}", END_STREAM)
-    ended = connect.end_stream(ConnectError("not_found", "no such process"))
+    ended = connect.end_stream(ConnectError.of_code(Code.PROCESS_NOT_FOUND, "no such process"))
     assert ended[0] == END_STREAM
     assert json.loads(ended[5:]) == {"error": {"code": "not_found", "message": "no such process"}}
 
@@ -175,7 +175,16 @@ def test_hutch_codes_become_connect_codes_with_their_http_status() -> None:
                                                                                "message": "big"}
     assert ConnectError.of_code(Code.INVALID_API_KEY, "m").code == "unauthenticated"  # by its status, 401
     assert connect.invalid("bad").response().status_code == 400
-    assert ConnectError("no_such_code", "m").response().status_code == 500
+    assert ConnectError.unimplemented("a.A/B").body() == {"code": "unimplemented", "message": "a.A/B is not implemented"}
+    assert ConnectError.unimplemented("a.A/B").response().status_code == 501
+
+
+def test_each_connect_code_answers_with_its_http_status() -> None:
+    assert {c.value: c.status for c in ConnectCode} == {
+        "canceled": 499, "unknown": 500, "invalid_argument": 400, "deadline_exceeded": 504, "not_found": 404,
+        "already_exists": 409, "permission_denied": 403, "resource_exhausted": 429, "failed_precondition": 400,
+        "aborted": 409, "out_of_range": 400, "unimplemented": 501, "internal": 500, "unavailable": 503,
+        "data_loss": 500, "unauthenticated": 401}
 
 
 def test_timestamps_are_utc_with_microseconds() -> None:

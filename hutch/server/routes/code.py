@@ -24,6 +24,7 @@ from starlette.responses import StreamingResponse
 
 from hutch.errors import ApiError, Code
 from hutch.guest.protocol import INTERPRETER_PORT as PORT
+from hutch.server import errors
 from hutch.server.auth import ActorDep, BoxDep
 from hutch.server.state import State, StateDep
 from hutch.services import audit, boxport
@@ -106,8 +107,8 @@ async def _stream(st: State, rec: SandboxRecord, answer: boxport.Answer, timeout
                 err = await st.sandboxes.box_unreachable(rec)
                 if err.code == Code.SANDBOX_UNREACHABLE:  # the box lives: its interpreter broke off
                     err = _unavailable(rec, "its stream broke off")
-                yield (b"" if whole else b"\n") + _line({"type": "hutch_error", "code": err.code,
-                                                          "message": err.message})
+                yield (b"" if whole else b"\n") + _line({"type": "hutch_error",
+                                                          **errors.error_fields(err.code, err.message)})
                 return
             whole = chunk.endswith(b"\n")
             yield chunk

@@ -12,6 +12,7 @@ from starlette.responses import StreamingResponse
 
 from hutch.errors import ApiError
 from hutch.guest import protocol
+from hutch.server import errors
 from hutch.server.attach import serve_attachment
 from hutch.server.auth import ActorDep, BoxDep, authorize_box
 from hutch.server.state import State, StateDep
@@ -57,7 +58,7 @@ async def run_command(body: RunCommand, rec: BoxDep, st: StateDep, who: ActorDep
                 return
         err = await st.sandboxes.box_unreachable(rec)
         note.outcome = err.code
-        yield _sse("error", {"code": err.code, "message": err.message})
+        yield _sse("error", errors.error_fields(err.code, err.message))
 
     async def audited() -> AsyncIterator[bytes]:
         async with st.audit.record(rec, who, "exit", detail) as note:
