@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from hutch.errors import ApiError, Code
-from hutch.guest import protocol
 from hutch.node.api import (
     AgentProtocolError,
     AgentUnreachable,
@@ -34,6 +33,7 @@ from hutch.node.api import (
     StartFailed,
     Stream,
 )
+from hutch.node.box import path_problem
 from hutch.services.models import CommandResult, FsEntry, FsEvent, LinkEnd, ProcessInfo, RunCommand, SpawnCommand, timestamp
 from hutch.services.sandboxes import Sandboxes
 from hutch.services.uploads import capped_body
@@ -46,7 +46,7 @@ MAX_DEPTH = 16
 
 
 def check_path(path: str) -> str:
-    problem = protocol.path_problem(path)
+    problem = path_problem(path)
     if problem:
         raise ApiError(Code.INVALID_PATH, f"{problem}: {path!r}")
     return path

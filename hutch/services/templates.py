@@ -37,8 +37,8 @@ from typing import Any, Literal
 from hutch.egress.policy import Policy
 from hutch.egress.rules import NetworkRules
 from hutch.errors import ApiError, BuildFailure, Code
-from hutch.guest import protocol
 from hutch.node import base_image, mounts
+from hutch.node import box as protocol  # the box's paths, under the name this file gave the agent's protocol
 from hutch.node.api import NodeRuntime
 from hutch.services.config import ServerConfig
 from hutch.services.models import BuildErrorInfo, BuildInfo, CreateTemplate, TemplateInfo, timestamp
