@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 from pydantic import ValidationError
 from starlette.requests import Request
 
-from hutch.guest.protocol import BOX_HOME
+from hutch.node.box import USER
 
 if TYPE_CHECKING:
     from hutch.server.state import State
@@ -46,7 +46,7 @@ def validation_message(e: ValidationError) -> str:
 
 
 def home_of(user: str | None) -> str:
-    return "/root" if user == "root" else BOX_HOME
+    return "/root" if user == "root" else USER.home
 
 
 def box_path(path: str, user: str | None) -> str:

@@ -27,7 +27,7 @@ from hutch.e2b.common import StateGetter, box_path
 from hutch.e2b.envd import Call, check_box, check_user, sandbox_of
 from hutch.e2b.signing import SignedLink, signed_sandbox_of
 from hutch.errors import ApiError, Code
-from hutch.guest.protocol import metadata_problem
+from hutch.node.box import metadata_problem
 from hutch.services import audit, boxops
 
 MAX_PARTS = 1000

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from hutch.e2b.common import StateGetter
 from hutch.e2b.envd import ENVD_PORT, HOST_FORM, SandboxGone, sandbox_of
 from hutch.errors import ApiError, Code
-from hutch.guest.protocol import INTERPRETER_PORT
+from hutch.node.box import INTERPRETER_PORT
 from hutch.services import boxport
 from hutch.services.uploads import MAX_JSON_BODY, capped_body
 from hutch.store import SandboxRecord, SandboxStatus

@@ -48,7 +48,7 @@ from hutch.e2b.connect import (
 )
 from hutch.e2b.envd import Call
 from hutch.errors import ApiError, Code
-from hutch.guest import protocol
+from hutch.node.api import Event, Exited, Output
 from hutch.services import boxops
 from hutch.services.models import PtySize, SpawnCommand
 from hutch.store import SandboxStatus
@@ -178,7 +178,7 @@ class Processes:
 
         return asyncio.get_running_loop().create_task(later())
 
-    async def _relay(self, call: Call, pid: int, events: AsyncGenerator[dict[str, Any], None],
+    async def _relay(self, call: Call, pid: int, events: AsyncGenerator[Event, None],
                      close: Any, keepalive: float) -> AsyncIterator[bytes]:
         """start, then data and keepalives, then end and the end of the stream."""
         pty = (k.pty if (k := self.known(call.rec.id, pid)) else False)
@@ -191,14 +191,14 @@ class Processes:
                     if ev is None:
                         yield envelope({"event": {"keepalive": {}}})
                         continue
-                    kind = ev["t"]
-                    if type(ev.get("s")) is int and (k := self.known(call.rec.id, pid)):
-                        k.seq = max(k.seq or -1, ev["s"])
-                    if kind in (protocol.EVENT_STDOUT, protocol.EVENT_STDERR):
-                        key = "pty" if pty else kind
-                        yield envelope({"event": {"data": {key: b64encode(ev["d"].encode(errors="replace"))}}})
-                    elif kind == protocol.EVENT_EXIT:
-                        end = self._end(call, pid, ev["code"])
+                    if isinstance(ev, (Output, Exited)) and ev.seq is not None \
+                            and (k := self.known(call.rec.id, pid)):
+                        k.seq = max(k.seq or -1, ev.seq)
+                    if isinstance(ev, Output):
+                        key = "pty" if pty else ev.stream
+                        yield envelope({"event": {"data": {key: b64encode(ev.data.encode(errors="replace"))}}})
+                    elif isinstance(ev, Exited):
+                        end = self._end(call, pid, ev.code)
                         k = self.known(call.rec.id, pid)
                         self.forget(call.rec.id, pid)  # ended: envd forgets it too (its timer with it)
                         if k and k.deadline_hit:  # as envd, whose request context ended the process

@@ -18,7 +18,7 @@ import stat
 import struct
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, Literal, TypeVar
 
 import httpx
 
@@ -29,11 +29,17 @@ from hutch.node.api import (
     AgentUnreachable,
     ChannelError,
     Command,
+    Dropped,
     Entry,
     Event,
+    Exited,
     FsChange,
     LinkEnd,
+    Output,
+    Ping,
     ProcessDesc,
+    Started,
+    StartFailed,
     Tunnel,
 )
 from hutch.node.uds_transport import UnixTransport
@@ -94,6 +100,9 @@ AGENT_CODES: dict[str, Code] = {
 _ENTRY_TYPES = ("file", "dir", "symlink", "other")
 MAX_METADATA_KEYS, MAX_METADATA_BYTES = 512, 4096  # the agent's bound on what it reads back
 _CHANGE_TYPES = ("create", "write", "remove", "rename", "chmod")
+# the agent's output events, by the stream each names on the seam
+_OUTPUT_STREAMS: dict[str, Literal["stdout", "stderr"]] = {protocol.EVENT_STDOUT: "stdout",
+                                                          protocol.EVENT_STDERR: "stderr"}
 _USERS = (protocol.BOX_USER, "root")
 
 
@@ -141,42 +150,40 @@ def loads(data: bytes) -> Any:
 
 
 def parse_event(line: bytes) -> Event:
-    """One exec or process event, checked: its kind is known and its fields have their types."""
+    """One exec or process event as its type (hutch.node.api), checked: its kind is known and its
+    fields have their types. The one place the agent's names for events are read."""
     ev = loads(line)
     try:
-        kind = ev["t"]
-        if "s" in ev and type(ev["s"]) is not int:
-            ok = False
-        elif kind in (protocol.EVENT_STDOUT, protocol.EVENT_STDERR):
-            ok = isinstance(ev["d"], str)
-        elif kind == protocol.EVENT_EXIT:
-            ok = (ev["code"] is None or type(ev["code"]) is int) and isinstance(ev["timed_out"], bool)
-        elif kind == protocol.EVENT_START:
-            ok = type(ev["pid"]) is int
-        elif kind == protocol.EVENT_ERROR:
-            ok = isinstance(ev["code"], str) and isinstance(ev["message"], str)
-        elif kind == protocol.EVENT_DROPPED:
-            ok = type(ev["chars"]) is int
-        else:
-            ok = kind == protocol.EVENT_PING
+        kind, seq = ev["t"], ev.get("s")
+        if "s" in ev and type(seq) is not int:
+            pass  # malformed
+        elif kind in _OUTPUT_STREAMS and isinstance(ev["d"], str):
+            return Output(_OUTPUT_STREAMS[kind], ev["d"], seq)
+        elif kind == protocol.EVENT_EXIT and (ev["code"] is None or type(ev["code"]) is int) \
+                and isinstance(ev["timed_out"], bool):
+            return Exited(ev["code"], ev["timed_out"], seq)
+        elif kind == protocol.EVENT_START and type(ev["pid"]) is int:
+            return Started(ev["pid"])
+        elif kind == protocol.EVENT_ERROR and isinstance(ev["code"], str) and isinstance(ev["message"], str):
+            return StartFailed(ev["code"], ev["message"])
+        elif kind == protocol.EVENT_DROPPED and type(ev["chars"]) is int:
+            return Dropped(ev["chars"])
+        elif kind == protocol.EVENT_PING:
+            return Ping()
     except (KeyError, TypeError):
-        ok = False
-    if not ok:
-        raise AgentProtocolError("the agent sent a malformed event")
-    return cast(Event, ev)
+        pass
+    raise AgentProtocolError("the agent sent a malformed event")
 
 
-def parse_change(line: bytes) -> FsChange | None:
-    """One line of a watch: a change, or None for the agent's keep-alive."""
+def parse_change(line: bytes) -> FsChange | Ping:
+    """One line of a watch: a change, or the agent's keep-alive."""
     ev = loads(line)
     try:
         if ev["t"] == protocol.EVENT_PING:
-            return None
+            return Ping()
         if ev["t"] == protocol.EVENT_FS and ev["type"] in _CHANGE_TYPES:
-            change = FsChange(name=_text(ev["name"]), type=ev["type"])
-            if ev.get("entry") is not None:
-                change["entry"] = check_entry(ev["entry"])
-            return change
+            entry = ev.get("entry")
+            return FsChange(_text(ev["name"]), ev["type"], None if entry is None else check_entry(entry))
     except (KeyError, TypeError):
         pass
     raise AgentProtocolError("the agent sent a malformed watch event")
@@ -567,7 +574,7 @@ class AgentClient:
     async def remove(self, path: str, root: bool) -> None:
         await self._ask("POST", protocol.FS_REMOVE, FILE_TIMEOUT, json={"path": path, **self._as(root)})
 
-    async def watch(self, path: str, recursive: bool, entries: bool = False) -> AgentStream[FsChange | None]:
+    async def watch(self, path: str, recursive: bool, entries: bool = False) -> AgentStream[FsChange | Ping]:
         params = {"path": path, "recursive": "true" if recursive else "false", **({"entries": "true"} if entries else {})}
         return await self._stream(parse_change, "GET", protocol.FS_WATCH, params=params)
 

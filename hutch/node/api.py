@@ -16,9 +16,10 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NotRequired, Protocol, TypedDict, TypeVar
+from typing import Literal, NotRequired, Protocol, TypedDict, TypeVar
 
 from hutch.errors import ApiError, Code
+from hutch.guest import protocol
 from hutch.node.spec import Limits
 
 T_co = TypeVar("T_co", covariant=True)
@@ -122,10 +123,64 @@ class Command:
     user: str | None = None  # "root", or the box user
 
 
-# An exec or process event: "t" is one of hutch.guest.protocol's EVENT_*, its fields of their types
-# (stdout/stderr "d": str; exit "code": int | None, "timed_out": bool; start "pid": int; error
-# "code", "message": str; dropped "chars": int; a process' events "s": int too).
-Event = dict[str, Any]
+# --- events: what a command, a process or a watch says as it runs --------------------------------
+# Built only where the agent's lines are parsed (hutch.node.agent), every field checked; the layers
+# above match on these types and never see the agent's own names for them.
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The command started, as process `pid` of the box."""
+
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class StartFailed:
+    """The command could not start: `code` is the agent's own word for why (not necessarily one
+    of the catalogue's), `message` says it to a person."""
+
+    code: str
+    message: str
+
+    @property
+    def bad_cwd(self) -> bool:
+        """Its working directory is missing, or not a directory."""
+        return self.code == protocol.ERR_BAD_CWD
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """Text the process wrote to one of its streams (a terminal's is all "stdout")."""
+
+    stream: Literal["stdout", "stderr"]
+    data: str
+    seq: int | None = None  # a spawned process' place in its buffer (a command's output has none)
+
+
+@dataclass(frozen=True, slots=True)
+class Exited:
+    """The process ended: its exit code, None if the agent ended it at its timeout."""
+
+    code: int | None
+    timed_out: bool
+    seq: int | None = None  # as Output's
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """A spawned process' buffer lost this many characters of output before what follows."""
+
+    chars: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """Still running, and so is the box (every 10 s of quiet)."""
+
+
+# A command's or a spawned process' events: Started (or StartFailed) first for a command, then
+# Output, Dropped (a process' replay only) and Pings, until Exited.
+Event = Started | StartFailed | Output | Exited | Dropped | Ping
 
 
 class LinkEnd(TypedDict):
@@ -169,12 +224,14 @@ class ProcessDesc(TypedDict):
     exit_code: int | None
 
 
-class FsChange(TypedDict):
-    """One change a watch saw, relative to the watched directory."""
+@dataclass(frozen=True, slots=True)
+class FsChange:
+    """One change a watch saw, relative to the watched directory; with it, if asked for, the entry
+    as it was then (a create, write or chmod of what still is)."""
 
     name: str
     type: Literal["create", "write", "remove", "rename", "chmod"]
-    entry: NotRequired[Entry | None]
+    entry: Entry | None = None
 
 
 class Stream(Protocol[T_co]):
@@ -211,7 +268,7 @@ class BoxAgent(Protocol):
         ...
 
     async def exec(self, command: Command, timeout: float | None) -> Stream[Event]:
-        """Run a command; its events from "start" (or "error") to "exit", with pings meanwhile.
+        """Run a command; its events from Started (or StartFailed) to Exited, with Pings meanwhile.
         `timeout`: the agent ends it after that many seconds."""
         ...
 
@@ -265,8 +322,8 @@ class BoxAgent(Protocol):
 
     async def remove(self, path: str, root: bool) -> None: ...
 
-    async def watch(self, path: str, recursive: bool, entries: bool = False) -> Stream[FsChange | None]:
-        """A directory's changes (None: the agent's keep-alive, every 10 s of quiet); with
+    async def watch(self, path: str, recursive: bool, entries: bool = False) -> Stream[FsChange | Ping]:
+        """A directory's changes (Ping: the agent's keep-alive, every 10 s of quiet); with
         `entries`, a create, write or chmod carries the entry as it is then (if it still is)."""
         ...
 

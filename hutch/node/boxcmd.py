@@ -9,8 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hutch.errors import ApiError, BuildFailure
-from hutch.guest import protocol
-from hutch.node.api import AgentProtocolError, BoxAgent, ChannelError, Command
+from hutch.node.api import AgentProtocolError, BoxAgent, ChannelError, Command, Exited, Output, StartFailed
 
 READY_POLL_SECONDS = 0.5
 READY_PROBE_TIMEOUT = 30.0  # one run of the readiness probe
@@ -48,13 +47,13 @@ async def run(agent: BoxAgent, command: str, defaults: Defaults, timeout: float 
     events = await agent.exec(defaults.command(command), timeout)
     try:
         async for ev in events:
-            if ev["t"] in (protocol.EVENT_STDOUT, protocol.EVENT_STDERR) and on_output is not None:
-                on_output(ev["t"], ev["d"])
-            elif ev["t"] == protocol.EVENT_ERROR:
-                raise CommandError(ev["message"][:2000])
-            elif ev["t"] == protocol.EVENT_EXIT:
-                code: int | None = None if ev["timed_out"] else ev["code"]
-                return code
+            match ev:
+                case Output(stream, data) if on_output is not None:
+                    on_output(stream, data)
+                case StartFailed(message=message):
+                    raise CommandError(message[:2000])
+                case Exited(code, timed_out):
+                    return None if timed_out else code
     finally:
         await events.aclose()
     raise AgentProtocolError("the command's stream ended without its exit")

@@ -30,7 +30,7 @@ from pydantic import ValidationError as PydanticValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from hutch.errors import ApiError, Code
-from hutch.guest import protocol
+from hutch.node.api import Dropped, Event, Exited, Output
 from hutch.server import errors
 from hutch.services.audit import AuditLog, actor
 from hutch.services.dataplane import DataPlane
@@ -79,7 +79,7 @@ class Attachment:
         async with self._send_lock:
             await self.ws.send_text(json.dumps(message))
 
-    async def run(self, events: AsyncGenerator[dict[str, Any], None]) -> None:
+    async def run(self, events: AsyncGenerator[Event, None]) -> None:
         out = asyncio.create_task(self._output(events))
         inp = asyncio.create_task(self._input())
         try:
@@ -99,17 +99,17 @@ class Attachment:
         with contextlib.suppress(Exception):
             await self.ws.close(code or 1000)
 
-    async def _output(self, events: AsyncGenerator[dict[str, Any], None]) -> int:
+    async def _output(self, events: AsyncGenerator[Event, None]) -> int:
         """Relay events; the close code to end with."""
         async for ev in events:
-            kind = ev["t"]
-            if kind in (protocol.EVENT_STDOUT, protocol.EVENT_STDERR):
-                await self._send({"t": kind, "d": ev["d"]})
-            elif kind == protocol.EVENT_DROPPED:
-                await self._send({"t": kind, "chars": ev["chars"]})
-            elif kind == protocol.EVENT_EXIT:
-                await self._send({"t": "exit", "exit_code": ev["code"]})
-                return 1000
+            match ev:
+                case Output(stream, data):
+                    await self._send({"t": stream, "d": data})
+                case Dropped(chars):
+                    await self._send({"t": "dropped", "chars": chars})
+                case Exited(code):
+                    await self._send({"t": "exit", "exit_code": code})
+                    return 1000
         err = await self.data.sandboxes.box_unreachable(self.rec)  # paused, failed or gone
         await self._send(_error_frame(err.code, err.message))
         return CLOSE_PAUSED if err.code == Code.SANDBOX_PAUSED else CLOSE_ERROR

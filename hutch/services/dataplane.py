@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from hutch.errors import ApiError, Code
-from hutch.guest import protocol
 from hutch.node.api import (
     AgentProtocolError,
     AgentUnreachable,
@@ -25,10 +24,16 @@ from hutch.node.api import (
     Command,
     Entry,
     Event,
+    Exited,
     FsChange,
+    Output,
+    Ping,
     ProcessDesc,
+    Started,
+    StartFailed,
     Stream,
 )
+from hutch.node.box import path_problem
 from hutch.services.models import CommandResult, FsEntry, FsEvent, LinkEnd, ProcessInfo, RunCommand, SpawnCommand, timestamp
 from hutch.services.sandboxes import Sandboxes
 from hutch.services.uploads import capped_body
@@ -41,7 +46,7 @@ MAX_DEPTH = 16
 
 
 def check_path(path: str) -> str:
-    problem = protocol.path_problem(path)
+    problem = path_problem(path)
     if problem:
         raise ApiError(Code.INVALID_PATH, f"{problem}: {path!r}")
     return path
@@ -80,7 +85,7 @@ class FsWatch:
     the stream of FsEvents; `ticks` the same with None for the agent's keep-alives (every 10 s of
     quiet), for relays that keep their own connection alive. Read one of them."""
 
-    stream: Stream[FsChange | None]
+    stream: Stream[FsChange | Ping]
     ticks: AsyncGenerator[FsEvent | None, None]
     events: AsyncGenerator[FsEvent, None]
 
@@ -94,14 +99,14 @@ class FsWatch:
                     await gen.aclose()
 
 
-async def _fs_events(stream: Stream[FsChange | None]) -> AsyncGenerator[FsEvent | None, None]:
+async def _fs_events(stream: Stream[FsChange | Ping]) -> AsyncGenerator[FsEvent | None, None]:
     try:
         async for change in stream:
-            if change is None:
-                yield None
+            if isinstance(change, Ping):
+                yield None  # a tick: relays keep their own connection alive on it
                 continue
-            entry = change.get("entry")
-            yield FsEvent(name=change["name"], type=change["type"], entry=entry_model(entry) if entry else None)
+            entry = change.entry
+            yield FsEvent(name=change.name, type=change.type, entry=entry_model(entry) if entry else None)
     except (AgentUnreachable, AgentProtocolError):
         pass  # the box went, or was paused, or the watch was closed: it ends
     finally:
@@ -177,22 +182,24 @@ class DataPlane:
         except BaseException:
             await stream.aclose()
             raise
-        if first["t"] not in (protocol.EVENT_START, protocol.EVENT_ERROR):
-            await stream.aclose()
-            raise AgentProtocolError("the agent did not start with a start event")
-        if first["t"] == protocol.EVENT_ERROR:
-            await stream.aclose()
-            if first["code"] == protocol.ERR_BAD_CWD:
-                raise ApiError(Code.INVALID_CWD, first["message"][:2000])
-            # 503: e.g. the box is out of pids. The code is the agent's word: never a new metrics label
-            raise ApiError(Code.COMMAND_START_FAILED, first["message"][:2000])
-        return CommandStream(first["pid"], self._events(stream, events, started))
+        match first:
+            case Started(pid):
+                return CommandStream(pid, self._events(stream, events, started))
+            case StartFailed(message=message) if first.bad_cwd:
+                await stream.aclose()
+                raise ApiError(Code.INVALID_CWD, message[:2000])
+            case StartFailed(message=message):
+                await stream.aclose()
+                # 503: e.g. the box is out of pids. The code is the agent's word: never a new metrics label
+                raise ApiError(Code.COMMAND_START_FAILED, message[:2000])
+        await stream.aclose()
+        raise AgentProtocolError("the agent did not start with a start event")
 
     async def _events(self, stream: Stream[Event], events: AsyncIterator[Event], started: float,
                       timed: bool = True) -> AsyncGenerator[Event, None]:
         try:
             async for ev in events:
-                if ev["t"] == protocol.EVENT_EXIT and timed:
+                if isinstance(ev, Exited) and timed:
                     self.sandboxes.metrics.command_seconds.observe(time.perf_counter() - started)
                 yield ev
         except (AgentUnreachable, AgentProtocolError):
@@ -205,16 +212,17 @@ class DataPlane:
         err: list[str] = []
         size = 0
         async for ev in stream.events:
-            if ev["t"] in (protocol.EVENT_STDOUT, protocol.EVENT_STDERR):
-                (out if ev["t"] == protocol.EVENT_STDOUT else err).append(ev["d"])
-                size += len(ev["d"])
-                if size > MAX_COLLECTED_OUTPUT:
-                    await stream.events.aclose()
-                    raise ApiError(Code.OUTPUT_TOO_LARGE, f"the command printed more than {MAX_COLLECTED_OUTPUT} "
-                                   "characters: ask for a stream (Accept: text/event-stream); it runs on in the box")
-            elif ev["t"] == protocol.EVENT_EXIT:
-                return CommandResult(stdout="".join(out), stderr="".join(err), exit_code=ev["code"],
-                                     timed_out=ev["timed_out"])
+            match ev:
+                case Output(stream=which, data=data):
+                    (out if which == "stdout" else err).append(data)
+                    size += len(data)
+                    if size > MAX_COLLECTED_OUTPUT:
+                        await stream.events.aclose()
+                        raise ApiError(Code.OUTPUT_TOO_LARGE, f"the command printed more than {MAX_COLLECTED_OUTPUT} "
+                                       "characters: ask for a stream (Accept: text/event-stream); it runs on in the box")
+                case Exited(code, timed_out):
+                    return CommandResult(stdout="".join(out), stderr="".join(err), exit_code=code,
+                                         timed_out=timed_out)
         raise await self.sandboxes.box_unreachable(rec)
 
     # --- spawned processes ----------------------------------------------------------------------

@@ -10,7 +10,7 @@ from pydantic import AfterValidator, Base64Bytes, BaseModel, ConfigDict, Field, 
 
 from hutch.egress.rules import MAX_RULES, parse_allow, parse_cidr, parse_domain
 from hutch.errors import BuildFailure
-from hutch.guest.protocol import PROXY_PORT, path_problem
+from hutch.node.box import PROXY_PORT, path_problem
 from hutch.store import BuildStatus, SandboxStatus
 
 MAX_METADATA_KEYS = 64

@@ -37,8 +37,7 @@ from typing import Any, Literal
 from hutch.egress.policy import Policy
 from hutch.egress.rules import NetworkRules
 from hutch.errors import ApiError, BuildFailure, Code, build_error
-from hutch.guest import protocol
-from hutch.node import base_image, mounts
+from hutch.node import base_image, box, mounts
 from hutch.node.api import NodeRuntime
 from hutch.services.config import ServerConfig
 from hutch.services.models import BuildErrorInfo, BuildInfo, CreateTemplate, TemplateInfo, timestamp
@@ -57,7 +56,7 @@ BASE_TEMPLATE_ID = str(uuid.uuid5(uuid.NAMESPACE_URL, "hutch/base"))
 # by a signal (by hand, or the box's memory limit) is started again a second later, as E2B's systemd
 # does; one that exits ends the start command, so a box that cannot run it fails its create at once.
 CODE_INTERPRETER_TEMPLATES = ("code-interpreter-v1", "hutch/code-interpreter")
-CODE_INTERPRETER_START = (f"while :; do /usr/bin/python3 {protocol.AGENT_DIR}/interpreter.py; s=$?; "
+CODE_INTERPRETER_START = (f"while :; do /usr/bin/python3 {box.AGENT_DIR}/interpreter.py; s=$?; "
                           "[ $s -gt 128 ] || exit $s; sleep 1; done")
 CODE_INTERPRETER_READY = "curl -sf --max-time 5 -o /dev/null http://127.0.0.1:49999/health"
 BUILD_BOX_PREFIX = "build-"  # the host directory names of build boxes (their egress policy)

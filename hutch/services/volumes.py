@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from hutch.errors import ApiError, Code
-from hutch.guest import protocol
+from hutch.node import box
 from hutch.node.api import Entry, VolumeMount
 from hutch.node.volfiles import CHUNK, VolumeFiles
 from hutch.node.volumes import VolumeDisks, VolumeGone
@@ -35,7 +35,7 @@ T = TypeVar("T")
 
 FILE_THREADS = 4
 # paths a volume may not be mounted at or under: the box's own filesystems and hutch's mounts
-RESERVED = ("/proc", "/dev", "/sys", protocol.GUEST_ROOT)
+RESERVED = ("/proc", "/dev", "/sys", box.GUEST_ROOT)
 
 
 def mount_path_problem(path: str) -> str | None:
@@ -46,7 +46,7 @@ def mount_path_problem(path: str) -> str | None:
         return "cannot be the box's root"
     if any(ch in path for ch in "*?[]\\"):  # a files-only save prunes mount paths by find's patterns
         return "cannot hold *, ?, [, ] or \\"
-    if path == protocol.SYSTEM_BUNDLE:
+    if path == box.SYSTEM_BUNDLE:
         return "is the box's trusted certificates"
     for reserved in RESERVED:
         if path == reserved or path.startswith(reserved + "/"):

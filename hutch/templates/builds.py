@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from hutch.errors import ApiError, BuildFailure, build_error
-from hutch.guest.protocol import BOX_GID, BOX_UID
 from hutch.node import boxcmd, mounts, roots
 from hutch.node.api import BoxAgent, BoxStartError, ChannelError, NodeRuntime
+from hutch.node.box import USER
 from hutch.node.spec import Limits
 from hutch.templates.buildlog import BuildLog
 from hutch.templates.layers import LayerCache, chain_key, flatten, stack_key
@@ -317,7 +317,7 @@ def _ready_dir(root: Path, path: str, user: str | None) -> bool:
     `user` would leave as it is: the box user's own unless the step runs as root (it chowns it)."""
     st = roots.lstat_in(root, path)
     return (st is not None and stat.S_ISDIR(st.st_mode)
-            and (user == "root" or (st.st_uid, st.st_gid) == (BOX_UID, BOX_GID)))
+            and (user == "root" or (st.st_uid, st.st_gid) == (USER.uid, USER.gid)))
 
 
 def _upload(files: Path | None, digest: str, index: int) -> Path:

@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from hutch.errors import BuildFailure
-from hutch.guest import protocol
-from hutch.node import roots
+from hutch.node import box, roots
 
 # ImageError codes
 NOT_FOUND = BuildFailure.IMAGE_NOT_FOUND
@@ -49,8 +48,8 @@ ROOT_RECIPE = "2"  # bump when what import_image does to a root changes: it is p
 # Where hutch mounts into every box, with the mode each is made with if the image lacks it. The
 # ones under /.hutch are hutch's own and are always made afresh as root's, 0755.
 MOUNT_POINTS: list[tuple[str, int]] = [
-    (protocol.CHANNEL_DIR, 0o755), (protocol.AGENT_DIR, 0o755), (protocol.RUNTIME_DIR, 0o755),
-    (protocol.TRUST_DIR, 0o755), ("/tmp", 0o1777), ("/proc", 0o755), ("/dev", 0o755), ("/sys", 0o755),
+    (box.CHANNEL_DIR, 0o755), (box.AGENT_DIR, 0o755), (box.RUNTIME_DIR, 0o755),
+    (box.TRUST_DIR, 0o755), ("/tmp", 0o1777), ("/proc", 0o755), ("/dev", 0o755), ("/sys", 0o755),
 ]
 
 LOCAL_TRANSPORTS = ("oci-archive", "docker-archive", "oci")
@@ -242,7 +241,7 @@ def ensure_mount_points(root: Path) -> list[str]:
             try:
                 for i, name in enumerate(names):
                     last = i == len(names) - 1
-                    ours = path.startswith(protocol.GUEST_ROOT)
+                    ours = path.startswith(box.GUEST_ROOT)
                     child, was_replaced = _directory_at(fd, name, mode if last else 0o755, reset=ours)
                     if was_replaced:
                         replaced.append("/" + "/".join(names[: i + 1]))

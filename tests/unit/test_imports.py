@@ -163,12 +163,14 @@ LAYER_RULES: list[tuple[str, tuple[str, ...] | str, tuple[str, ...] | str, set[s
     ("the console and E2B's facade are fronts side by side", "hutch.console", "hutch.e2b", set()),
     ("a user's process holds the client alone", CLIENT,
      ("hutch.services", *FRONTS, *WIRING, *BELOW_SERVICES), set()),
+    ("only the node speaks to the agent", "hutch", "hutch.guest", {m for m in module_names() if within(m, "hutch.node")}),
 ]
 
 
 def test_the_rules_see_a_breach() -> None:
     assert within("hutch.services.sandboxes", "hutch.services") and not within("hutch.servicesx", "hutch.services")
     assert broken("r", "hutch.server", "hutch.services")  # the routes do call the services
+    assert broken("r", "hutch", "hutch.guest")  # the node does speak to the agent
 
 
 def test_each_layer_leans_only_on_the_layers_below_it() -> None:

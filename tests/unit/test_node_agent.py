@@ -24,7 +24,20 @@ from hutch.errors import ApiError, Code
 from hutch.guest import protocol
 from hutch.node import agent
 from hutch.node.agent import AgentClient
-from hutch.node.api import AgentProtocolError, AgentUnreachable, ChannelError, Command
+from hutch.node.api import (
+    AgentProtocolError,
+    AgentUnreachable,
+    ChannelError,
+    Command,
+    Dropped,
+    Event,
+    Exited,
+    FsChange,
+    Output,
+    Ping,
+    Started,
+    StartFailed,
+)
 
 T = TypeVar("T")
 
@@ -117,20 +130,32 @@ def test_a_reply_is_read_up_to_its_cap_and_no_further() -> None:
 
 # --- events, entries, processes -------------------------------------------------------------------
 
-@pytest.mark.parametrize("event", [
-    {"t": "start", "pid": 12}, {"t": "stdout", "d": "hi"}, {"t": "stderr", "d": ""},
-    {"t": "exit", "code": 0, "timed_out": False}, {"t": "exit", "code": None, "timed_out": True},
-    {"t": "error", "code": "invalid_cwd", "message": "no"}, {"t": "ping"}, {"t": "dropped", "chars": 5},
-    {"t": "stdout", "d": "x", "s": 3},
+@pytest.mark.parametrize(("line", "event"), [
+    ({"t": "start", "pid": 12}, Started(12)), ({"t": "stdout", "d": "hi"}, Output("stdout", "hi")),
+    ({"t": "stderr", "d": ""}, Output("stderr", "")),
+    ({"t": "exit", "code": 0, "timed_out": False}, Exited(0, False)),
+    ({"t": "exit", "code": None, "timed_out": True}, Exited(None, True)),
+    ({"t": "error", "code": "invalid_cwd", "message": "no"}, StartFailed("invalid_cwd", "no")),
+    ({"t": "ping"}, Ping()), ({"t": "dropped", "chars": 5}, Dropped(5)),
+    ({"t": "stdout", "d": "x", "s": 3}, Output("stdout", "x", seq=3)),
+    ({"t": "exit", "code": 1, "timed_out": False, "s": 4}, Exited(1, False, seq=4)),
 ])
-def test_every_kind_of_event_passes_when_well_formed(event: dict[str, Any]) -> None:
-    assert agent.parse_event(json.dumps(event).encode()) == event
+def test_every_kind_of_event_passes_when_well_formed_as_its_type(line: dict[str, Any], event: Event) -> None:
+    assert agent.parse_event(json.dumps(line).encode()) == event
+
+
+def test_the_events_names_on_the_seam_are_the_agents() -> None:
+    # a stream's name reaches clients as it is (attach's "t", the SSE event's name)
+    assert agent.parse_event(json.dumps({"t": protocol.EVENT_STDOUT, "d": ""}).encode()) == Output("stdout", "")
+    assert agent.parse_event(json.dumps({"t": protocol.EVENT_STDERR, "d": ""}).encode()) == Output("stderr", "")
+    assert StartFailed(protocol.ERR_BAD_CWD, "no").bad_cwd and not StartFailed(protocol.ERR_IO, "no").bad_cwd
 
 
 @pytest.mark.parametrize("line", [
     b'{"t": "start", "pid": "12"}', b'{"t": "start", "pid": true}', b'{"t": "stdout", "d": 5}',
     b'{"t": "exit", "code": 1.5, "timed_out": false}', b'{"t": "exit", "code": 0}', b'{"t": "error", "code": 1}',
-    b'{"t": "dropped", "chars": null}', b'{"t": "stdout", "d": "x", "s": "1"}', b'{"t": "shell"}', b'{"t": ["ping"]}',
+    b'{"t": "dropped", "chars": null}', b'{"t": "stdout", "d": "x", "s": "1"}',
+    b'{"t": "ping", "s": null}', b'{"t": "shell"}', b'{"t": ["ping"]}',
     b"[]", b'"ping"', b"7", b"null", b"not json", b"\xff\xfe", DEEP,
 ])
 def test_a_malformed_event_is_a_protocol_error(line: bytes) -> None:
@@ -140,8 +165,8 @@ def test_a_malformed_event_is_a_protocol_error(line: bytes) -> None:
 
 
 def test_watch_lines_are_changes_or_keep_alives() -> None:
-    assert agent.parse_change(b'{"t": "ping"}') is None
-    assert agent.parse_change(b'{"t": "fs", "name": "a", "type": "write"}') == {"name": "a", "type": "write"}
+    assert agent.parse_change(b'{"t": "ping"}') == Ping()
+    assert agent.parse_change(b'{"t": "fs", "name": "a", "type": "write"}') == FsChange("a", "write", None)
     for line in (b'{"t": "fs", "name": "a", "type": "explode"}', b'{"t": "fs", "name": 1, "type": "write"}',
                  b'{"t": "fs", "type": "write"}', b"[1]", DEEP):
         with pytest.raises(AgentProtocolError):
@@ -174,7 +199,7 @@ def test_an_entrys_link_end_and_metadata_are_checked() -> None:
 
 def test_a_watch_event_may_carry_its_entry_checked() -> None:
     line = json.dumps({"t": "fs", "name": "a", "type": "write", "entry": ENTRY}).encode()
-    assert agent.parse_change(line) == {"name": "a", "type": "write", "entry": agent.check_entry(ENTRY)}
+    assert agent.parse_change(line) == FsChange("a", "write", agent.check_entry(ENTRY))
     with pytest.raises(AgentProtocolError):
         agent.parse_change(json.dumps({"t": "fs", "name": "a", "type": "write", "entry": {**ENTRY, "size": -1}}).encode())
 
@@ -329,7 +354,7 @@ def test_an_exec_stream_yields_checked_events_and_stops_at_a_malformed_one() -> 
         finally:
             await stream.aclose()
 
-    assert [ev["t"] for ev in run(events(client(handler)))] == ["start", "stdout", "exit"]
+    assert run(events(client(handler))) == [Started(3), Output("stdout", "hi"), Exited(0, False)]
     assert json.loads(seen[0].content) == {"cmd": "echo hi", "cwd": "/tmp", "env": {"A": "1"}, "user": "root",
                                            "timeout": 5.0}
     bad = answering(200, ndjson({"t": "start", "pid": 3}) + b'{"t": "stdout", "d": 1}\n' + ndjson({"t": "ping"}))
@@ -357,7 +382,7 @@ def test_a_stream_is_let_go_read_or_not() -> None:
         stream = await client(lambda request: httpx.Response(200, stream=body)).follow(3, after=None)
         events = aiter(stream)
         for _ in range(read):
-            assert (await anext(events))["t"] == "ping"
+            assert await anext(events) == Ping()
         await stream.aclose()
         return body
 

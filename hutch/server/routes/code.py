@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from starlette.responses import StreamingResponse
 
 from hutch.errors import ApiError, Code
-from hutch.guest.protocol import INTERPRETER_PORT as PORT
+from hutch.node.box import INTERPRETER_PORT as PORT
 from hutch.server import errors
 from hutch.server.auth import ActorDep, BoxDep
 from hutch.server.state import State, StateDep

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Header, Path, WebSocket
 from starlette.responses import StreamingResponse
 
 from hutch.errors import ApiError
-from hutch.guest import protocol
+from hutch.node.api import Exited, Output, Ping
 from hutch.server import errors
 from hutch.server.attach import serve_attachment
 from hutch.server.auth import ActorDep, BoxDep, authorize_box
@@ -47,15 +47,15 @@ async def run_command(body: RunCommand, rec: BoxDep, st: StateDep, who: ActorDep
     async def events(note: audit.Outcome) -> AsyncIterator[bytes]:
         yield _sse("start", {"pid": stream.pid})
         async for ev in stream.events:
-            kind = ev["t"]
-            if kind in (protocol.EVENT_STDOUT, protocol.EVENT_STDERR):
-                yield _sse(kind, {"data": ev["d"]})
-            elif kind == protocol.EVENT_PING:
-                yield b": keep-alive\n\n"  # proxies see a live stream; clients skip comments
-            elif kind == protocol.EVENT_EXIT:
-                note.exit_code, note.outcome = ev["code"], "timed_out" if ev["timed_out"] else "ok"
-                yield _sse("exit", {"exit_code": ev["code"], "timed_out": ev["timed_out"]})
-                return
+            match ev:
+                case Output(stream=which, data=data):
+                    yield _sse(which, {"data": data})
+                case Ping():
+                    yield b": keep-alive\n\n"  # proxies see a live stream; clients skip comments
+                case Exited(code, timed_out):
+                    note.exit_code, note.outcome = code, "timed_out" if timed_out else "ok"
+                    yield _sse("exit", {"exit_code": code, "timed_out": timed_out})
+                    return
         err = await st.sandboxes.box_unreachable(rec)
         note.outcome = err.code
         yield _sse("error", errors.error_fields(err.code, err.message))
