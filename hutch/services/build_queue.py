@@ -54,7 +54,8 @@ class BuildQueue:
         self._queue_task: asyncio.Task[None] | None = None
         self._ended_elsewhere: set[str] = set()  # builds this node runs whose record another process ended
 
-    def queue(self, rec: TemplateRecord, no_cache: bool, build_id: str | None = None) -> BuildRecord:
+    def add(self, rec: TemplateRecord, no_cache: bool, build_id: str | None = None) -> BuildRecord:
+        """A new build of the template, queued (a single host starts it at once; a fleet's nodes claim it)."""
         build = BuildRecord(id=build_id or str(uuid.uuid4()), template_id=rec.id, status=BuildStatus.QUEUED, spec=rec.spec,
                             no_cache=no_cache, steps_total=len(rec.spec.get("steps", [])))
         self.store.insert_build(build)

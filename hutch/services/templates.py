@@ -120,7 +120,7 @@ class Templates:
             self.store.put_template(rec)
         except KeyError:
             raise ApiError(Code.TEMPLATE_EXISTS, f"a template named {req.name!r} exists") from None
-        self.queue.queue(rec, no_cache=False)
+        self.queue.add(rec, no_cache=False)
         return rec
 
     def reserve(self, team_id: str, name: str) -> TemplateRecord:
@@ -155,7 +155,7 @@ class Templates:
         spec.update(_inherited_start(req, self._check_source(team_id, req.from_)))
         self.store.update_template(rec.id, spec=spec)
         rec.spec = spec
-        return self.queue.queue(rec, no_cache, build_id)
+        return self.queue.add(rec, no_cache, build_id)
 
     def _check_source(self, team_id: str, source: str) -> TemplateRecord | None:
         """A `from` that names nothing buildable is refused before anything is stored. The
@@ -181,7 +181,7 @@ class Templates:
         if rec.team_id is None:
             raise ApiError(Code.SYSTEM_TEMPLATE, f"{rec.name} is built by the server itself")
         self._check_quota(team_id, new_template=False)
-        return rec, self.queue.queue(rec, no_cache)
+        return rec, self.queue.add(rec, no_cache)
 
     async def cancel(self, team_id: str, ref: str, build_id: str) -> BuildRecord:
         _rec, build = self.get_build(team_id, ref, build_id)
