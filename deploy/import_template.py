@@ -24,7 +24,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from hutch.services.templates import BASE_TEMPLATE_ID
+from hutch.services.system_templates import BASE_TEMPLATE_ID
 from hutch.store import Store, TemplateRecord
 
 

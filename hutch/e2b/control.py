@@ -29,9 +29,9 @@ from hutch.e2b.common import ENVD_VERSION, Ctx, StateGetter, iso, validation_mes
 from hutch.errors import ApiError, Code
 from hutch.server.auth import team_for_key
 from hutch.services import header_rules
+from hutch.services.creation import E2BTraits
 from hutch.services.models import MAX_FORKS, CreateSandbox, NetworkConfig, UpdateSandbox
-from hutch.services.sandboxes import E2BTraits
-from hutch.services.templates import BASE_TEMPLATE_ID
+from hutch.services.system_templates import BASE_TEMPLATE_ID
 from hutch.store import AuditLogRecord, SandboxRecord, SandboxStatus
 
 DEFAULT_TIMEOUT = 300

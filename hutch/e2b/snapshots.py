@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from hutch.e2b.common import Ctx, validation_message
 from hutch.errors import ApiError, Code
+from hutch.services.creation import E2BTraits
 from hutch.services.models import BootSnapshot, CreateSandbox
-from hutch.services.sandboxes import E2BTraits
 from hutch.store import SandboxRecord, SnapshotRecord
 
 DEFAULT_TAG = ":default"

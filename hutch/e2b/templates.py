@@ -39,7 +39,7 @@ from starlette.responses import JSONResponse
 from hutch.e2b.common import Ctx, iso, validation_message
 from hutch.errors import ApiError, Code
 from hutch.services.models import CreateTemplate
-from hutch.services.templates import BASE_TEMPLATE_ID
+from hutch.services.system_templates import BASE_TEMPLATE_ID
 from hutch.store import BuildRecord, BuildStatus, TemplateRecord
 from hutch.templates.buildlog import MAX_LOG_BYTES
 
@@ -276,7 +276,7 @@ class TemplateApi:
             if p is not None and p.build_id == build_id:  # asked for, its steps not sent yet
                 return {"templateID": rec.id, "buildID": build_id, "status": "waiting", "logs": [], "logEntries": []}
             raise ApiError(Code.BUILD_NOT_FOUND, f"build {build_id[:64]!r} not found")
-        entries = log_entries(c.st.templates.log_path(build.id), self.origins.get(build.id))
+        entries = log_entries(c.st.templates.build_logs.path(build.id), self.origins.get(build.id))
         page = entries[offset:offset + limit]
         out: dict[str, Any] = {"templateID": rec.id, "buildID": build.id, "status": STATES[BuildStatus(build.status)],
                                "logs": [f"[{e['timestamp']}] {e['message']}" for e in page], "logEntries": page}

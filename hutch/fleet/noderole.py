@@ -30,11 +30,12 @@ from hutch.fleet.relay import Relay
 from hutch.node.node import Node
 from hutch.node.pool import WarmPool
 from hutch.secrets.vault import Vault
+from hutch.services.build_logs import BUILD_BOX_PREFIX
 from hutch.services.config import ServerConfig
 from hutch.services.nodeside import NodeSide
 from hutch.services.sandboxes import Sandboxes
 from hutch.services.secrets import Secrets
-from hutch.services.templates import BUILD_BOX_PREFIX, Templates
+from hutch.services.templates import Templates
 from hutch.services.tokens import TokenSigner, load_or_create_key
 from hutch.store import NodeRecord, Store
 
@@ -101,7 +102,7 @@ async def sweep_orphans(store: Store, node: Node, pool: WarmPool, every: float =
             if runtime_id not in held:
                 del unclaimed[runtime_id]
         for runtime_id, key in held.items():
-            # a build box has no sandbox: its build's node stops it (hutch.services.templates)
+            # a build box has no sandbox: its build's node stops it (hutch.services.build_queue)
             if runtime_id in waiting or key.startswith(BUILD_BOX_PREFIX) or store.sandbox_by_runtime(runtime_id) is not None:
                 unclaimed.pop(runtime_id, None)
             elif now - unclaimed.setdefault(runtime_id, now) >= ORPHAN_AFTER:
@@ -123,15 +124,15 @@ async def serve_node(config: ServerConfig, settings: NodeSettings) -> None:
     side = NodeSide(config, store, secrets)
     sandboxes = Sandboxes(config, store, side.node, TokenSigner(load_or_create_key(config.data_dir / "server.key")),
                           secrets)
-    sandboxes.owner = settings.name
+    sandboxes.recovery.owner = settings.name
     side.metrics = sandboxes.metrics
     templates = Templates(config, store, side.node)  # builds the fleet's queued templates on this host
     templates.register_base(side.base_root)
-    side.templates = templates  # build boxes' egress policy, and their connections in their build's log
+    side.build_logs = templates.build_logs  # build boxes' egress policy, and their connections in their build's log
     side.node.start_reaping()
-    await sandboxes.reconcile()
-    await templates.serve_queue(settings.name)  # after the reconcile: its adopt stops boxes nothing claims
-    pool = WarmPool(side.node, config.warm_pool, side.base_root, sandboxes.base_limits(), config.warm_pool_max)
+    await sandboxes.recovery.reconcile()
+    await templates.queue.serve(settings.name)  # after the reconcile: its adopt stops boxes nothing claims
+    pool = WarmPool(side.node, config.warm_pool, side.base_root, sandboxes.setup.base_limits(), config.warm_pool_max)
     pool.start()
     roots = (config.cache_dir, config.fleet.shared_dir / "templates")
     relay = Relay(keys.fleet_key(store), NodeCalls(settings.name, side.node, pool, roots, config.checkpoint_dir,
@@ -153,7 +154,7 @@ async def serve_node(config: ServerConfig, settings: NodeSettings) -> None:
         await stop.wait()
     finally:
         sweeper.cancel()
-        await templates.close()  # builds cut short are queued again, for any node
+        await templates.queue.close()  # builds cut short are queued again, for any node
         del beacon
         await relay.close()
         await pool.close()

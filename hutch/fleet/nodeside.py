@@ -18,8 +18,8 @@ from hutch.node.api import BoxRef, BoxStartError, LimitsUnavailable, NoSpaceErro
 from hutch.node.node import RUNTIME_ID_PATTERN, Node
 from hutch.node.pool import WarmPool
 from hutch.node.spec import Limits
+from hutch.services.checkpoints import CHECKPOINT_DONE
 from hutch.services.models import MAX_MOUNTS
-from hutch.services.sandboxes import CHECKPOINT_DONE
 
 BOX_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
 RUNTIME_ID = re.compile(RUNTIME_ID_PATTERN)

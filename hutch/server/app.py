@@ -80,12 +80,12 @@ def create_app(config: ServerConfig) -> FastAPI:
         hosts_listener: HostListener | None = None
         if st.local is not None:
             st.node.start_reaping()
-            await st.sandboxes.reconcile()  # before any lifetime acts on a box not yet taken back
-            await st.templates.reconcile()
+            await st.sandboxes.recovery.reconcile()  # before any lifetime acts on a box not yet taken back
+            await st.templates.queue.reconcile()
             st.snapshots.reconcile()
         elif st.remote is not None:  # a fleet's nodes take back their own boxes; the API servers watch for lost nodes
             tasks.append(loop.create_task(st.remote.watch()))
-        tasks.append(loop.create_task(st.sandboxes.run_lifetimes()))  # a fleet's: each API server's, one wins
+        tasks.append(loop.create_task(st.sandboxes.lifetimes.run()))  # a fleet's: each API server's, one wins
         st.deliverer.flavors[E2B_WEBHOOKS] = e2b_webhooks(st.store)  # E2B's shape and signature
         tasks.append(loop.create_task(st.deliverer.run()))  # webhooks: likewise, a lease per endpoint
         loop.add_signal_handler(signal.SIGUSR2, _dump_tasks)  # `kill -USR2 <pid>`: what every task waits on
@@ -111,7 +111,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             if hosts_listener is not None:  # first: no new request reaches the services below
                 await hosts_listener.close()
             await envd.close()  # E2B's watchers and process timers
-            await st.templates.close()  # a build cut short is queued again for the next start
+            await st.templates.queue.close()  # a build cut short is queued again for the next start
             await st.previews.proxy.close()
             if st.local is not None:
                 await st.local.close()  # the sandboxes outlive the server; a restart takes them back

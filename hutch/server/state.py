@@ -78,11 +78,11 @@ class State:
         self.templates = Templates(config, self.store, self.node)
         self.templates.register_base(base_root)
         self.sandboxes = Sandboxes(config, self.store, self.node, self.signer, self.secrets)
-        self.templates.booting_roots = lambda: set(self.sandboxes.booting_roots)
+        self.templates.roots.booting_roots = lambda: set(self.sandboxes.setup.booting_roots)
         disks = (self.local.volume_disks if self.local else
                  SharedVolumes(self.fleet.shared_dir / "volumes") if self.fleet is not None else None)
-        self.volumes = Volumes(config, self.store, disks, lambda: self.sandboxes.checkpoint_budgets().all_bytes)
-        self.sandboxes.volumes = self.volumes
+        self.volumes = Volumes(config, self.store, disks, lambda: self.sandboxes.checkpoints.budgets().all_bytes)
+        self.sandboxes.creation.volumes = self.volumes
         self.snapshots = Snapshots(config, self.store, self.sandboxes)
         self.events = Events(self.store)  # the team's event log, paged and streamed
         # webhooks resolve names as the boxes' egress does (its hosts map; the system's resolver if it may)
@@ -100,10 +100,10 @@ class State:
         self.previews = Previews(self.sandboxes, PreviewKeys(server_key), self.sandboxes.preview_site)
         self.pool: WarmPool | None = None
         if self.local is not None:
-            self.local.templates, self.local.metrics = self.templates, self.sandboxes.metrics
-            self.pool = WarmPool(self.local.node, config.warm_pool, base_root, self.sandboxes.base_limits(),
+            self.local.build_logs, self.local.metrics = self.templates.build_logs, self.sandboxes.metrics
+            self.pool = WarmPool(self.local.node, config.warm_pool, base_root, self.sandboxes.setup.base_limits(),
                                  config.warm_pool_max)
-        self.sandboxes.pool = self.pool
+        self.sandboxes.creation.pool = self.pool
         self.metrics = self.sandboxes.metrics
         if self.remote is not None:
             self.remote.use_metrics(self.metrics)

@@ -19,11 +19,11 @@ from hutch.node.node import DEFAULT_DRIVER, DRIVERS, Node
 from hutch.node.runsc import RunscConfig, find_runsc
 from hutch.node.spec import AgentRuntime
 from hutch.node.volumes import SharedVolumes, VolumeDisks
+from hutch.services.build_logs import BUILD_BOX_PREFIX, BuildLogs
 from hutch.services.config import ServerConfig
 from hutch.services.guard import Guard
 from hutch.services.metrics import Metrics
 from hutch.services.secrets import Secrets
-from hutch.services.templates import BUILD_BOX_PREFIX, Templates
 from hutch.store import Store
 
 
@@ -64,13 +64,13 @@ class NodeSide:
         self.node.idle = freezer
         self.guard = Guard(binary, config.run_dir / "runsc", config.db_url)  # if this process ends unstopped
         self.guard.start()
-        self.templates: Templates | None = None  # a build box's policy and log lines (a single host's)
+        self.build_logs: BuildLogs | None = None  # a build box's policy and log lines (a single host's)
         self.metrics: Metrics | None = None
 
     def _egress_policy(self, box_key: str) -> Policy | None:
         rec = self.store.sandbox_by_box_key(box_key)
         if rec is None:
-            return self.templates.egress_policy(box_key) if self.templates else None
+            return self.build_logs.egress_policy(box_key) if self.build_logs else None
         network = rec.network or {}
         return Policy(rec.id, NetworkRules.parse(network.get("allow_out", ()), network.get("deny_out", ())),
                       self.secrets.injections(rec))
@@ -79,9 +79,9 @@ class NodeSide:
         """On the egress proxy's log thread: the store and the counters are thread-safe; a build's
         log wakes its followers on the event loop, so that line goes back to the loop."""
         if entry.sandbox_id.startswith(BUILD_BOX_PREFIX):  # a build box's: told in its build's log
-            if self.templates is not None:
+            if self.build_logs is not None:
                 line = f"egress {entry.verdict}: {entry.host}:{entry.port}" + (f" ({entry.error})" if entry.error else "")
-                self._loop.call_soon_threadsafe(self.templates.egress_record, entry.sandbox_id, line)
+                self._loop.call_soon_threadsafe(self.build_logs.egress_record, entry.sandbox_id, line)
             return
         self.store.add_network_log(**entry.__dict__)
         if self.metrics is not None:

@@ -21,9 +21,11 @@ from pathlib import Path
 from hutch.errors import ApiError, Code
 from hutch.node import boxfiles
 from hutch.node.api import AgentUnreachable, ChannelError
+from hutch.services.checkpoints import checkpoint_bound, checkpoint_size, own_bytes
 from hutch.services.config import ServerConfig
+from hutch.services.creation import E2BTraits
 from hutch.services.models import BootSnapshot, CreateSandbox, SnapshotInfo, timestamp
-from hutch.services.sandboxes import E2BTraits, Sandboxes, checkpoint_bound, checkpoint_size, own_bytes
+from hutch.services.sandboxes import Sandboxes
 from hutch.store import CheckpointBudgets, SandboxRecord, SnapshotRecord, Store
 
 log = logging.getLogger("hutch.server")
@@ -68,7 +70,7 @@ class Snapshots:
                    metadata: dict[str, str] | None = None, memory: bool = True) -> SnapshotRecord:
         """A snapshot of a box, which runs on (paused only while it is checkpointed)."""
         source = self.sandboxes.get(team_id, sandbox_id)
-        budgets = self.sandboxes.checkpoint_budgets()  # a statfs: once
+        budgets = self.sandboxes.checkpoints.budgets()  # a statfs: once
         most, most_bytes = quota = self._quota(budgets)
         held, held_bytes = self.store.snapshot_usage(team_id)
         if name is not None and self.store.get_snapshot(name, team_id) is not None:

@@ -18,7 +18,7 @@ from typing import Any
 from hutch import NotFoundError, RunStep, Sandbox, Template
 from hutch.node import base_image
 from hutch.services.config import DEFAULT_CACHE_DIR
-from hutch.services.templates import CODE_INTERPRETER_READY, CODE_INTERPRETER_START
+from hutch.services.system_templates import CODE_INTERPRETER_READY, CODE_INTERPRETER_START
 from tests.integration.support import Env, needs_installed, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -446,7 +446,7 @@ def importer() -> ModuleType:
 
 def test_import_template_copies_the_root_where_nodes_boot_from(tmp_path: Path) -> None:
     from hutch.fleet.nodeside import NodeCalls
-    from hutch.services.templates import BASE_TEMPLATE, BASE_TEMPLATE_ID
+    from hutch.services.system_templates import BASE_TEMPLATE, BASE_TEMPLATE_ID
     from hutch.store import Store, TemplateRecord
 
     mod = importer()

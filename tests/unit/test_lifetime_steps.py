@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hutch.services.sandboxes import LIFETIME_STEPS, LIFETIME_STEPS_PER_TEAM, next_steps
+from hutch.services.lifetimes import LIFETIME_STEPS, LIFETIME_STEPS_PER_TEAM, next_steps
 
 
 def _due(team: str, n: int, pause: bool = True) -> list[tuple[str, str, bool]]:

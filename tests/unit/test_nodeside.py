@@ -18,7 +18,7 @@ from hutch.fleet.relay import CallError
 from hutch.node.api import BoxRef, BoxStartError, Capacity, LimitsUnavailable, NoSpaceError, VolumeMount
 from hutch.node.node import Node
 from hutch.node.spec import Limits
-from hutch.services.sandboxes import CHECKPOINT_DONE
+from hutch.services.checkpoints import CHECKPOINT_DONE
 
 HELD = "h" + "a" * 24
 NOT_HELD = "h" + "b" * 24

@@ -11,8 +11,10 @@ from typing import cast
 
 from hutch.node.api import NodeRuntime
 from hutch.secrets.vault import Vault
+from hutch.services.checkpoints import CHECKPOINT_DONE
 from hutch.services.config import ServerConfig
-from hutch.services.sandboxes import CHECKPOINT_DONE, STUCK_SECONDS, Sandboxes
+from hutch.services.recovery import STUCK_SECONDS
+from hutch.services.sandboxes import Sandboxes
 from hutch.services.secrets import Secrets
 from hutch.services.tokens import TokenSigner
 from hutch.store import SandboxRecord, SandboxStatus, Store
@@ -59,12 +61,12 @@ def test_a_stuck_pause_with_a_whole_checkpoint_is_kept_and_one_without_runs_on_o
     node = Node(alive={"h-alive"})
     sb, store, team = sandboxes(tmp_path, node)
     whole = left(store, team, SandboxStatus.PAUSING, "h-whole")
-    (sb.image_dir(whole.id)).mkdir(parents=True)
-    (sb.image_dir(whole.id) / CHECKPOINT_DONE).touch()
+    (sb.checkpoints.image_dir(whole.id)).mkdir(parents=True)
+    (sb.checkpoints.image_dir(whole.id) / CHECKPOINT_DONE).touch()
     running = left(store, team, SandboxStatus.PAUSING, "h-alive")
     gone = left(store, team, SandboxStatus.PAUSING, "h-gone")
     resuming = left(store, team, SandboxStatus.RESUMING, "h-resuming")
-    asyncio.run(sb.settle_stuck(now=time.time() + STUCK_SECONDS + 1))
+    asyncio.run(sb.recovery.settle_stuck(now=time.time() + STUCK_SECONDS + 1))
     status = {r.id: r.status for r in store.list_sandboxes(None)}
     assert status == {whole.id: SandboxStatus.PAUSED, running.id: SandboxStatus.ACTIVE, gone.id: SandboxStatus.FAILED,
                       resuming.id: SandboxStatus.PAUSED}
@@ -76,7 +78,7 @@ def test_a_pause_or_resume_under_way_is_left_alone(tmp_path: Path) -> None:
     sb, store, team = sandboxes(tmp_path, node)
     pausing = left(store, team, SandboxStatus.PAUSING, "h-1")
     resuming = left(store, team, SandboxStatus.RESUMING, "h-2")
-    asyncio.run(sb.settle_stuck(now=time.time() + STUCK_SECONDS - 60))  # young: their servers may be at it
+    asyncio.run(sb.recovery.settle_stuck(now=time.time() + STUCK_SECONDS - 60))  # young: their servers may be at it
     assert {r.id: r.status for r in store.list_sandboxes(None)} == {pausing.id: SandboxStatus.PAUSING,
                                                                     resuming.id: SandboxStatus.RESUMING}
     assert node.stopped == [] and node.woken == []

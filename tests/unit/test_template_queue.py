@@ -18,10 +18,11 @@ from typing import Any, cast
 import pytest
 
 from hutch.node.api import NodeRuntime
-from hutch.services import templates as templates_module
+from hutch.services import build_queue as build_queue_module
+from hutch.services.build_roots import UNUSED_GRACE
 from hutch.services.config import FleetConfig, ServerConfig
 from hutch.services.models import CreateTemplate
-from hutch.services.templates import UNUSED_GRACE, Templates
+from hutch.services.templates import Templates
 from hutch.store import BuildRecord, BuildStatus, Store, TemplateRecord
 from hutch.templates.buildlog import BuildLog
 from hutch.templates.builds import Built
@@ -29,7 +30,7 @@ from hutch.templates.builds import Built
 
 @pytest.fixture(autouse=True)
 def _quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(templates_module, "CLAIM_EVERY", 0.02)
+    monkeypatch.setattr(build_queue_module, "CLAIM_EVERY", 0.02)
     monkeypatch.setattr("hutch.templates.buildlog.FILE_POLL_SECONDS", 0.02)
     monkeypatch.setattr("hutch.templates.buildlog.STATUS_POLL_SECONDS", 0.02)
     monkeypatch.setattr("hutch.templates.buildlog.DONE_GRACE", 0.5)
@@ -86,7 +87,7 @@ def members(tmp_path: Path, shared: Path, stores: Callable[[], Store], monkeypat
     api = Member(tmp_path, shared, stores(), "api")
     made = [Member(tmp_path, shared, stores(), n) for n in nodes]
     for m in made:
-        monkeypatch.setattr(m.t, "_build", m.build)
+        monkeypatch.setattr(m.t.sources, "build", m.build)
     return api, made
 
 
@@ -114,9 +115,9 @@ def test_an_api_server_queues_a_build_that_a_node_claims_and_makes_ready(
         api, [node] = members(tmp_path, shared, stores, monkeypatch, "node-a")
         team = api.store.create_team("team-a")
         rec, build = create(api, team)
-        assert build.status == BuildStatus.QUEUED and not api.t._tasks, "the API server starts nothing"
+        assert build.status == BuildStatus.QUEUED and not api.t.queue._tasks, "the API server starts nothing"
         follower = asyncio.get_running_loop().create_task(read(api.t.logs(team, rec.id, build.id, 0, True)))
-        await node.t.serve_queue("node-a")
+        await node.t.queue.serve("node-a")
         await until(lambda: node.started)
         got = api.store.get_build(build.id)
         assert got is not None and (got.status, got.node) == (BuildStatus.RUNNING, "node-a")
@@ -128,7 +129,7 @@ def test_an_api_server_queues_a_build_that_a_node_claims_and_makes_ready(
         done = api.store.get_template(rec.id)
         assert done is not None and done.rootfs == str(shared / "templates" / f"root-{build.id[:8]}" / "rootfs")
         assert (shared / "build-logs" / f"{build.id}.ndjson").is_file(), "the log is in the shared directory"
-        await node.t.close()
+        await node.t.queue.close()
 
     asyncio.run(main())
 
@@ -139,12 +140,12 @@ def test_a_running_build_cancelled_through_an_api_server_stops_on_its_node(
         api, [node] = members(tmp_path, shared, stores, monkeypatch, "node-a")
         team = api.store.create_team("team-a")
         rec, build = create(api, team)
-        await node.t.serve_queue("node-a")
+        await node.t.queue.serve("node-a")
         await until(lambda: node.started)
         follower = asyncio.get_running_loop().create_task(read(api.t.logs(team, rec.id, build.id, 0, True)))
         cancelled = await api.t.cancel(team, rec.id, build.id)
         assert cancelled.status == BuildStatus.CANCELLED
-        await until(lambda: not node.t._tasks, timeout=3.0)  # within a second or two
+        await until(lambda: not node.t.queue._tasks, timeout=3.0)  # within a second or two
         lines = await asyncio.wait_for(follower, 10)
         assert "cancelled" in [e.get("text") for e in lines]
         assert lines[-1]["done"] and lines[-1]["status"] == BuildStatus.CANCELLED
@@ -153,7 +154,7 @@ def test_a_running_build_cancelled_through_an_api_server_stops_on_its_node(
         assert got is not None and got.status == BuildStatus.CANCELLED, "the node's end does not overwrite it"
         with pytest.raises(Exception, match="already ended"):
             await api.t.cancel(team, rec.id, build.id)
-        await node.t.close()
+        await node.t.queue.close()
 
     asyncio.run(main())
 
@@ -167,10 +168,10 @@ def test_a_queued_build_cancelled_ends_at_once_and_no_node_takes_it(
         assert (await api.t.cancel(team, rec.id, build.id)).status == BuildStatus.CANCELLED
         lines = await read(api.t.logs(team, rec.id, build.id, 0, False))
         assert [e.get("text") for e in lines] == ["cancelled", None] and lines[-1]["status"] == BuildStatus.CANCELLED
-        await node.t.serve_queue("node-a")
+        await node.t.queue.serve("node-a")
         await asyncio.sleep(0.1)
         assert not node.started
-        await node.t.close()
+        await node.t.queue.close()
 
     asyncio.run(main())
 
@@ -181,13 +182,13 @@ def test_a_template_deleted_while_a_node_builds_it_leaves_no_log_and_its_build_s
         api, [node] = members(tmp_path, shared, stores, monkeypatch, "node-a")
         team = api.store.create_team("team-a")
         rec, build = create(api, team)
-        await node.t.serve_queue("node-a")
+        await node.t.queue.serve("node-a")
         await until(lambda: node.started)
         await api.t.delete(team, rec.id)
-        await until(lambda: not node.t._tasks, timeout=3.0)
+        await until(lambda: not node.t.queue._tasks, timeout=3.0)
         assert not (shared / "build-logs" / f"{build.id}.ndjson").exists()
         assert api.store.get_build(build.id) is None
-        await node.t.close()
+        await node.t.queue.close()
 
     asyncio.run(main())
 
@@ -198,20 +199,20 @@ def test_a_stopping_node_queues_its_build_again_and_another_node_finishes_it(
         api, [a, b] = members(tmp_path, shared, stores, monkeypatch, "node-a", "node-b")
         team = api.store.create_team("team-a")
         rec, build = create(api, team)
-        await a.t.serve_queue("node-a")
+        await a.t.queue.serve("node-a")
         await until(lambda: a.started)
-        await a.t.close()
+        await a.t.queue.close()
         got = api.store.get_build(build.id)
         assert got is not None and (got.status, got.node, got.started_at) == (BuildStatus.QUEUED, None, None)
         b.release.set()
-        await b.t.serve_queue("node-b")
+        await b.t.queue.serve("node-b")
         await until(lambda: (r := api.store.get_build(build.id)) is not None and r.status == BuildStatus.READY)
         lines = await read(api.t.logs(team, rec.id, build.id, 0, False))
         texts = [e.get("text") for e in lines]
         assert "node node-a is stopping: the build starts again on a node" in texts
         assert "running on node node-b" in texts and lines[-1]["status"] == BuildStatus.READY
         assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1)), "one log, in order, across both"
-        await b.t.close()
+        await b.t.queue.close()
 
     asyncio.run(main())
 
@@ -225,14 +226,14 @@ def test_a_node_that_starts_again_fails_only_the_builds_it_was_running(
         _, theirs = create(api, team, "other")
         api.store.update_build(mine.id, status=BuildStatus.RUNNING, node="node-a")
         api.store.update_build(theirs.id, status=BuildStatus.RUNNING, node="node-b")
-        await a.t.serve_queue("node-a")
+        await a.t.queue.serve("node-a")
         failed, untouched = api.store.get_build(mine.id), api.store.get_build(theirs.id)
         assert failed is not None and failed.status == BuildStatus.FAILED
         assert failed.error is not None and failed.error["message"] == "node node-a stopped during the build"
         assert untouched is not None and (untouched.status, untouched.node) == (BuildStatus.RUNNING, "node-b")
         lines = await read(api.t.logs(team, rec.id, mine.id, 0, False))
         assert lines[-1]["done"] and lines[-1]["status"] == BuildStatus.FAILED
-        await a.t.close()
+        await a.t.queue.close()
 
     asyncio.run(main())
 
@@ -250,7 +251,7 @@ def root(shared: Path, name: str) -> Path:
 def test_a_shared_root_goes_only_once_nothing_has_referred_to_it_for_the_grace(
         tmp_path: Path, shared: Path, stores: Callable[[], Store], monkeypatch: pytest.MonkeyPatch) -> None:
     api, [node] = members(tmp_path, shared, stores, monkeypatch, "node-a")
-    node.t.owner = "node-a"
+    node.t.queue.owner = "node-a"
     store, team = api.store, api.store.create_team("team-a")
     current, unused, built_on, making = (root(shared, n) for n in ("current", "unused", "built-on", "making"))
     rec, build = create(api, team)
@@ -263,7 +264,7 @@ def test_a_shared_root_goes_only_once_nothing_has_referred_to_it_for_the_grace(
     new_trash = shared / "templates" / f"k4.trash-{int(time.time())}-cd"
     for d in (partial_running, partial_gone, old_trash, new_trash):
         d.mkdir()
-    collect = node.t._collect_shared
+    collect = node.t.roots.collect_shared
     collect(set(), set())
     left = {d.name for d in (shared / "templates").iterdir()}
     assert left == {"current", "unused", "unused.unused", "built-on", "making", partial_running.name, new_trash.name}
@@ -279,18 +280,18 @@ def test_a_shared_root_goes_only_once_nothing_has_referred_to_it_for_the_grace(
 def test_a_shared_root_a_build_takes_again_loses_its_mark_or_is_put_back(
         tmp_path: Path, shared: Path, stores: Callable[[], Store], monkeypatch: pytest.MonkeyPatch) -> None:
     api, [node] = members(tmp_path, shared, stores, monkeypatch, "node-a")
-    node.t.owner = "node-a"
+    node.t.queue.owner = "node-a"
     store, team = api.store, api.store.create_team("team-a")
     again = root(shared, "again")
     _, build = create(api, team)
-    node.t._collect_shared(set(), set())
+    node.t.roots.collect_shared(set(), set())
     assert (shared / "templates" / "again.unused").exists()
     store.update_build(build.id, status=BuildStatus.RUNNING, node="node-a")
-    node.t._root_chosen(build.id, again)  # a rebuild on this stack, on some node
+    node.t.roots.root_chosen(build.id, again)  # a rebuild on this stack, on some node
     assert not (shared / "templates" / "again.unused").exists()
     assert store.builds_in_flight()[1] == {str(again)}
 
-    real = node.t._shared_in_use
+    real = node.t.roots.shared_in_use
     calls = 0
 
     def taken_between(*_: Any) -> tuple[set[str], set[str]]:
@@ -300,8 +301,8 @@ def test_a_shared_root_a_build_takes_again_loses_its_mark_or_is_put_back(
         builds, in_use = real()
         return (builds, in_use - {"again"}) if calls == 1 else (builds, in_use)
 
-    monkeypatch.setattr(node.t, "_shared_in_use", taken_between)
+    monkeypatch.setattr(node.t.roots, "shared_in_use", taken_between)
     (shared / "templates" / "again.unused").write_text(f"{time.time() - UNUSED_GRACE - 1}\n")
-    node.t._collect_shared(set(), set())
+    node.t.roots.collect_shared(set(), set())
     assert (again / "file").read_text() == "x", "moved aside, seen taken, and put back"
     assert calls == 2
