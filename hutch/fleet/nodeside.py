@@ -15,7 +15,8 @@ from typing import Any
 
 from hutch.fleet.relay import CallError
 from hutch.node.api import BoxRef, BoxStartError, LimitsUnavailable, NoSpaceError, VolumeMount
-from hutch.node.node import RUNTIME_ID_PATTERN, Node
+from hutch.node.node import Node
+from hutch.node.nodebox import RUNTIME_ID_PATTERN
 from hutch.node.pool import WarmPool
 from hutch.node.spec import Limits
 from hutch.services.checkpoints import CHECKPOINT_DONE

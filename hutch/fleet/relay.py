@@ -28,7 +28,7 @@ from typing import Any
 import h11
 
 from hutch import tracing
-from hutch.node.node import RUNTIME_ID_PATTERN
+from hutch.node.nodebox import RUNTIME_ID_PATTERN
 
 log = logging.getLogger("hutch.fleet.relay")
 

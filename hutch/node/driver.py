@@ -3,8 +3,11 @@ runtime can stand in for runsc (hutch.node.runsc), chosen by name (`hutch.node.n
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+log = logging.getLogger("hutch.node")
 
 
 class DriverError(RuntimeError):
@@ -51,3 +54,13 @@ class Driver(Protocol):
     async def list_ids(self) -> list[str]:
         """Every container the driver holds."""
         ...
+
+
+async def state_or_none(driver: Driver, container_id: str) -> dict[str, Any] | None:
+    """The driver's state of a container, or None when it does not know it or cannot say (said in
+    the log): for the node's own checks, where a failed call means the same as no container."""
+    try:
+        return await driver.state(container_id)
+    except DriverError as e:
+        log.warning("state %s: %s", container_id, e)
+        return None

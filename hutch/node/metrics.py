@@ -8,12 +8,13 @@ keeps across pauses, so a resumed box's history goes on where it stopped.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,6 +135,15 @@ class Usage:
             ring = self._samples.setdefault(box.key, deque(maxlen=KEPT))
             ring.append(UsageSample(timestamp=wall, cpu_used_pct=round(min(pct, 100.0), 2),
                                     mem_used=memory, mem_cache=cache, disk_used=disk))
+
+    async def sample_forever(self, boxes: Callable[[], list[Watched]]) -> None:
+        """Every INTERVAL_SECONDS, one round over what `boxes()` says runs (on a thread: the
+        reads block)."""
+        while True:
+            await asyncio.sleep(INTERVAL_SECONDS)
+            watched = boxes()
+            if watched:
+                await asyncio.to_thread(self.sample, watched)
 
     def paused(self, key: str) -> None:
         """A paused box's CPU counter starts again when it resumes; its samples stay."""

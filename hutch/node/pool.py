@@ -26,7 +26,7 @@ from collections import deque
 from pathlib import Path
 
 from hutch.errors import ApiError
-from hutch.node import idle
+from hutch.node import host, idle
 from hutch.node.api import BoxRef, ChannelError, Command, NodeRuntime
 from hutch.node.spec import Limits
 
@@ -54,12 +54,9 @@ def default_most(size: int, memory_bytes: int | None = None) -> int:
 
 def available_memory() -> int:
     """MemAvailable of /proc/meminfo, in bytes (the physical memory where it cannot be read)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    found = host.meminfo()
+    if "MemAvailable" in found:
+        return found["MemAvailable"]
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 

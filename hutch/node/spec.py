@@ -133,7 +133,7 @@ def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: Agent
                         **({"quota": limits.cpus * CPU_PERIOD, "period": CPU_PERIOD} if limits.cpus else {})},
             },
             # Always a cgroup of its own: it holds the memory and pid limits (and the CPU cap). runsc
-            # refuses to start a box it cannot give one, unless told to ignore cgroups (hutch.node.node).
+            # refuses to start a box it cannot give one, unless told to ignore cgroups (hutch.node.hostlimits).
             "cgroupsPath": f"/hutch/{cgroup}",
         },
     }

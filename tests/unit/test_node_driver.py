@@ -15,7 +15,8 @@ import pytest
 
 from hutch.node.api import BoxStartError, NodeRuntime
 from hutch.node.driver import Driver, DriverError
-from hutch.node.node import DEFAULT_DRIVER, DRIVERS, Node, _cgroup_refused
+from hutch.node.hostlimits import _cgroup_refused
+from hutch.node.node import DEFAULT_DRIVER, DRIVERS, Node
 from hutch.node.runsc import Runsc, RunscConfig, tail_of
 from hutch.node.spec import AgentRuntime
 
