@@ -148,7 +148,7 @@ class FleetRuntime:
                    volumes: tuple[VolumeMount, ...] = ()) -> BoxRef:
         if writable_root:
             raise ApiError(Code.INVALID_REQUEST, "a fleet's API server builds no templates itself")
-        # the key of a box being created is its sandbox's id (hutch.services.sandboxes)
+        # the key of a box being created is its sandbox's id (hutch.services.creation)
         return await self._placed(key, limits, "boot", {"key": key, "rootfs": str(rootfs), "limits": limits_json(limits),
                                                         "volumes": volumes_json(volumes)})
 

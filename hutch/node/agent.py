@@ -16,6 +16,7 @@ import os
 import socket
 import stat
 import struct
+import typing
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
@@ -27,10 +28,12 @@ from hutch.guest import protocol
 from hutch.node.api import (
     AgentProtocolError,
     AgentUnreachable,
+    ChangeType,
     ChannelError,
     Command,
     Dropped,
     Entry,
+    EntryType,
     Event,
     Exited,
     FsChange,
@@ -97,9 +100,9 @@ AGENT_CODES: dict[str, Code] = {
     protocol.ERR_AGENT: Code.AGENT_ERROR,
 }
 
-_ENTRY_TYPES = ("file", "dir", "symlink", "other")
+_ENTRY_TYPES = typing.get_args(EntryType)  # what an entry may be, named once (hutch.node.api)
 MAX_METADATA_KEYS, MAX_METADATA_BYTES = 512, 4096  # the agent's bound on what it reads back
-_CHANGE_TYPES = ("create", "write", "remove", "rename", "chmod")
+_CHANGE_TYPES = typing.get_args(ChangeType)
 # the agent's output events, by the stream each names on the seam
 _OUTPUT_STREAMS: dict[str, Literal["stdout", "stderr"]] = {protocol.EVENT_STDOUT: "stdout",
                                                           protocol.EVENT_STDERR: "stderr"}

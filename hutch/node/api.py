@@ -183,11 +183,17 @@ class Ping:
 Event = Started | StartFailed | Output | Exited | Dropped | Ping
 
 
+# What an entry is and what a watch saw happen to it: the agent's words, which the API keeps
+# (hutch.services.models uses these same types).
+EntryType = Literal["file", "dir", "symlink", "other"]
+ChangeType = Literal["create", "write", "remove", "rename", "chmod"]
+
+
 class LinkEnd(TypedDict):
     """Where a link leads: the path with no link left in it, and what is there."""
 
     path: str
-    type: Literal["file", "dir", "symlink", "other"]
+    type: EntryType
     mode: int
 
 
@@ -196,7 +202,7 @@ class Entry(TypedDict):
 
     name: str
     path: str
-    type: Literal["file", "dir", "symlink", "other"]
+    type: EntryType
     size: int
     mode: int
     permissions: str
@@ -230,7 +236,7 @@ class FsChange:
     as it was then (a create, write or chmod of what still is)."""
 
     name: str
-    type: Literal["create", "write", "remove", "rename", "chmod"]
+    type: ChangeType
     entry: Entry | None = None
 
 

@@ -91,7 +91,7 @@ class BuildQueue:
         """At start: builds a stopped server was running failed (their logs say so); queued ones
         are queued again; what running builds left on the host is removed. A fleet node fails only
         the builds it was running itself (a lost node's are failed by the API servers' watch);
-        the queued ones are the whole fleet's, claimed by `serve_queue`."""
+        the queued ones are the whole fleet's, claimed by `serve`."""
         await asyncio.to_thread(self._clear_work)
         if self.owner is not None:
             reason = f"node {self.owner} stopped during the build"

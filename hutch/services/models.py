@@ -10,6 +10,7 @@ from pydantic import AfterValidator, Base64Bytes, BaseModel, ConfigDict, Field, 
 
 from hutch.egress.rules import MAX_RULES, parse_allow, parse_cidr, parse_domain
 from hutch.errors import BuildFailure
+from hutch.node.api import ChangeType, EntryType
 from hutch.node.box import PROXY_PORT, path_problem
 from hutch.store import BuildStatus, SandboxStatus
 
@@ -569,7 +570,7 @@ class LinkEnd(BaseModel):
     """Where a link leads, every link on the way resolved, and what is there."""
 
     path: str
-    type: Literal["file", "dir", "symlink", "other"]
+    type: EntryType
     mode: int
 
 
@@ -578,7 +579,7 @@ class FsEntry(BaseModel):
 
     name: str
     path: str
-    type: Literal["file", "dir", "symlink", "other"]
+    type: EntryType
     size: int
     mode: int  # permission bits, e.g. 0o644 (setuid, setgid and sticky included)
     permissions: str  # as ls shows them: "-rw-r--r--"
@@ -596,7 +597,7 @@ class FsEntries(BaseModel):
 
 class FsEvent(BaseModel):
     name: str  # relative to the watched directory
-    type: Literal["create", "write", "remove", "rename", "chmod"]
+    type: ChangeType
     entry: FsEntry | None = None  # asked for: what a create, write or chmod left (if it is still there)
 
 

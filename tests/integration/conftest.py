@@ -4,13 +4,17 @@ that are not fixtures are in support.py."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import functools
 import inspect
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from hutch import AsyncSandbox, Sandbox
 from hutch.sdk.process import AsyncProcess, AsyncProcessStdin
@@ -147,3 +151,34 @@ def make_box(sdk: Any) -> Iterator[Callable[..., Any]]:
 def internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Internet]:
     with stand_in_internet(tmp_path_factory.mktemp("internet")) as net:
         yield net
+
+
+# --- parallel workers (scripts/test runs this half under pytest-xdist) ------------------------------
+
+@functools.cache
+def uses_internet(path: Path) -> bool:
+    """Whether a test file asks for the stand-in internet: as a test's or a fixture's argument, or
+    by name (`usefixtures("internet")`, `getfixturevalue("internet")`)."""
+    if not path.is_file():
+        return False
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.arg) and node.arg == "internet":
+            return True
+        if isinstance(node, ast.Constant) and node.value == "internet":
+            return True
+    return False
+
+
+class ByFile(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
+    """A file's tests stay together on one worker (its module fixtures, its order), and every file
+    that uses the stand-in internet goes to one worker: its namespace owns fixed addresses
+    (198.51.100.0/24), which two workers' namespaces could not both hold."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        path = nodeid.split("::", 1)[0]
+        return "internet" if uses_internet(self.config.rootpath / path) else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> ByFile:
+    return ByFile(config, log)

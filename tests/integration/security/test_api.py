@@ -147,7 +147,7 @@ def test_failed_keys_are_limited_per_source_with_a_typed_429_and_a_right_key_sti
     refilled = int((time.monotonic() - started) / 3)  # the bucket's refill while these ran: one a 3 s
     assert answers[:30] == [401] * 30 and 429 in answers[30:], answers
     assert set(answers[30:]) <= {401, 429} and answers[30:].count(401) <= refilled, answers
-    limited = httpx.get(f"{url}/v1/sandboxes", headers={"Authorization": "Bearer hutch_wrong9999xyz"})
+    limited = _refused_soon(lambda: httpx.get(f"{url}/v1/sandboxes", headers={"Authorization": "Bearer hutch_wrong9999xyz"}))
     assert limited.json()["error"]["code"] == "rate_limited"
     assert httpx.get(f"{url}/v1/sandboxes", headers={"Authorization": f"Bearer {own_server.admin_key()}"}).status_code == 200
     e2b = _refused_soon(lambda: httpx.get(f"{url}/e2b/sandboxes", headers={"X-API-KEY": "e2b_" + "0" * 40}))

@@ -1,7 +1,7 @@
 """Checkpoint budgets: a sandbox's checkpoint size (`sandboxes.checkpoint_bytes`), which the team's
 and the node's budgets of paused boxes sum, and when a budget first refused its automatic pause
 (`sandboxes.pause_refused_at`). A box paused before this revision has no size recorded: the next
-single-host start measures it (hutch.services.sandboxes reconcile).
+single-host start measures it (the reconcile, hutch.services.recovery).
 
 Revision ID: 0003
 Revises: 0002
