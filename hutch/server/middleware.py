@@ -15,10 +15,10 @@ from hutch.errors import Code
 from hutch.server import errors
 from hutch.services.uploads import MAX_JSON_BODY
 
-__all__ = ["MAX_JSON_BODY", "BodyLimit", "Refusal"]
+__all__ = ["MAX_JSON_BODY", "BodyLimit", "TooLargeAnswer"]
 
 # a refused body's message -> the status and error body to answer, in one front's error shape
-Refusal = Callable[[str], tuple[int, dict[str, Any]]]
+TooLargeAnswer = Callable[[str], tuple[int, dict[str, Any]]]
 
 
 def hutch_refusal(message: str) -> tuple[int, dict[str, Any]]:
@@ -31,7 +31,7 @@ class BodyLimit:
     here and capped where they stream."""
 
     def __init__(self, app: ASGIApp, limit: int, *, streamed: frozenset[str] = frozenset(),
-                 streamed_puts: tuple[str, ...] = (), refusals: Mapping[str, Refusal] | None = None) -> None:
+                 streamed_puts: tuple[str, ...] = (), refusals: Mapping[str, TooLargeAnswer] | None = None) -> None:
         # the composition root names E2B's streamed paths, and the path prefixes that answer in
         # another front's shape with that front's refusal (E2B's envd: Connect's), so this module
         # knows no front but hutch's own
@@ -58,11 +58,11 @@ class BodyLimit:
 
         await self.app(scope, counted, send)
 
-    def _refusal(self, path: str) -> Refusal:
+    def _refusal(self, path: str) -> TooLargeAnswer:
         return next((r for prefix, r in self.refusals.items() if path.startswith(prefix + "/")), hutch_refusal)
 
 
-async def _refuse(send: Send, refuse: Refusal, message: str) -> None:
+async def _refuse(send: Send, refuse: TooLargeAnswer, message: str) -> None:
     status, error = refuse(message)
     body = json.dumps(error).encode()
     await send({"type": "http.response.start", "status": status,
