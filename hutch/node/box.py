@@ -4,7 +4,7 @@ file's metadata before either is handed to the agent.
 
 The values are the guest protocol's (hutch.guest.protocol, which the agent reads from inside the
 box): the node is the one side that speaks to the agent, so the layers above learn them here and
-never import the agent's code. tests/unit/test_node_box.py keeps each equal to the protocol's.
+never import the agent's code. Each is the protocol's own object, re-bound, so the two cannot drift.
 """
 
 from __future__ import annotations

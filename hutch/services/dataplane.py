@@ -22,6 +22,7 @@ from hutch.node.api import (
     BoxAgent,
     ChannelError,
     Command,
+    Download,
     Entry,
     Event,
     Exited,
@@ -277,17 +278,18 @@ class DataPlane:
     async def read_file(self, rec: SandboxRecord, path: str,
                         user: str | None = None) -> tuple[FileHead, AsyncIterator[bytes]]:
         """A file's bytes, read as the box user (with its rights) unless user is "root"."""
-        check_path(path)
-        root = _as_root(user)
-        download = await self._call(rec, lambda agent: agent.read_file(path, root))
-        return FileHead(download.size), aiter(download)
+        return await self._download(rec, path, user, lambda agent, root: agent.read_file(path, root))
 
     async def zip_dir(self, rec: SandboxRecord, path: str,
                       user: str | None = None) -> tuple[FileHead, AsyncIterator[bytes]]:
         """A directory as a zip, as the box user sees it unless user is "root"."""
+        return await self._download(rec, path, user, lambda agent, root: agent.zip_dir(path, root))
+
+    async def _download(self, rec: SandboxRecord, path: str, user: str | None,
+                        fetch: Callable[[BoxAgent, bool], Awaitable[Download]]) -> tuple[FileHead, AsyncIterator[bytes]]:
         check_path(path)
         root = _as_root(user)
-        download = await self._call(rec, lambda agent: agent.zip_dir(path, root))
+        download = await self._call(rec, lambda agent: fetch(agent, root))
         return FileHead(download.size), aiter(download)
 
     # --- filesystem operations (the agent acts as the box user, or as root) ----------------------
