@@ -83,7 +83,9 @@ class RawRunsc:
         subprocess.run([*self.cmd, "delete", "--force", cid], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def start_server(root: Path, warm_pool: int, extra_args: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str, str]:
+def start_server(root: Path, warm_pool: int | None,
+                 extra_args: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str, str]:
+    """`warm_pool` None: the default pool (sized by memory)."""
     with socket.socket() as s, socket.socket() as p, socket.socket() as e:
         for sock in (s, p, e):
             sock.bind(("127.0.0.1", 0))
@@ -91,7 +93,8 @@ def start_server(root: Path, warm_pool: int, extra_args: tuple[str, ...] = ()) -
         port, preview, e2b_port = s.getsockname()[1], p.getsockname()[1], e.getsockname()[1]
     data = root / "data"
     proc = subprocess.Popen([sys.executable, "-m", "hutch.cli", "--data-dir", str(data), "serve", "--port", str(port),
-                             "--warm-pool", str(warm_pool), "--max-sandboxes", "1000", "--team-max-sandboxes", "1000",
+                             *(("--warm-pool", str(warm_pool)) if warm_pool is not None else ()),
+                             "--max-sandboxes", "1000", "--team-max-sandboxes", "1000",
                              "--preview-port", str(preview), "--e2b-port", str(e2b_port), *extra_args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -107,7 +110,7 @@ def start_server(root: Path, warm_pool: int, extra_args: tuple[str, ...] = ()) -
 
 
 @contextmanager
-def bench_env(rootfs: Path, warm_pool: int = 0,
+def bench_env(rootfs: Path, warm_pool: int | None = 0,
               extra_args: tuple[str, ...] = ()) -> Iterator[tuple[ClientArgs, RawRunsc]]:
     """A server on loopback with a temporary data dir, and raw runsc beside it; all removed after."""
     root = Path(tempfile.mkdtemp(prefix="hutch-b", dir="/tmp"))

@@ -3,8 +3,9 @@ of the sentry's own wake-ups), and the server's own CPU per idle box, measured i
 
     .venv/bin/python -m bench.idle [--boxes 10] [--seconds 30] [-n 10]
 
-With --freeze-idle-after (a second server), the same boxes once frozen, and the first command
-after a thaw beside a command to the same box awake.
+With freezing (the default; a second server, which freezes after 2 s), the same boxes once frozen,
+woken every 2 s for their timers (hutch.node.idle), and the first command after a thaw beside a
+command to the same box awake.
 
 Each box's CPU is its cgroup's (the sentry, its stub processes and its gofer); a raw box's is its
 processes' (it has no cgroup of hutch's). Each figure is the median over three windows of a third
@@ -110,10 +111,10 @@ def server_pid(data_dir: Path) -> int:
 
 def measure(boxes: int = 10, seconds: float = 30.0,
             rounds: int = 10) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]], dict[str, float]]:
-    """Idle boxes awake (no freezing, the default) and frozen (--freeze-idle-after)."""
+    """Idle boxes awake (--freeze-idle-after 0) and frozen (the default, sooner here)."""
     extra: dict[str, float] = {}
     rootfs = base_image.build(DEFAULT_CACHE_DIR)
-    with bench_env(rootfs) as (kw, raw):
+    with bench_env(rootfs, extra_args=("--freeze-idle-after", "0")) as (kw, raw):
         data_dir = raw.work.parent / "data"
         store = Store(ServerConfig(data_dir=data_dir).db_url)
         made = [Sandbox.create(name=f"idle-{i}", **kw) for i in range(boxes)]
@@ -134,15 +135,18 @@ def measure(boxes: int = 10, seconds: float = 30.0,
 
 def frozen_boxes(rootfs: Path, boxes: int, seconds: float, rounds: int,
                  extra: dict[str, float]) -> dict[str, dict[str, float]]:
-    """With --freeze-idle-after: what a frozen idle box costs, and its first command after a thaw."""
+    """With freezing: what a frozen idle box costs, its wakes included, and its first command after a thaw."""
     with bench_env(rootfs, extra_args=("--freeze-idle-after", str(FREEZE_AFTER))) as (kw, raw):
         store = Store(ServerConfig(data_dir=raw.work.parent / "data").db_url)
         made = [Sandbox.create(name=f"frozen-{i}", **kw) for i in range(boxes)]
         runtime_ids = [rec.runtime_id for sb in made if (rec := store.get_sandbox(sb.id)) and rec.runtime_id]
         wait_frozen(runtime_ids)
-        shares = cpu_percent([box_seconds(r) for r in runtime_ids], seconds / 2)
-        extra["host_cpu_pct_per_frozen_box"] = statistics.median(shares)
+        pid = server_pid(raw.work.parent / "data")
+        shares = cpu_percent([*(box_seconds(r) for r in runtime_ids), lambda: process_seconds(pid)], seconds / 2)
+        extra["host_cpu_pct_per_frozen_box"] = statistics.median(shares[:-1])
+        extra[f"server_cpu_pct_with_{len(runtime_ids)}_frozen_boxes"] = shares[-1]
         sb, runtime_id = made[0], runtime_ids[0]
+        extra["frozen_box_timer_late_s"] = timer_late(sb)
         awake = timed(lambda: sb.commands.run("true"), rounds)
         thawed = []
         for _ in range(rounds):
@@ -151,6 +155,17 @@ def frozen_boxes(rootfs: Path, boxes: int, seconds: float, rounds: int,
         for box in made:
             box.kill()
     return {"first_command_after_thaw": stats(thawed), "commands_run_true_awake": stats(awake)}
+
+
+def timer_late(sb: Sandbox, sleep: float = 10.0, count: int = 3) -> float:
+    """How late a `sleep` ends in a box left alone meanwhile (frozen, woken for its timers): the
+    most of `count` sleeps started together, a second apart."""
+    started = float(sb.commands.run("date +%s.%N").stdout)
+    for i in range(count):
+        sb.commands.run(f"nohup sh -c 'sleep {sleep + i}; date +%s.%N > /tmp/late{i}' >/dev/null 2>&1 &")
+    time.sleep(sleep + count + 4)  # left alone: any call would thaw it
+    ends = [float(sb.files.read_text(f"/tmp/late{i}")) - started - (sleep + i) for i in range(count)]
+    return max(ends)
 
 
 def wait_frozen(runtime_ids: list[str], timeout: float = 120.0) -> None:

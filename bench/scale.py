@@ -4,8 +4,8 @@ running commands in parallel.
     .venv/bin/python -m bench.scale [--boxes 200] [--burst 50] [--agents 20] [--commands 50]
                                     [--freeze-idle-after S]
 
-With --freeze-idle-after, the idle boxes' server freezes them (hutch.node.idle): how many the host
-then holds, and what the frozen boxes cost it.
+The idle boxes' server freezes them as a default server does (hutch.node.idle; --freeze-idle-after
+S sets when, 0 never): how many the host then holds, and what the frozen boxes cost it.
 """
 
 from __future__ import annotations
@@ -17,11 +17,15 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
+
 from bench.common import bench_env, report, stats, wait_for_pool
 from hutch import Sandbox, SandboxError
 from hutch.node import base_image
-from hutch.services.config import DEFAULT_CACHE_DIR
+from hutch.services.config import DEFAULT_CACHE_DIR, DEFAULT_FREEZE_IDLE_AFTER
 from tests.integration.support import ClientArgs
+
+STARTED_SECONDS = 60.0  # a burst's server started this long before it
 
 
 def used_memory_mib() -> float:
@@ -146,19 +150,18 @@ def agents(kw: ClientArgs, count: int, commands: int) -> tuple[list[float], floa
 
 
 def bursts(rootfs: Path, size: int) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-    """Rounds of `size` creates at once on a server at its default pool settings: the first on a
-    fresh server (its pool of 2), the next once the pool has grown to the first round (as rollouts
-    in rounds find it); and what `size` live idle boxes cost the host meanwhile, the CPU that
-    creates and commands then share."""
+    """Rounds of `size` creates at once on a server at its default settings (its pool sized by
+    memory): the first a minute after the server started, the next once the pool has refilled; and
+    what `size` live idle boxes cost the host meanwhile, the CPU that creates and commands then share."""
     figures: dict[str, dict[str, float]] = {}
     extra: dict[str, float] = {}
-    # the default pool, but a budget for `size` boxes whatever this host's memory
-    with bench_env(rootfs, warm_pool=2, extra_args=("--warm-pool-max", str(size))) as (kw, _raw):
-        wait_for_pool(kw["base_url"], 2)
-        figures[f"burst_{size}_creates_to_first_exec_fresh"] = stats(burst(kw, size))
-        grown = time.perf_counter()
-        wait_for_pool(kw["base_url"], size)
-        extra[f"pool_grown_to_{size}_seconds"] = time.perf_counter() - grown
+    with bench_env(rootfs, warm_pool=None) as (kw, _raw):
+        time.sleep(STARTED_SECONDS)  # from its first answer to /health
+        extra["pool_a_minute_after_start"] = float(httpx.get(f"{kw['base_url']}/health").json()["warm_pool"])
+        figures[f"burst_{size}_creates_to_first_exec_a_minute_after_start"] = stats(burst(kw, size))
+        refilled = time.perf_counter()
+        wait_for_pool(kw["base_url"], int(extra["pool_a_minute_after_start"]))
+        extra["pool_refilled_seconds"] = time.perf_counter() - refilled
         time.sleep(2)
         figures[f"burst_{size}_creates_to_first_exec"] = stats(burst(kw, size))
         live = [Sandbox.create(name=f"live-{i}", **kw) for i in range(size)]
@@ -170,7 +173,8 @@ def bursts(rootfs: Path, size: int) -> tuple[dict[str, dict[str, float]], dict[s
 
 
 def measure(boxes: int = 200, burst_size: int = 50, agent_count: int = 20, commands: int = 50,
-            freeze_after: float = 0.0) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]], dict[str, float]]:
+            freeze_after: float = DEFAULT_FREEZE_IDLE_AFTER
+            ) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]], dict[str, float]]:
     rootfs = base_image.build(DEFAULT_CACHE_DIR)
     figures, burst_extra = bursts(rootfs, burst_size)
     with bench_env(rootfs, extra_args=("--freeze-idle-after", str(freeze_after))) as (kw, _raw):
@@ -196,7 +200,7 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=50)
     ap.add_argument("--agents", type=int, default=20)
     ap.add_argument("--commands", type=int, default=50)
-    ap.add_argument("--freeze-idle-after", type=float, default=0.0, metavar="S")
+    ap.add_argument("--freeze-idle-after", type=float, default=DEFAULT_FREEZE_IDLE_AFTER, metavar="S")
     a = ap.parse_args()
     figures, pairs, extra = measure(a.boxes, a.burst, a.agents, a.commands, a.freeze_idle_after)
     report("scale", a.commands, figures, pairs, extra)

@@ -70,6 +70,7 @@ def cmd_node(args: argparse.Namespace) -> int:
                                      start_ray=not args.ray_started)
     config = ServerConfig(data_dir=args.data_dir, cache_dir=args.cache_dir, database_url=args.store,
                           warm_pool=args.warm_pool, warm_pool_max=args.warm_pool_max, egress_hosts=args.egress_hosts,
+                          freeze_idle_after=0.0,  # the fleet's relay reaches a box's channel around the freezer's meter
                           egress_system_dns=not args.egress_no_system_dns, trust_ca=tuple(args.trust_ca or ()),
                           max_builds=args.max_builds, image_dirs=tuple(args.image_dir or ()),
                           registry_pulls=args.registry_pulls, fleet=FleetConfig(ray=args.ray, shared_dir=args.shared),

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hutch.cli.shared import CLIENT_ENV, Subparsers, fleet_installed
-from hutch.services.config import DEFAULT_CACHE_DIR, DEFAULT_PORT, FleetConfig, ServerConfig
+from hutch.services.config import DEFAULT_CACHE_DIR, DEFAULT_FREEZE_IDLE_AFTER, DEFAULT_PORT, FleetConfig, ServerConfig
 
 # They read the data dir themselves, not a client's environment
 SERVER_COMMANDS = ("serve", "build-base", "team-create", "node")
@@ -24,14 +24,16 @@ def add_serve(sub: Subparsers) -> None:
                    help="how clients reach this server (a load balancer's URL, say): data-plane URLs name it "
                         "(default http://HOST:PORT)")
     s.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
-    s.add_argument("--warm-pool", type=int, default=2, metavar="N",
-                   help="base-template boxes kept booted so creates are instant (default %(default)s; 0: none)")
+    s.add_argument("--warm-pool", type=int, metavar="N",
+                   help="base-template boxes kept booted so creates are instant, growing after a burst of "
+                        "creates (0: none; default: sized by memory, --warm-pool-max boxes kept booted ahead)")
     s.add_argument("--warm-pool-max", type=int, metavar="N",
-                   help="how many boxes the pool may grow to after a burst of creates, for the next one "
-                        "(waiting boxes are frozen: memory only; default: a sixth of the host's memory, at most 100)")
-    s.add_argument("--freeze-idle-after", type=float, default=0.0, metavar="S",
+                   help="how many boxes the pool holds (waiting boxes are frozen: memory only; default: a sixth "
+                        "of the host's memory at 64 MiB a box, at most 100)")
+    s.add_argument("--freeze-idle-after", type=float, default=DEFAULT_FREEZE_IDLE_AFTER, metavar="S",
                    help="freeze a box nothing has used for S seconds (no call, stream, tunnel or egress "
-                        "connection, little CPU), so it costs no CPU; its next call thaws it (default 0: never)")
+                        "connection, little CPU), so it costs ~no CPU; its next call thaws it, and it wakes "
+                        "every 2 s for its timers (default %(default)s; 0: never)")
     s.add_argument("--max-sandboxes", type=int, default=256, metavar="N",
                    help="running sandboxes this node takes before it answers 429 (default %(default)s)")
     s.add_argument("--team-max-sandboxes", type=int, default=64, metavar="N",

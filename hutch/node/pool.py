@@ -4,12 +4,15 @@ A claimed box is the caller's for good: pool boxes are never handed out twice an
 anything of a sandbox put in them before they are claimed (env vars travel with each command,
 metadata lives in the store).
 
-The pool holds `size` boxes, and more after a burst: as many as the most creates it could serve
-within any `BURST_SECONDS` of the last `RECENT_SECONDS`, at most `most` (a memory budget; see
-`default_most`), so rollouts that come in rounds find their next round booted. Below `size` it
-refills at once; above it, only once creates have been quiet for `QUIET_SECONDS`, so its extra
-boots do not compete with a burst (past the one boot under way). It boots one box at a time, so
-never several at once against live traffic. A waiting box is frozen (its cgroup's freezer,
+By default (`size` None) the pool is sized ahead of demand by memory: it holds `most` boxes (a
+memory budget; see `default_most`), so a burst on a server started a minute ago claims booted
+boxes. The first `URGENT` of them are refilled at once, the rest only once creates have been quiet
+for `QUIET_SECONDS`, so their boots do not compete with a burst (past the one boot under way).
+Given a `size`, the pool holds `size` boxes, and more after a burst: as many as the most creates
+it could serve within any `BURST_SECONDS` of the last `RECENT_SECONDS`, at most `most`, so
+rollouts that come in rounds find their next round booted; below `size` it refills at once, above
+it only when creates are quiet. It boots one box at a time, so never several at once against live
+traffic. A waiting box is frozen (its cgroup's freezer,
 hutch.node.idle), so the pool costs memory only, no CPU; its claim thaws it, and so does any
 driver call on it (hutch.node.idle.Thawing). Where a box cannot be frozen the pool stays at `size`.
 """
@@ -42,6 +45,7 @@ QUIET_SECONDS = 1.0  # no create for this long: the pool may grow past its size
 BOX_MIB = 64  # a waiting box's host memory (its sandbox and gofer, ~50 MiB, and their kernel pages)
 MEMORY_SHARE = 6  # the pool's budget: a sixth of the host's memory, by default
 MOST_BOXES = 100  # past this, a burst's creates are better served by a fleet than by one host's pool
+URGENT = 2  # a pool sized by memory refills this many at once, the rest when creates are quiet
 
 
 def default_most(size: int, memory_bytes: int | None = None) -> int:
@@ -90,9 +94,13 @@ class Demand:
 
 
 class WarmPool:
-    def __init__(self, node: NodeRuntime, size: int, rootfs: Path, limits: Limits, most: int | None = None) -> None:
-        self.node, self.size, self.rootfs, self.limits = node, size, rootfs, limits
-        self.most = default_most(size) if most is None else max(size, most)
+    def __init__(self, node: NodeRuntime, size: int | None, rootfs: Path, limits: Limits,
+                 most: int | None = None) -> None:
+        """`size` None: sized ahead of demand by memory (`most` boxes, the first URGENT refilled at once)."""
+        self.ahead = size is None
+        self.size = min(URGENT, most if most is not None else URGENT) if size is None else size
+        self.node, self.rootfs, self.limits = node, rootfs, limits
+        self.most = default_most(self.size) if most is None else max(self.size, most)
         self.demand = Demand()
         self.freezes = True  # False once a box could not be frozen: then the pool never grows
         self._ready: list[BoxRef] = []
@@ -110,6 +118,8 @@ class WarmPool:
         """How many boxes the pool should hold now."""
         if self.size == 0 or not self.freezes:
             return self.size
+        if self.ahead:
+            return self.most
         return min(self.most, max(self.size, self.demand.peak(now)))
 
     def start(self) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 DEFAULT_DATA_DIR = Path(os.environ.get("HUTCH_DATA_DIR", "/var/lib/hutch"))
 DEFAULT_CACHE_DIR = Path(os.environ.get("HUTCH_CACHE_DIR", "/var/cache/hutch"))
 DEFAULT_PORT = 7423
+DEFAULT_FREEZE_IDLE_AFTER = 10.0  # seconds: an idle box costs ~no CPU soon after its last call
 
 
 @dataclass(frozen=True)
@@ -59,11 +60,14 @@ class ServerConfig:
     allow_unlimited_boxes: bool = False
     max_file_bytes: int = 4 * 2**30
     runsc_platform: str | None = None
-    warm_pool: int = 2  # base-template boxes booted ahead, so creates only claim one
-    warm_pool_max: int | None = None  # how far a burst of creates grows it (None: hutch.node.pool.default_most)
+    # base-template boxes booted ahead, so creates only claim one (None: sized by memory, warm_pool_max
+    # boxes; a number: that many, grown after a burst up to warm_pool_max; see hutch.node.pool)
+    warm_pool: int | None = None
+    warm_pool_max: int | None = None  # the pool's most (None: hutch.node.pool.default_most)
     # Seconds a box nothing uses (no call, no open stream, tunnel or egress connection, little CPU)
-    # runs before it is frozen, thawed by its next call (hutch.node.idle); 0: never frozen
-    freeze_idle_after: float = 0.0
+    # runs before it is frozen, thawed by its next call and woken every 2 s for its timers
+    # (hutch.node.idle); 0: never frozen
+    freeze_idle_after: float = DEFAULT_FREEZE_IDLE_AFTER
     checkpoint_compression: str = "none"  # or "flate-best-speed": a quarter of the disk, slower pause/resume
     egress_hosts: Path | None = None  # an /etc/hosts-style map the egress proxy resolves with first
     egress_system_dns: bool = True  # names not in that map go to the host's resolver (off: they fail)

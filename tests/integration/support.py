@@ -269,6 +269,11 @@ class Server:
         raise AssertionError(f"no {kind} in /proc/{self.proc.pid}/status")
 
 
+# A test server's pool, unless its test says otherwise: two boxes, as a small host's (a default
+# server sizes its pool by memory: dozens of boxes beside every test server of the suite).
+DEFAULT_POOL = ("--warm-pool-max", "2")
+
+
 def make_server(*args: str) -> Server:
     # short paths: the boxes' channel sockets must stay under the 108-byte limit
     root = Path(tempfile.mkdtemp(prefix="hutch-t", dir="/tmp"))
@@ -278,7 +283,7 @@ def make_server(*args: str) -> Server:
     return Server(root / "data", free_port(), ("--egress-hosts", str(hosts), "--egress-no-system-dns",
                                                "--trust-ca", str(certificate()[0]), "--image-dir", str(root / "images"),
                                                "--preview-port", str(free_port()), "--e2b-port", str(free_port()),
-                                               *args))
+                                               *DEFAULT_POOL, *args))
 
 
 def runsc_cli(server: Server, *args: str) -> str:

@@ -1,6 +1,6 @@
-"""Tiered idleness: a box nothing uses is frozen (its cgroup's freezer), costs no CPU while frozen,
-and its next call thaws it with its processes carrying on where they were; a pause or a kill of
-a frozen box thaws it first."""
+"""Tiered idleness: a box nothing uses is frozen (its cgroup's freezer), costs ~no CPU while frozen,
+wakes every WAKE_SECONDS so its timers fire, and its next call thaws it with its processes
+carrying on where they were; a pause or a kill of a frozen box thaws it first."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import pytest
 
 from hutch import Sandbox
 from hutch.node import metrics
+from hutch.node.idle import WAKE_SECONDS
 from tests.integration.support import Server, counter, frozen, make_server, retire, runsc_cli, wait_for
 
 AFTER = 2  # seconds idle before a box is frozen, for these tests
 # Each tick starts two processes (mv, sleep) at ~20 ms of CPU each under gVisor: ticking every
 # second kept the box near the freezer's 10%-of-a-core line on a busy host (it once never froze again).
-COUNTER = counter(every=3)
+COUNT_EVERY = 3
+COUNTER = counter(every=COUNT_EVERY)
 
 
 @pytest.fixture(scope="module")
@@ -35,30 +37,56 @@ def cpu_ns(runtime_id: str) -> int:
     return read[0]
 
 
-def test_a_frozen_box_uses_nothing_and_carries_on_where_it_was(freezing: Server) -> None:
+def watch_left_alone(runtime_id: str, seconds: float) -> tuple[int, float]:
+    """Leave the box alone for `seconds` (any call would thaw it), looking at it only from the host:
+    the CPU its cgroup used meanwhile, and the share of the time its freezer said frozen."""
+    cpu, looks, frozen_looks = cpu_ns(runtime_id), 0, 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        looks += 1
+        frozen_looks += frozen(runtime_id)
+        time.sleep(0.1)
+    return cpu_ns(runtime_id) - cpu, frozen_looks / looks
+
+
+def test_a_frozen_box_uses_almost_nothing_and_carries_on_where_it_was(freezing: Server) -> None:
     sb = Sandbox.create(name="freeze", **freezing.client_args())
     try:
         runtime_id = freezing.record(sb.id).runtime_id
         assert runtime_id
-        sb.commands.run(COUNTER)
+        wait_for(lambda: frozen(runtime_id), timeout=30, what="the idle box to be frozen")
+        used, share = watch_left_alone(runtime_id, 3 * WAKE_SECONDS)
+        # its sentry, stubs and gofer are stopped but for its wakes (~1.3 ms each, every WAKE_SECONDS)
+        assert used < 0.005 * 3 * WAKE_SECONDS * 1e9, f"a frozen box used {used / 1e6:.1f} ms of CPU"
+        assert share > 0.8, "and it stayed frozen between its wakes"
+
+        sb.commands.run(COUNTER)  # its next call thaws it (what that costs: bench/idle.py)
         wait_for(lambda: sb.files.exists("/tmp/count"), what="the counter to start")
         pid = sb.commands.run("pgrep -o sh -u user -f 'while :'").stdout.strip()
         before = int(sb.files.read_text("/tmp/count"))
-
         wait_for(lambda: frozen(runtime_id), timeout=30, what="the idle box to be frozen")
-        held = cpu_ns(runtime_id)
-        time.sleep(3)  # time goes by while it is frozen
-        assert cpu_ns(runtime_id) == held, "nothing of a frozen box runs: its sentry, stubs and gofer are stopped"
-        assert frozen(runtime_id)
-
-        assert sb.commands.run("true").exit_code == 0  # its next call thaws it (what that costs: bench/idle.py)
-        assert not frozen(runtime_id)
+        watch_left_alone(runtime_id, 2 * COUNT_EVERY + WAKE_SECONDS)  # its timers fire at its wakes
         after = int(sb.files.read_text("/tmp/count"))
-        assert after >= before, "the counter went on from where it was, not from the start"
+        assert after >= before + 2, "the counter went on while nothing called the box"
         assert sb.commands.run("pgrep -o sh -u user -f 'while :'").stdout.strip() == pid, "the same process"
-        wait_for(lambda: int(sb.files.read_text("/tmp/count")) > after, timeout=10, what="the counter to go on")
-        wait_for(lambda: frozen(runtime_id), timeout=30, what="the box to be frozen again")
-        assert sb.commands.run("echo again").stdout == "again\n", "and thawed again"
+        assert sb.commands.run("echo again").stdout == "again\n", "and it answers"
+    finally:
+        sb.kill()
+
+
+def test_a_timer_in_a_box_left_alone_fires_on_time(freezing: Server) -> None:
+    """`sleep 20; write` in a box nothing calls: the box is frozen meanwhile, and its wakes let
+    the sleep end at most WAKE_SECONDS (plus the freezer's look) late."""
+    sb = Sandbox.create(name="timer", **freezing.client_args())
+    try:
+        runtime_id = freezing.record(sb.id).runtime_id
+        assert runtime_id
+        started = float(sb.commands.run("date +%s.%N").stdout)
+        sb.commands.run("nohup sh -c 'sleep 20; date +%s.%N > /tmp/done' >/dev/null 2>&1 &")
+        _, share = watch_left_alone(runtime_id, 20 + WAKE_SECONDS + 2)
+        assert share > 0.5, "the box was frozen for most of its sleep"
+        late = float(sb.files.read_text("/tmp/done")) - started - 20
+        assert late < WAKE_SECONDS + 2, f"the timer fired {late:.2f} s late"
     finally:
         sb.kill()
 

@@ -131,3 +131,24 @@ def test_waiting_boxes_are_frozen_and_a_burst_grows_the_pool_for_the_next() -> N
                 sb.kill()
     finally:
         retire(server)
+
+
+def test_by_default_the_pool_is_sized_by_memory_and_filled_ahead_of_demand() -> None:
+    """No --warm-pool: the pool holds its memory budget (--warm-pool-max, here a small one) booted
+    and frozen before any create, and a claim is refilled."""
+    server = make_server("--warm-pool-max", "4")
+    server.start()
+    try:
+        wait_for(lambda: pooled(server.url) == 4, timeout=120, what="the pool filled ahead of any create")
+        waiting = _waiting(server)
+        assert len(waiting) == 4
+        wait_for(lambda: _all_frozen(waiting), timeout=10, what="the waiting boxes frozen")
+        sb = Sandbox.create(name="ahead", **server.client_args())
+        try:
+            assert server.record(sb.id).runtime_id in waiting, "the create claimed a booted box"
+            assert sb.commands.run("echo up").stdout == "up\n"
+            wait_for(lambda: pooled(server.url) == 4, timeout=60, what="the pool to refill")
+        finally:
+            sb.kill()
+    finally:
+        retire(server)

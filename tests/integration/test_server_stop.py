@@ -56,3 +56,23 @@ def test_a_stopped_server_leaves_no_pool_box(server: Server, signals: tuple[str,
         assert recorded is not None and _status(server, recorded) == "running", "the recorded sandbox runs on"
     finally:
         retire(server)
+
+
+GROWN = 50
+
+
+def test_a_grown_pool_is_gone_soon_after_sigterm() -> None:
+    """A pool of 50 waiting (frozen) boxes, stopped several at a time: gone within a service
+    manager's stop timeout (systemd's default is 90 s; hutch promises 10 s) of SIGTERM."""
+    server = make_server("--warm-pool-max", str(GROWN))
+    server.start()
+    try:
+        wait_for(lambda: pooled(server.url) == GROWN, timeout=300, what=f"a pool of {GROWN}")
+        assert len(_running(server)) == GROWN
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGTERM)
+        # the promise is a deadline: waited on as state, failing only past it
+        wait_for(lambda: server.proc is not None and server.proc.poll() is not None and not _running(server),
+                 timeout=10, what=f"the server gone with its {GROWN} pool boxes")
+    finally:
+        retire(server)

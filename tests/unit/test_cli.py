@@ -171,7 +171,7 @@ EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
 
 # Each command with nothing optional given: the defaults its handler sees
 DEFAULTS: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
-    ("serve",): (["serve"], {"host": "127.0.0.1", "port": 7423, "warm_pool": 2, "max_sandboxes": 256,
+    ("serve",): (["serve"], {"host": "127.0.0.1", "port": 7423, "warm_pool": None, "max_sandboxes": 256,
                              "team_max_sandboxes": 64, "egress_hosts": None, "egress_no_system_dns": False,
                              "trust_ca": None, "preview_port": 7424, "preview_domain": "localhost",
                              "preview_https": False, "max_builds": 2, "image_dir": None, "registry_pulls": False,
