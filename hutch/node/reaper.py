@@ -24,19 +24,28 @@ class Reaper:
         self._poller: asyncio.Task[None] | None = None
         self._on_sigchld = False
         self._due: asyncio.TimerHandle | None = None
+        # adopted runsc processes seen by name once: a burst's hundreds of reaps would otherwise
+        # read /proc/<pid>/comm of every box's sandbox and gofer each time. A pid leaves the set
+        # when reaped here (only here are they reaped), so a reused pid is never taken for one.
+        self._adopted: set[int] = set()
 
     def reap(self) -> None:
         """Collect the exit of every adopted runsc process that has ended: a box's sandbox and
         gofer (runsc re-executes itself, so their name is "exe"). Never a driver call of ours: the
         event loop waits for those itself, and (under uvloop) would wait for ever if its exit
         status were taken here; it may not be in `driver.running` yet, so go by its name too."""
-        for pid in mounts.adopted_children() - self.driver.running:
-            if mounts.process_name(pid) != "exe":
-                continue
+        children = mounts.adopted_children()
+        self._adopted &= children  # gone without us (cannot happen to a child; kept true anyway)
+        for pid in children - self.driver.running - self._adopted:
+            if mounts.process_name(pid) == "exe":
+                self._adopted.add(pid)
+        for pid in list(self._adopted):
             try:
-                os.waitpid(pid, os.WNOHANG)
+                done, _ = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
-                pass
+                done = pid
+            if done:
+                self._adopted.discard(pid)
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -74,5 +75,32 @@ def test_a_grown_pool_is_gone_soon_after_sigterm() -> None:
         # the promise is a deadline: waited on as state, failing only past it
         wait_for(lambda: server.proc is not None and server.proc.poll() is not None and not _running(server),
                  timeout=10, what=f"the server gone with its {GROWN} pool boxes")
+    finally:
+        retire(server)
+
+
+def _zombies(pid: int) -> list[int]:
+    """The server's children that ended and were not reaped."""
+    kids = [int(k) for task in Path(f"/proc/{pid}/task").iterdir()
+            for k in (task / "children").read_text().split()]
+    found = []
+    for kid in kids:
+        try:
+            if Path(f"/proc/{kid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                found.append(kid)
+        except OSError:
+            continue
+    return found
+
+
+def test_the_boxes_the_server_adopted_are_reaped_when_they_end(server: Server) -> None:
+    """A box's sandbox and gofer are re-parented to the server (a subreaper): each kill leaves no zombie."""
+    try:
+        made = [Sandbox.create(name=f"reaped-{i}", **server.client_args()) for i in range(3)]
+        for sb in made:
+            sb.kill()
+        proc = server.proc
+        assert proc is not None
+        wait_for(lambda: not _zombies(proc.pid), timeout=30, what="every ended box reaped")
     finally:
         retire(server)
