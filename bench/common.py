@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import shutil
 import signal
@@ -81,6 +82,30 @@ class RawRunsc:
 
     def delete(self, cid: str) -> None:
         subprocess.run([*self.cmd, "delete", "--force", cid], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def process_seconds(pid: int) -> float:
+    """User and system CPU of a process (all its threads), in seconds; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def server_pid(data_dir: Path) -> int:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"serve" in argv and str(data_dir).encode() in argv:
+                return int(entry.name)
+    raise RuntimeError("the benchmark's server is not running")
 
 
 def start_server(root: Path, warm_pool: int | None,

@@ -6,8 +6,9 @@ Starts its own `hutch serve` on loopback, then for N runs each measures: create-
 `commands.run("true")`, spawning and attaching to a process and a line through its stdin and
 back, `get_info` and a small file read, a 10 MB file write and read; and as floors, raw `runsc
 run` of `true` (same root, same flags), raw `runsc exec true` in a running box, a `posix_spawn` of
-`/bin/true` (and of `sh -c true`) timed inside a box, and 10 MB through `runsc exec cat`. Prints
-min/median/p95 and writes JSON to bench/results/.
+`/bin/true` (and of `sh -c true`) timed inside a box, and 10 MB through `runsc exec cat`; and the
+CPU one `commands.run("true")` costs the server, the box and the SDK. Prints min/median/p95 and
+writes JSON to bench/results/.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
-from bench.common import bench_env, main_for, stats, timed, wait_for_pool
+from bench.common import bench_env, main_for, process_seconds, server_pid, stats, timed, wait_for_pool
 from hutch import Process, Sandbox
-from hutch.node import base_image
-from hutch.services.config import DEFAULT_CACHE_DIR
+from hutch.node import base_image, metrics
+from hutch.services.config import DEFAULT_CACHE_DIR, ServerConfig
+from hutch.store import Store
 
 MB10 = os.urandom(10 * 2**20)
 MB100 = os.urandom(100 * 2**20)
@@ -79,6 +83,7 @@ def process_figures(sb: Sandbox, n: int) -> dict[str, dict[str, float]]:
 
 def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]], dict[str, float]]:
     figures: dict[str, dict[str, float]] = {}
+    extra: dict[str, float] = {}
     rootfs = base_image.build(DEFAULT_CACHE_DIR)
     with bench_env(rootfs, warm_pool=2) as (kw, _raw):
         warm: list[float] = []
@@ -107,6 +112,7 @@ def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]],
         sb = Sandbox.create(name="bench", **kw)
         sb.commands.run("true")
         figures["commands_run_true"] = stats(timed(lambda: sb.commands.run("true"), n))
+        extra.update(cpu_per_command(sb, raw.work.parent / "data", max(n, 50)))
         sb.files.write("/tmp/spawn_floor.py", SPAWN_FLOOR)
         spawn_true, spawn_sh = json.loads(sb.commands.run(f"python3 /tmp/spawn_floor.py {n}").stdout)
         figures["in_box_posix_spawn_true"], figures["in_box_sh_c_true"] = stats(spawn_true), stats(spawn_sh)
@@ -136,7 +142,26 @@ def measure(n: int) -> tuple[dict[str, dict[str, float]], list[tuple[str, str]],
              ("file_write_10mb", "raw_runsc_exec_cat_in_10mb"), ("file_write_10mb", "local_socket_10mb"),
              ("file_read_10mb", "raw_runsc_exec_cat_out_10mb"), ("file_read_10mb", "local_socket_10mb"),
              ("file_write_100mb", "local_socket_100mb"), ("file_read_100mb", "local_socket_100mb")]
-    return figures, pairs, {}
+    return figures, pairs, extra
+
+
+def cpu_per_command(sb: Sandbox, data_dir: Path, n: int) -> dict[str, float]:
+    """The CPU one `commands.run("true")` costs, in ms: the server's process, the box's cgroup
+    (its sentry, stubs and gofer), and this process (the SDK), over `n` calls in a row."""
+    server = server_pid(data_dir)
+    rec = Store(ServerConfig(data_dir=data_dir).db_url).get_sandbox(sb.id)
+    runtime_id = rec.runtime_id if rec else None
+
+    def box() -> float:
+        got = metrics.read_cgroup(runtime_id) if runtime_id else None
+        return got[0] / 1e9 if got else 0.0
+
+    readers: dict[str, Callable[[], float]] = {"server": lambda: process_seconds(server), "box": box,
+                                               "sdk": lambda: process_seconds(os.getpid())}
+    before = {k: r() for k, r in readers.items()}
+    for _ in range(n):
+        sb.commands.run("true")
+    return {f"{k}_cpu_ms_per_commands_run": (r() - before[k]) / n * 1000 for k, r in readers.items()}
 
 
 def main() -> None:

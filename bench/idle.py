@@ -15,13 +15,12 @@ of the time each, after the boxes settle.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.common import RawRunsc, bench_env, report, stats, timed
+from bench.common import RawRunsc, bench_env, process_seconds, report, server_pid, stats, timed
 from hutch import Sandbox
 from hutch.node import base_image, idle, metrics
 from hutch.services.config import DEFAULT_CACHE_DIR, ServerConfig
@@ -30,16 +29,6 @@ from hutch.store import Store
 FREEZE_AFTER = 2.0  # seconds idle before a box is frozen, in the frozen half
 SETTLE_SECONDS = 10.0  # a box's first seconds still page in and run the warm-up command
 WINDOWS = 3
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def process_seconds(pid: int) -> float:
-    """User and system CPU of a process (all its threads), in seconds; 0 once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def descendants(pid: int) -> set[int]:
@@ -95,18 +84,6 @@ def box_seconds(runtime_id: str) -> Callable[[], float]:
         got = metrics.read_cgroup(runtime_id)
         return got[0] / 1e9 if got else 0.0
     return read
-
-
-def server_pid(data_dir: Path) -> int:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"serve" in argv and str(data_dir).encode() in argv:
-                return int(entry.name)
-    raise RuntimeError("the benchmark's server is not running")
 
 
 def measure(boxes: int = 10, seconds: float = 30.0,
