@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,14 +42,37 @@ class Limits:
         return cls(memory_mib=memory_mib, pids=pids, cpu_shares=1024 * vcpu, cpus=vcpu, disk_mib=disk_mib)
 
 
+# Which agent boxes run as PID 1 (HUTCH_AGENT): "python" (hutch/guest, from the runtime root) or
+# "go" (agent/, built by scripts/install into AGENT_BUILD_DIR, or HUTCH_AGENT_BINARY).
+AGENT_ENV = "HUTCH_AGENT"
+AGENT_BINARY_ENV = "HUTCH_AGENT_BINARY"
+DEFAULT_AGENT = "python"
+AGENT_BUILD_DIR = Path("/var/cache/hutch/agent")
+
+
+def agent_binary() -> Path | None:
+    """The compiled agent's host path if boxes are to run it (HUTCH_AGENT=go), else None."""
+    kind = os.environ.get(AGENT_ENV, "") or DEFAULT_AGENT
+    if kind == "python":
+        return None
+    if kind != "go":
+        raise ValueError(f"{AGENT_ENV} must be go or python, not {kind!r}")
+    binary = Path(os.environ.get(AGENT_BINARY_ENV) or AGENT_BUILD_DIR / protocol.AGENT_BINARY)
+    if not binary.is_file():
+        raise FileNotFoundError(f"{binary}: no compiled agent (scripts/install builds it); or set {AGENT_ENV}=python")
+    return binary
+
+
 @dataclass(frozen=True)
 class AgentRuntime:
-    """How to start the agent's Python from the read-only runtime root, whatever the template."""
+    """How to start the agent: its Python from the read-only runtime root, whatever the template,
+    or the compiled agent (`binary`), mounted read-only beside it."""
 
     root: Path  # host path of a Debian root with python3
     loader: str  # paths inside that root
     library_path: str
     python: str
+    binary: Path | None = None  # the compiled agent's host path: boxes run it instead
 
     @classmethod
     def find(cls, root: Path) -> AgentRuntime:
@@ -62,9 +86,12 @@ class AgentRuntime:
             return "/" + str(p.relative_to(root))
 
         lib = ":".join(protocol.RUNTIME_DIR + rel(d) for d in libdirs)
-        return cls(root, protocol.RUNTIME_DIR + rel(loaders[0]), lib, protocol.RUNTIME_DIR + rel(pythons[-1]))
+        return cls(root, protocol.RUNTIME_DIR + rel(loaders[0]), lib, protocol.RUNTIME_DIR + rel(pythons[-1]),
+                   agent_binary())
 
     def argv(self) -> list[str]:
+        if self.binary is not None:  # static: needs nothing of the runtime root or the template
+            return [f"{protocol.AGENT_BIN_DIR}/{protocol.AGENT_BINARY}"]
         # Started through the runtime's own loader, so nothing of the template is needed.
         agent = f"{protocol.AGENT_DIR}/agent.py"
         # -S -s: no site module and no user site: nothing to import that the agent does not use
@@ -95,8 +122,8 @@ def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: Agent
             "args": runtime.argv(),
             "env": [
                 "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                f"PYTHONHOME={protocol.RUNTIME_DIR}/usr",
-                "PYTHONDONTWRITEBYTECODE=1",
+                *([] if runtime.binary is not None else
+                  [f"PYTHONHOME={protocol.RUNTIME_DIR}/usr", "PYTHONDONTWRITEBYTECODE=1"]),
             ],
             "cwd": "/",
             "terminal": False,
@@ -121,6 +148,8 @@ def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: Agent
             bind(channel_dir, protocol.CHANNEL_DIR, "rw"),
             bind(agent_dir, protocol.AGENT_DIR, "ro"),
             bind(runtime.root, protocol.RUNTIME_DIR, "ro"),
+            # the compiled agent's directory (it holds the binary alone), when boxes run it
+            *([] if runtime.binary is None else [bind(runtime.binary.parent, protocol.AGENT_BIN_DIR, "ro")]),
             *trust,
             *(bind(src, dst, "ro" if ro else "rw") for src, dst, ro in volumes),
         ],
