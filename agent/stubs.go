@@ -9,4 +9,3 @@ func fsWatch(ex *Exchange)   { refuse(ErrNoRoute, "no such route") }
 func fsMkdir(ex *Exchange)   { refuse(ErrNoRoute, "no such route") }
 func fsMove(ex *Exchange)    { refuse(ErrNoRoute, "no such route") }
 func fsRemove(ex *Exchange)  { refuse(ErrNoRoute, "no such route") }
-func startSudo()             {}
