@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -183,7 +184,24 @@ var (
 	trustEnv  []kv
 )
 
+// closeOnExecAll marks every descriptor past stdio close-on-exec: whatever the agent inherited
+// reaches no command (Go's own are opened so; fork-exec closes nothing else, unlike close_fds).
+func closeOnExecAll() {
+	dir, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	names, _ := dir.Readdirnames(-1)
+	dir.Close()
+	for _, name := range names {
+		if fd, err := strconv.Atoi(name); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
+}
+
 func main() {
+	closeOnExecAll()
 	sigchld := make(chan os.Signal, 1)
 	signal.Notify(sigchld, syscall.SIGCHLD)
 	go reap(sigchld)

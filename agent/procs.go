@@ -20,13 +20,14 @@ import (
 const (
 	bufferChars     = 1 << 20 // output kept per process for a client that attaches later
 	eventCost       = 64      // what one buffered event costs beyond its text
-	maxRunning      = 64
 	keepFinished    = 32
 	stdinWait       = 10 * time.Second
 	maxCommandShown = 1024
 	maxStdinBody    = 1 << 20
 	nsig            = 65
 )
+
+var maxRunning = 64 // a variable for the tests' sake
 
 type seqEv struct {
 	seq int
@@ -379,6 +380,9 @@ func procRoute(ex *Exchange, method string) {
 		pidText, action = rest[:i], rest[i+1:]
 	}
 	if !isDigits(pidText) || len(pidText) > 9 {
+		if pidText != "" && len(pidText) <= 9 && latin1Digits(pidText) { // digits to Python's isdigit(), not to int()
+			refuse(ErrBadRequest, "bad request: invalid literal for int() with base 10: %s", pyRepr(latin1(pidText)))
+		}
 		refuse(ErrNoRoute, "no such route")
 	}
 	pid, _ := strconv.Atoi(pidText)
@@ -441,6 +445,26 @@ func procRoute(ex *Exchange, method string) {
 	default:
 		refuse(ErrNoRoute, "no such route")
 	}
+}
+
+// latin1Digits: whether each byte (a Latin-1 character of the request line) is a digit to Python's
+// str.isdigit: 0-9, and the superscripts two, three and one.
+func latin1Digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9') && c != 0xB2 && c != 0xB3 && c != 0xB9 {
+			return false
+		}
+	}
+	return true
+}
+
+func latin1(s string) string {
+	r := make([]rune, len(s))
+	for i := 0; i < len(s); i++ {
+		r[i] = rune(s[i])
+	}
+	return string(r)
 }
 
 func isDigits(s string) bool {

@@ -47,7 +47,7 @@ class Limits:
 AGENT_ENV = "HUTCH_AGENT"
 AGENT_BINARY_ENV = "HUTCH_AGENT_BINARY"
 DEFAULT_AGENT = "python"
-AGENT_BUILD_DIR = Path("/var/cache/hutch/agent")
+AGENT_BUILD_DIR = Path(os.environ.get("HUTCH_CACHE_DIR", "/var/cache/hutch")) / "agent"  # as scripts/install builds it
 
 
 def agent_binary() -> Path | None:
