@@ -531,9 +531,12 @@ func handle(ex *Exchange) (ok bool) {
 		if !ex.headSent {
 			func() {
 				defer func() { recover() }()
-				name := "Exception"
+				name := "Exception" // what it was, in a word or a line: never a long reply
 				if e, isErr := r.(error); isErr {
 					name = e.Error()
+				}
+				if len(name) > 200 {
+					name = name[:200]
 				}
 				ex.sendJSON(ErrorStatus[ErrAgent], map[string]string{"code": ErrAgent, "message": name})
 			}()
