@@ -43,36 +43,34 @@ class Limits:
 
 
 # Which agent boxes run as PID 1 (HUTCH_AGENT): "python" (hutch/guest, from the runtime root) or
-# "go" (agent/, built by scripts/install into AGENT_BUILD_DIR, or HUTCH_AGENT_BINARY).
+# "go" (agent/, which scripts/install builds into AGENT_BUILD_DIR, a directory holding it alone).
 AGENT_ENV = "HUTCH_AGENT"
-AGENT_BINARY_ENV = "HUTCH_AGENT_BINARY"
 DEFAULT_AGENT = "python"
-AGENT_BUILD_DIR = Path(os.environ.get("HUTCH_CACHE_DIR", "/var/cache/hutch")) / "agent"  # as scripts/install builds it
+AGENT_BUILD_DIR = Path(os.environ.get("HUTCH_CACHE_DIR", "/var/cache/hutch")) / "agent"
 
 
-def agent_binary() -> Path | None:
-    """The compiled agent's host path if boxes are to run it (HUTCH_AGENT=go), else None."""
+def agent_kind() -> str:
     kind = os.environ.get(AGENT_ENV, "") or DEFAULT_AGENT
-    if kind == "python":
-        return None
-    if kind != "go":
+    if kind not in ("go", "python"):
         raise ValueError(f"{AGENT_ENV} must be go or python, not {kind!r}")
-    binary = Path(os.environ.get(AGENT_BINARY_ENV) or AGENT_BUILD_DIR / protocol.AGENT_BINARY)
-    if not binary.is_file():
-        raise FileNotFoundError(f"{binary}: no compiled agent (scripts/install builds it); or set {AGENT_ENV}=python")
-    return binary
+    return kind
 
 
 @dataclass(frozen=True)
 class AgentRuntime:
     """How to start the agent: its Python from the read-only runtime root, whatever the template,
-    or the compiled agent (`binary`), mounted read-only beside it."""
+    or the compiled agent, from its own directory mounted read-only.
+
+    That directory is mounted whenever it exists, whichever agent runs: a box's checkpoint can only
+    be restored with the mounts it was taken with, so a snapshot stays restorable when the setting
+    changes (a mount more than the image had is fine, one fewer is not)."""
 
     root: Path  # host path of a Debian root with python3
     loader: str  # paths inside that root
     library_path: str
     python: str
-    binary: Path | None = None  # the compiled agent's host path: boxes run it instead
+    bin_dir: Path | None = None  # host directory of the compiled agent (AGENT_BUILD_DIR), mounted if set
+    compiled: bool = False  # run the compiled agent rather than the Python one
 
     @classmethod
     def find(cls, root: Path) -> AgentRuntime:
@@ -86,11 +84,15 @@ class AgentRuntime:
             return "/" + str(p.relative_to(root))
 
         lib = ":".join(protocol.RUNTIME_DIR + rel(d) for d in libdirs)
+        compiled = agent_kind() == "go"
+        if compiled and not (AGENT_BUILD_DIR / protocol.AGENT_BINARY).is_file():
+            raise FileNotFoundError(f"{AGENT_BUILD_DIR / protocol.AGENT_BINARY}: the compiled agent is not built "
+                                    f"(scripts/install builds it); or set {AGENT_ENV}=python")
         return cls(root, protocol.RUNTIME_DIR + rel(loaders[0]), lib, protocol.RUNTIME_DIR + rel(pythons[-1]),
-                   agent_binary())
+                   AGENT_BUILD_DIR if AGENT_BUILD_DIR.is_dir() else None, compiled)
 
     def argv(self) -> list[str]:
-        if self.binary is not None:  # static: needs nothing of the runtime root or the template
+        if self.compiled:  # static: needs nothing of the runtime root or the template
             return [f"{protocol.AGENT_BIN_DIR}/{protocol.AGENT_BINARY}"]
         # Started through the runtime's own loader, so nothing of the template is needed.
         agent = f"{protocol.AGENT_DIR}/agent.py"
@@ -122,8 +124,7 @@ def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: Agent
             "args": runtime.argv(),
             "env": [
                 "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                *([] if runtime.binary is not None else
-                  [f"PYTHONHOME={protocol.RUNTIME_DIR}/usr", "PYTHONDONTWRITEBYTECODE=1"]),
+                *([] if runtime.compiled else [f"PYTHONHOME={protocol.RUNTIME_DIR}/usr", "PYTHONDONTWRITEBYTECODE=1"]),
             ],
             "cwd": "/",
             "terminal": False,
@@ -148,8 +149,8 @@ def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: Agent
             bind(channel_dir, protocol.CHANNEL_DIR, "rw"),
             bind(agent_dir, protocol.AGENT_DIR, "ro"),
             bind(runtime.root, protocol.RUNTIME_DIR, "ro"),
-            # the compiled agent's directory (it holds the binary alone), when boxes run it
-            *([] if runtime.binary is None else [bind(runtime.binary.parent, protocol.AGENT_BIN_DIR, "ro")]),
+            # the compiled agent's directory (it holds the binary alone), whichever agent runs
+            *([] if runtime.bin_dir is None else [bind(runtime.bin_dir, protocol.AGENT_BIN_DIR, "ro")]),
             *trust,
             *(bind(src, dst, "ro" if ro else "rw") for src, dst, ro in volumes),
         ],
