@@ -45,7 +45,7 @@ class Limits:
 # Which agent boxes run as PID 1 (HUTCH_AGENT): "python" (hutch/guest, from the runtime root) or
 # "go" (agent/, which scripts/install builds into AGENT_BUILD_DIR, a directory holding it alone).
 AGENT_ENV = "HUTCH_AGENT"
-DEFAULT_AGENT = "python"
+DEFAULT_AGENT = "go"
 AGENT_BUILD_DIR = Path(os.environ.get("HUTCH_CACHE_DIR", "/var/cache/hutch")) / "agent"
 
 
