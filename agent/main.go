@@ -151,7 +151,7 @@ func (c *Channel) serve() {
 		c.conns[conn] = struct{}{}
 		c.mu.Unlock()
 		go func() {
-			serveConn(c, conn)
+			survive(func() { serveConn(c, conn) })
 			c.mu.Lock()
 			delete(c.conns, conn)
 			c.mu.Unlock()
@@ -254,6 +254,13 @@ func main() {
 }
 
 var theChannel *Channel
+
+// survive runs fn; a bug of its does not end the agent (and with it the box), as a Python thread's
+// exception ends the thread alone.
+func survive(fn func()) {
+	defer func() { recover() }()
+	fn()
+}
 
 func drain(ch chan os.Signal) {
 	for {

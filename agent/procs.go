@@ -290,8 +290,9 @@ func (t *ProcTable) start(req map[string]interface{}) *Proc {
 	t.procs[p.pid] = p
 	t.forgetOld()
 	go func() {
-		code, _ := pump(l, p.Send, 0)
-		p.finish(code)
+		code := 255
+		defer func() { p.finish(code) }()
+		survive(func() { code, _ = pump(l, p.Send, 0) })
 	}()
 	return p
 }

@@ -45,7 +45,7 @@ func (r *Relay) start() {
 				time.Sleep(10 * time.Millisecond)
 				continue
 			}
-			go r.relay(conn)
+			go survive(func() { r.relay(conn) })
 		}
 	}()
 }

@@ -69,7 +69,7 @@ func (s *SudoService) start() error {
 			}
 			go func() {
 				defer atomic.AddInt32(&s.sessions, -1)
-				s.session(conn)
+				survive(func() { s.session(conn) })
 			}()
 		}
 	}()
