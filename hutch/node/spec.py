@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,14 +42,35 @@ class Limits:
         return cls(memory_mib=memory_mib, pids=pids, cpu_shares=1024 * vcpu, cpus=vcpu, disk_mib=disk_mib)
 
 
+# Which agent boxes run as PID 1 (HUTCH_AGENT): "python" (hutch/guest, from the runtime root) or
+# "go" (agent/, which scripts/install builds into AGENT_BUILD_DIR, a directory holding it alone).
+AGENT_ENV = "HUTCH_AGENT"
+DEFAULT_AGENT = "go"
+AGENT_BUILD_DIR = Path(os.environ.get("HUTCH_CACHE_DIR", "/var/cache/hutch")) / "agent"
+
+
+def agent_kind() -> str:
+    kind = os.environ.get(AGENT_ENV, "") or DEFAULT_AGENT
+    if kind not in ("go", "python"):
+        raise ValueError(f"{AGENT_ENV} must be go or python, not {kind!r}")
+    return kind
+
+
 @dataclass(frozen=True)
 class AgentRuntime:
-    """How to start the agent's Python from the read-only runtime root, whatever the template."""
+    """How to start the agent: its Python from the read-only runtime root, whatever the template,
+    or the compiled agent, from its own directory mounted read-only.
+
+    That directory is mounted whenever it exists, whichever agent runs: a box's checkpoint can only
+    be restored with the mounts it was taken with, so a snapshot stays restorable when the setting
+    changes (a mount more than the image had is fine, one fewer is not)."""
 
     root: Path  # host path of a Debian root with python3
     loader: str  # paths inside that root
     library_path: str
     python: str
+    bin_dir: Path | None = None  # host directory of the compiled agent (AGENT_BUILD_DIR), mounted if set
+    compiled: bool = False  # run the compiled agent rather than the Python one
 
     @classmethod
     def find(cls, root: Path) -> AgentRuntime:
@@ -62,9 +84,16 @@ class AgentRuntime:
             return "/" + str(p.relative_to(root))
 
         lib = ":".join(protocol.RUNTIME_DIR + rel(d) for d in libdirs)
-        return cls(root, protocol.RUNTIME_DIR + rel(loaders[0]), lib, protocol.RUNTIME_DIR + rel(pythons[-1]))
+        compiled = agent_kind() == "go"
+        if compiled and not (AGENT_BUILD_DIR / protocol.AGENT_BINARY).is_file():
+            raise FileNotFoundError(f"{AGENT_BUILD_DIR / protocol.AGENT_BINARY}: the compiled agent is not built "
+                                    f"(scripts/install builds it); or set {AGENT_ENV}=python")
+        return cls(root, protocol.RUNTIME_DIR + rel(loaders[0]), lib, protocol.RUNTIME_DIR + rel(pythons[-1]),
+                   AGENT_BUILD_DIR if AGENT_BUILD_DIR.is_dir() else None, compiled)
 
     def argv(self) -> list[str]:
+        if self.compiled:  # static: needs nothing of the runtime root or the template
+            return [f"{protocol.AGENT_BIN_DIR}/{protocol.AGENT_BINARY}"]
         # Started through the runtime's own loader, so nothing of the template is needed.
         agent = f"{protocol.AGENT_DIR}/agent.py"
         # -S -s: no site module and no user site: nothing to import that the agent does not use
@@ -95,8 +124,7 @@ def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: Agent
             "args": runtime.argv(),
             "env": [
                 "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                f"PYTHONHOME={protocol.RUNTIME_DIR}/usr",
-                "PYTHONDONTWRITEBYTECODE=1",
+                *([] if runtime.compiled else [f"PYTHONHOME={protocol.RUNTIME_DIR}/usr", "PYTHONDONTWRITEBYTECODE=1"]),
             ],
             "cwd": "/",
             "terminal": False,
@@ -121,6 +149,8 @@ def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: Agent
             bind(channel_dir, protocol.CHANNEL_DIR, "rw"),
             bind(agent_dir, protocol.AGENT_DIR, "ro"),
             bind(runtime.root, protocol.RUNTIME_DIR, "ro"),
+            # the compiled agent's directory (it holds the binary alone), whichever agent runs
+            *([] if runtime.bin_dir is None else [bind(runtime.bin_dir, protocol.AGENT_BIN_DIR, "ro")]),
             *trust,
             *(bind(src, dst, "ro" if ro else "rw") for src, dst, ro in volumes),
         ],

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from hutch.guest import protocol
+from hutch.node import spec as spec_module
 from hutch.node.roots import is_file_in
 from hutch.node.spec import AGENT_CAPABILITIES, AgentRuntime, Limits, box_spec
 
@@ -89,3 +90,34 @@ def test_no_process_of_a_box_gains_privileges_by_exec_and_root_has_dockers_set_l
     for dangerous in ("CAP_SYS_ADMIN", "CAP_SYS_MODULE", "CAP_SYS_PTRACE", "CAP_NET_ADMIN", "CAP_NET_RAW",
                       "CAP_SYS_RAWIO", "CAP_SYS_BOOT", "CAP_DAC_READ_SEARCH", "CAP_BPF", "CAP_PERFMON"):
         assert dangerous not in AGENT_CAPABILITIES
+
+
+def test_the_compiled_agent_runs_from_its_read_only_directory_and_python_boxes_mount_it_too(tmp_path: Path) -> None:
+    """HUTCH_AGENT=go: PID 1 is the static binary, with nothing of the Python runtime's environment.
+    Its directory is mounted read-only whichever agent runs, so a box's checkpoint (which must be
+    restored with the mounts it was taken with) stays restorable when the setting changes."""
+    bin_dir = tmp_path / "agent-bin"
+    bin_dir.mkdir()
+    for compiled in (True, False):
+        runtime = AgentRuntime(tmp_path / "runtime", "/ld.so", "/lib", "/python3", bin_dir, compiled)
+        spec = box_spec(rootfs=tmp_path / "root", channel_dir=tmp_path / "chan", agent_dir=tmp_path / "agent",
+                        runtime=runtime, hostname="sandbox", limits=Limits())
+        (mount,) = [m for m in spec["mounts"] if m["destination"] == protocol.AGENT_BIN_DIR]
+        assert (mount["source"], mount["options"]) == (str(bin_dir), ["rbind", "ro"])
+        env = spec["process"]["env"]
+        if compiled:
+            assert spec["process"]["args"] == [f"{protocol.AGENT_BIN_DIR}/{protocol.AGENT_BINARY}"]
+            assert not any(e.startswith("PYTHON") for e in env)
+        else:
+            assert spec["process"]["args"][-1] == f"{protocol.AGENT_DIR}/agent.py"
+            assert f"PYTHONHOME={protocol.RUNTIME_DIR}/usr" in env
+
+
+def test_the_agent_setting_is_go_or_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(spec_module.AGENT_ENV, "rust")
+    with pytest.raises(ValueError):
+        spec_module.agent_kind()
+    monkeypatch.setenv(spec_module.AGENT_ENV, "go")
+    assert spec_module.agent_kind() == "go"
+    monkeypatch.delenv(spec_module.AGENT_ENV)
+    assert spec_module.agent_kind() == spec_module.DEFAULT_AGENT

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from hutch import Sandbox, SandboxError
+from hutch.guest import protocol
 from hutch.node import base_image
 from hutch.services.config import DEFAULT_CACHE_DIR
 from tests.integration.support import Env, ok_or_failed
@@ -30,7 +31,9 @@ def test_host_files_are_not_visible(env: Env) -> None:
         r = sb.commands.run("grep -rl 'host secret' /root /var /home /tmp /etc 2>/dev/null; ls / /root", user="root")
         assert marker not in r.stdout and "host secret" not in r.stdout
         assert sb.commands.run(f"ls {env.server.data_dir}").exit_code != 0
-        assert sb.commands.run("cat /proc/1/cmdline | tr '\\0' ' '").stdout.startswith("/.hutch/rt/")
+        # the agent runs from its read-only mounts (its Python's runtime, or the compiled agent's directory)
+        cmdline = sb.commands.run("cat /proc/1/cmdline | tr '\\0' ' '").stdout
+        assert cmdline.startswith((f"{protocol.RUNTIME_DIR}/", f"{protocol.AGENT_BIN_DIR}/"))
     finally:
         sb.kill()
         for f in host_files:
