@@ -20,10 +20,10 @@ from pathlib import Path
 
 import httpx
 
-from hutch.node import idle
+from hutch.node import base_image, idle
 from hutch.node.runsc import RunscConfig, find_runsc
 from hutch.node.spec import AgentRuntime, Limits, box_spec
-from hutch.services.config import ServerConfig
+from hutch.services.config import DEFAULT_CACHE_DIR, ServerConfig
 from tests.integration.support import ClientArgs
 
 # what a benchmark's measure returns: its figures (min/median/p95), the (figure, floor) pairs, and single values
@@ -57,8 +57,9 @@ class RawRunsc:
     def bundle(self, args: list[str]) -> Path:
         b = self.work / f"bundle-{secrets.token_hex(4)}"
         b.mkdir()
+        runtime = AgentRuntime.find(self.rootfs, base_image.agent_dir(DEFAULT_CACHE_DIR))
         spec = box_spec(rootfs=self.rootfs, channel_dir=self.work / "chan", agent_dir=self.work / "chan",
-                        runtime=AgentRuntime.find(self.rootfs), hostname="raw", limits=Limits(),
+                        runtime=runtime, hostname="raw", limits=Limits(),
                         cgroup=f"raw-{b.name}")  # a cgroup of its own, as a box's: not one 1 GB limit for all
         spec["process"]["args"] = args
         (b / "config.json").write_text(json.dumps(spec))

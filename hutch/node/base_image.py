@@ -197,6 +197,11 @@ def base_root_path(cache_dir: Path, recipe: Recipe = BASE) -> Path:
     return cache_dir / f"{recipe.name}-{SUITE}-{recipe.key()}" / "rootfs"
 
 
+def agent_dir(cache_dir: Path) -> Path:
+    """Where scripts/install builds the compiled agent (agent/): a directory holding it alone."""
+    return cache_dir / "agent"
+
+
 def is_built(cache_dir: Path, recipe: Recipe = BASE) -> bool:
     return roots.lstat_in(base_root_path(cache_dir, recipe), "usr/bin/python3") is not None  # a link to python3.x
 

@@ -43,10 +43,9 @@ class Limits:
 
 
 # Which agent boxes run as PID 1 (HUTCH_AGENT): "python" (hutch/guest, from the runtime root) or
-# "go" (agent/, which scripts/install builds into AGENT_BUILD_DIR, a directory holding it alone).
+# "go" (agent/, which scripts/install builds into the cache dir's "agent", a directory holding it alone).
 AGENT_ENV = "HUTCH_AGENT"
 DEFAULT_AGENT = "go"
-AGENT_BUILD_DIR = Path(os.environ.get("HUTCH_CACHE_DIR", "/var/cache/hutch")) / "agent"
 
 
 def agent_kind() -> str:
@@ -69,11 +68,12 @@ class AgentRuntime:
     loader: str  # paths inside that root
     library_path: str
     python: str
-    bin_dir: Path | None = None  # host directory of the compiled agent (AGENT_BUILD_DIR), mounted if set
+    bin_dir: Path | None = None  # host directory of the compiled agent, mounted if set
     compiled: bool = False  # run the compiled agent rather than the Python one
 
     @classmethod
-    def find(cls, root: Path) -> AgentRuntime:
+    def find(cls, root: Path, compiled_dir: Path) -> AgentRuntime:
+        """The runtime in `root`, and the compiled agent in `compiled_dir` (base_image.agent_dir)."""
         libdirs = sorted(root.glob("usr/lib/*-linux-gnu"))
         loaders = sorted(p for d in libdirs for p in d.glob("ld-linux*.so.*") if not p.is_symlink())
         pythons = sorted(p for p in (root / "usr/bin").glob("python3.[0-9]*") if p.name.count(".") == 1)
@@ -85,11 +85,11 @@ class AgentRuntime:
 
         lib = ":".join(protocol.RUNTIME_DIR + rel(d) for d in libdirs)
         compiled = agent_kind() == "go"
-        if compiled and not (AGENT_BUILD_DIR / protocol.AGENT_BINARY).is_file():
-            raise FileNotFoundError(f"{AGENT_BUILD_DIR / protocol.AGENT_BINARY}: the compiled agent is not built "
+        if compiled and not (compiled_dir / protocol.AGENT_BINARY).is_file():
+            raise FileNotFoundError(f"{compiled_dir / protocol.AGENT_BINARY}: the compiled agent is not built "
                                     f"(scripts/install builds it); or set {AGENT_ENV}=python")
         return cls(root, protocol.RUNTIME_DIR + rel(loaders[0]), lib, protocol.RUNTIME_DIR + rel(pythons[-1]),
-                   AGENT_BUILD_DIR if AGENT_BUILD_DIR.is_dir() else None, compiled)
+                   compiled_dir if compiled_dir.is_dir() else None, compiled)
 
     def argv(self) -> list[str]:
         if self.compiled:  # static: needs nothing of the runtime root or the template

@@ -124,7 +124,8 @@ def test_a_box_without_a_cpu_cap_is_still_held_to_its_memory_limit(tmp_path: Pat
     run_dir = Path("/run/hutch") / f"t-{tmp_path.name[-12:]}"
 
     async def scenario() -> None:
-        node = Node(run_dir, Runsc(RunscConfig(run_dir / "runsc", binary=binary)), AgentRuntime.find(base))
+        runtime = AgentRuntime.find(base, base_image.agent_dir(DEFAULT_CACHE_DIR))
+        node = Node(run_dir, Runsc(RunscConfig(run_dir / "runsc", binary=binary)), runtime)
         node.start_reaping()  # the node is this process' now: its boxes' sandboxes are ours to reap
         ref = await node.boot("k0", base, Limits(memory_mib=256, pids=128, cpus=0))
         try:
