@@ -6,6 +6,7 @@ package main
 
 import (
 	"errors"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -547,6 +548,9 @@ func timeoutOf(v interface{}) time.Duration {
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil {
 		panic(errors.New("TypeError"))
+	}
+	if math.IsNaN(f) || f >= float64(math.MaxInt64)/float64(time.Second) {
+		return 0 // no deadline a clock could reach (the Python agent's never came due either)
 	}
 	d := time.Duration(f * float64(time.Second))
 	if d == 0 {

@@ -208,12 +208,12 @@ func fsetxattr(fd int, attr string, value []byte) error {
 
 // readNames lists a directory's names (a descriptor opened for reading, left open).
 func readNames(fd int) ([]string, error) {
-	dup, err := syscall.Dup(fd)
-	if err != nil {
-		return nil, err
+	// close-on-exec from the start: a command forked meanwhile must not inherit a root-opened directory
+	dup, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
+	if e != 0 {
+		return nil, e
 	}
-	syscall.CloseOnExec(dup)
-	f := os.NewFile(uintptr(dup), "dir")
+	f := os.NewFile(dup, "dir")
 	defer f.Close()
 	names, err := f.Readdirnames(-1)
 	if err != nil {
@@ -418,11 +418,17 @@ func (n *names) get(id uint32) string {
 
 func (n *names) read() map[uint32]string {
 	out := map[uint32]string{}
+	// non-blocking, and a regular file only: root in the box may make it a FIFO whose writer never
+	// writes, and a blocked read here would hold every later stat, list and watch
 	fd, err := syscall.Open(n.path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return out
 	}
-	syscall.SetNonblock(fd, false)
+	var st syscall.Stat_t
+	if syscall.Fstat(fd, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		syscall.Close(fd)
+		return out
+	}
 	f := os.NewFile(uintptr(fd), n.path)
 	defer f.Close()
 	buf := make([]byte, 0, 64*1024)

@@ -182,3 +182,37 @@ func TestFilemodeIsPythons(t *testing.T) {
 		}
 	}
 }
+
+func TestAUserFileThatIsAFIFOIsReadAsNoNames(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "passwd")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// a writer that never writes: a blocking read would wait for it for ever
+	w, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	done := make(chan map[uint32]string, 1)
+	go func() { done <- (&names{path: fifo}).read() }()
+	select {
+	case got := <-done:
+		if len(got) != 0 {
+			t.Fatalf("names from a FIFO: %v", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("reading the names blocked on a FIFO")
+	}
+}
+
+func TestATimeoutNoClockReachesIsNoDeadline(t *testing.T) {
+	for _, v := range []interface{}{1e10, 1e300, "inf"} {
+		if got := timeoutOf(v); got != 0 {
+			t.Fatalf("timeoutOf(%v) = %v, want no deadline", v, got)
+		}
+	}
+	if got := timeoutOf(1.5); got != 1500*time.Millisecond {
+		t.Fatalf("timeoutOf(1.5) = %v", got)
+	}
+}

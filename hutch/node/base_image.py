@@ -198,8 +198,10 @@ def base_root_path(cache_dir: Path, recipe: Recipe = BASE) -> Path:
 
 
 def agent_dir(cache_dir: Path) -> Path:
-    """Where scripts/install builds the compiled agent (agent/): a directory holding it alone."""
-    return cache_dir / "agent"
+    """Where the compiled agent (agent/) is: a directory holding it alone, which boxes mount. The
+    cache dir's "agent", where scripts/install builds it, unless HUTCH_AGENT_DIR names another (an
+    image whose cache dir is a volume of the host's)."""
+    return Path(os.environ.get("HUTCH_AGENT_DIR") or cache_dir / "agent")
 
 
 def is_built(cache_dir: Path, recipe: Recipe = BASE) -> bool:

@@ -33,6 +33,7 @@ GUEST_ROOT: Final = protocol.GUEST_ROOT
 CHANNEL_DIR: Final = protocol.CHANNEL_DIR  # the agent's socket
 AGENT_DIR: Final = protocol.AGENT_DIR  # the agent and the code interpreter's server, read-only
 RUNTIME_DIR: Final = protocol.RUNTIME_DIR  # the agent's Python, read-only
+AGENT_BIN_DIR: Final = protocol.AGENT_BIN_DIR  # the compiled agent, read-only
 TRUST_DIR: Final = protocol.TRUST_DIR  # what TLS clients in the box trust, read-only
 SYSTEM_BUNDLE: Final = protocol.SYSTEM_BUNDLE
 

@@ -168,7 +168,7 @@ class _Box:
     held: bool = False  # seen among the node's boxes (a boot pins its channel before the node holds it)
     parked: bool = False  # frozen by another (the warm pool): never woken here
     wake_at: float = 0.0  # monotonic time of its next wake, while frozen
-    waking: int | None = None  # its cgroup's CPU ns at the wake under way (None: none)
+    waking: tuple[int, float] | None = None  # its cgroup's CPU ns and the time at the wake under way
 
 
 class Freezer:
@@ -261,17 +261,18 @@ class Freezer:
         read = metrics.read_cgroup(runtime_id)
         if read is None:
             return
-        box.waking = read[0]
+        box.waking = read[0], time.monotonic()
         thaw(runtime_id)
         asyncio.get_running_loop().call_later(WAKE_WINDOW, self._woken, runtime_id, key, box)
 
     def _woken(self, runtime_id: str, key: str, box: _Box) -> None:
         if self._boxes.get(runtime_id) is not box or box.waking is None:
             return  # gone, or used meanwhile (which thawed it for good)
-        started, box.waking = box.waking, None
+        (cpu, started), box.waking = box.waking, None
         now = time.monotonic()
         read = metrics.read_cgroup(runtime_id)
-        busy = read is None or (read[0] - started) / 1e9 > WAKE_BUSY_SHARE * WAKE_WINDOW
+        # over the time it was awake, not WAKE_WINDOW: a loop running late must not find every box busy
+        busy = read is None or (read[0] - cpu) / 1e9 > WAKE_BUSY_SHARE * (now - started)
         if busy or box.meter.busy() or self.egress_open(key):  # something in it woke up: awake, idle from now
             box.frozen = False
             box.since, box.cpu_since = now, None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,9 +44,13 @@ class Limits:
 
 
 # Which agent boxes run as PID 1 (HUTCH_AGENT): "python" (hutch/guest, from the runtime root) or
-# "go" (agent/, which scripts/install builds into the cache dir's "agent", a directory holding it alone).
+# "go" (agent/, which scripts/install builds into the cache dir's "agent", a directory holding it
+# alone). Unset: the compiled one where it is built, else the Python one (logged), so an install
+# without Go (a package, an image that did not build it) still serves boxes.
 AGENT_ENV = "HUTCH_AGENT"
 DEFAULT_AGENT = "go"
+
+log = logging.getLogger("hutch.node")
 
 
 def agent_kind() -> str:
@@ -86,8 +91,12 @@ class AgentRuntime:
         lib = ":".join(protocol.RUNTIME_DIR + rel(d) for d in libdirs)
         compiled = agent_kind() == "go"
         if compiled and not (compiled_dir / protocol.AGENT_BINARY).is_file():
-            raise FileNotFoundError(f"{compiled_dir / protocol.AGENT_BINARY}: the compiled agent is not built "
-                                    f"(scripts/install builds it); or set {AGENT_ENV}=python")
+            if os.environ.get(AGENT_ENV):
+                raise FileNotFoundError(f"{compiled_dir / protocol.AGENT_BINARY}: the compiled agent is not built "
+                                        f"(scripts/install builds it); or set {AGENT_ENV}=python")
+            log.warning("%s is not built (scripts/install builds it): boxes run the Python agent",
+                        compiled_dir / protocol.AGENT_BINARY)
+            compiled = False
         return cls(root, protocol.RUNTIME_DIR + rel(loaders[0]), lib, protocol.RUNTIME_DIR + rel(pythons[-1]),
                    compiled_dir if compiled_dir.is_dir() else None, compiled)
 

@@ -43,12 +43,12 @@ INVALID = BuildFailure.INVALID_IMAGE
 CANCELLED = BuildFailure.CANCELLED
 
 TOOL_TIMEOUT = 600.0  # seconds, for each run of skopeo or umoci
-ROOT_RECIPE = "2"  # bump when what import_image does to a root changes: it is part of cache_key
+ROOT_RECIPE = "3"  # bump when what import_image does to a root changes: it is part of cache_key
 
 # Where hutch mounts into every box, with the mode each is made with if the image lacks it. The
 # ones under /.hutch are hutch's own and are always made afresh as root's, 0755.
 MOUNT_POINTS: list[tuple[str, int]] = [
-    (box.CHANNEL_DIR, 0o755), (box.AGENT_DIR, 0o755), (box.RUNTIME_DIR, 0o755),
+    (box.CHANNEL_DIR, 0o755), (box.AGENT_DIR, 0o755), (box.RUNTIME_DIR, 0o755), (box.AGENT_BIN_DIR, 0o755),
     (box.TRUST_DIR, 0o755), ("/tmp", 0o1777), ("/proc", 0o755), ("/dev", 0o755), ("/sys", 0o755),
 ]
 

@@ -55,19 +55,22 @@ def test_a_frozen_box_uses_almost_nothing_and_carries_on_where_it_was(freezing: 
         runtime_id = freezing.record(sb.id).runtime_id
         assert runtime_id
         wait_for(lambda: frozen(runtime_id), timeout=30, what="the idle box to be frozen")
-        used, share = watch_left_alone(runtime_id, 3 * WAKE_SECONDS)
-        # its sentry, stubs and gofer are stopped but for its wakes (~1.3 ms each, every WAKE_SECONDS)
-        assert used < 0.005 * 3 * WAKE_SECONDS * 1e9, f"a frozen box used {used / 1e6:.1f} ms of CPU"
-        assert share > 0.8, "and it stayed frozen between its wakes"
+        seconds = 4 * WAKE_SECONDS
+        used, share = watch_left_alone(runtime_id, seconds)
+        # its sentry, stubs and gofer are stopped but for its wakes (~1.3 ms each, every WAKE_SECONDS);
+        # awake it would use ~2.5% of a core. On a loaded host a wake may run late, or find the box
+        # busy catching up and leave it awake for a while: the bounds allow for one such wake.
+        assert used < 0.01 * seconds * 1e9, f"a frozen box used {used / 1e6:.1f} ms of CPU in {seconds:.0f} s"
+        assert share > 0.6, f"and it stayed frozen between its wakes ({share:.0%} of the time)"
 
         sb.commands.run(COUNTER)  # its next call thaws it (what that costs: bench/idle.py)
         wait_for(lambda: sb.files.exists("/tmp/count"), what="the counter to start")
         pid = sb.commands.run("pgrep -o sh -u user -f 'while :'").stdout.strip()
         before = int(sb.files.read_text("/tmp/count"))
         wait_for(lambda: frozen(runtime_id), timeout=30, what="the idle box to be frozen")
-        watch_left_alone(runtime_id, 2 * COUNT_EVERY + WAKE_SECONDS)  # its timers fire at its wakes
+        watch_left_alone(runtime_id, 3 * COUNT_EVERY + WAKE_SECONDS)  # its timers fire at its wakes
         after = int(sb.files.read_text("/tmp/count"))
-        assert after >= before + 2, "the counter went on while nothing called the box"
+        assert after >= before + 2, f"the counter went on while nothing called the box ({before} -> {after})"
         assert sb.commands.run("pgrep -o sh -u user -f 'while :'").stdout.strip() == pid, "the same process"
         assert sb.commands.run("echo again").stdout == "again\n", "and it answers"
     finally:

@@ -427,7 +427,10 @@ def test_serve_unit_carries_store_ray_and_shared() -> None:
 
 def test_image_installs_runsc_as_scripts_install_does_and_the_clusters_ray() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
-    assert re.search(r"^FROM debian:12\b", text, re.M)
+    assert re.search(r"^FROM debian:12$", text, re.M)
+    # the compiled agent, built in a stage of its own, where the nodes find it (outside the mounted cache)
+    assert "COPY --from=agent /out/hutch-agent /opt/hutch/agent/hutch-agent" in text
+    assert "ENV HUTCH_AGENT_DIR=/opt/hutch/agent" in text
     assert "apt-get install -y -q -t trixie runsc" in text and "Pin: release n=trixie" in text
     assert '"/src[fleet]"' in text
     m = re.search(r"^ARG RAY_VERSION=(\S+)$", text, re.M)

@@ -12,7 +12,7 @@ def test_the_box_user_is_unprivileged_and_at_home() -> None:
 
 
 def test_the_hosts_directories_are_under_the_guest_root() -> None:
-    for path in (box.CHANNEL_DIR, box.AGENT_DIR, box.RUNTIME_DIR, box.TRUST_DIR):
+    for path in (box.CHANNEL_DIR, box.AGENT_DIR, box.RUNTIME_DIR, box.AGENT_BIN_DIR, box.TRUST_DIR):
         assert path.startswith(box.GUEST_ROOT + "/")
     assert box.INTERPRETER_PORT != box.PROXY_PORT
 

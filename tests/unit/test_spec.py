@@ -121,3 +121,21 @@ def test_the_agent_setting_is_go_or_python(monkeypatch: pytest.MonkeyPatch) -> N
     assert spec_module.agent_kind() == "go"
     monkeypatch.delenv(spec_module.AGENT_ENV)
     assert spec_module.agent_kind() == spec_module.DEFAULT_AGENT
+
+
+def test_without_a_setting_boxes_run_the_compiled_agent_where_it_is_built_else_the_python_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "runtime"
+    (root / "usr/lib/x86_64-linux-gnu").mkdir(parents=True)
+    (root / "usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2").write_bytes(b"")
+    (root / "usr/bin").mkdir()
+    (root / "usr/bin/python3.11").write_bytes(b"")
+    built, missing = tmp_path / "built", tmp_path / "missing"
+    built.mkdir()
+    (built / protocol.AGENT_BINARY).write_bytes(b"")
+    monkeypatch.delenv(spec_module.AGENT_ENV, raising=False)
+    assert AgentRuntime.find(root, built).compiled
+    assert not AgentRuntime.find(root, missing).compiled, "an install without Go still serves boxes"
+    monkeypatch.setenv(spec_module.AGENT_ENV, "go")
+    with pytest.raises(FileNotFoundError):  # asked for by name: a missing build is an error, not a fallback
+        AgentRuntime.find(root, missing)
