@@ -241,14 +241,14 @@ class Freezer:
             return
         if box.cpu_since is not None and now - box.since < self.after:
             return  # its cgroup is read twice a window, at its first look and at its end
-        read = metrics.read_cgroup(runtime_id)
-        if read is None:
+        cpu = metrics.read_cpu_ns(runtime_id)
+        if cpu is None:
             return
         if box.cpu_since is None:  # the idle window's CPU is counted from its first look
-            box.since, box.cpu_since = now, read[0]
+            box.since, box.cpu_since = now, cpu
             return
-        if (read[0] - box.cpu_since) / 1e9 > IDLE_CPU_SHARE * (now - box.since):  # at work: not idle
-            box.since, box.cpu_since = now, read[0]
+        if (cpu - box.cpu_since) / 1e9 > IDLE_CPU_SHARE * (now - box.since):  # at work: not idle
+            box.since, box.cpu_since = now, cpu
             return
         if is_frozen(runtime_id):  # the warm pool's, waiting for its claim
             box.parked = True
@@ -258,10 +258,10 @@ class Freezer:
 
     def _wake(self, runtime_id: str, key: str, box: _Box) -> None:
         """Let a frozen box run for WAKE_WINDOW, so what came due in it fires; then judge it."""
-        read = metrics.read_cgroup(runtime_id)
-        if read is None:
+        cpu = metrics.read_cpu_ns(runtime_id)
+        if cpu is None:
             return
-        box.waking = read[0], time.monotonic()
+        box.waking = cpu, time.monotonic()
         thaw(runtime_id)
         asyncio.get_running_loop().call_later(WAKE_WINDOW, self._woken, runtime_id, key, box)
 
@@ -270,9 +270,9 @@ class Freezer:
             return  # gone, or used meanwhile (which thawed it for good)
         (cpu, started), box.waking = box.waking, None
         now = time.monotonic()
-        read = metrics.read_cgroup(runtime_id)
+        used = metrics.read_cpu_ns(runtime_id)
         # over the time it was awake, not WAKE_WINDOW: a loop running late must not find every box busy
-        busy = read is None or (read[0] - cpu) / 1e9 > WAKE_BUSY_SHARE * (now - started)
+        busy = used is None or (used - cpu) / 1e9 > WAKE_BUSY_SHARE * (now - started)
         if busy or box.meter.busy() or self.egress_open(key):  # something in it woke up: awake, idle from now
             box.frozen = False
             box.since, box.cpu_since = now, None

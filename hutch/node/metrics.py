@@ -55,20 +55,29 @@ def cgroup_v2() -> bool:
     return (CGROUP_ROOT / "cgroup.controllers").exists()
 
 
+def read_cpu_ns(runtime_id: str, unified: bool | None = None) -> int | None:
+    """The CPU time in ns of a box's cgroup alone (the freezer's look, many a second: no memory.stat,
+    which the kernel builds at every read); None when it has none."""
+    unified = cgroup_v2() if unified is None else unified
+    rel = Path("hutch") / runtime_id
+    if unified:
+        usec = _stat_field(_read(CGROUP_ROOT / rel / "cpu.stat"), "usage_usec")
+        return usec * 1000 if usec is not None else None
+    cpu_text = _read(CGROUP_ROOT / "cpuacct" / rel / "cpuacct.usage")
+    return int(cpu_text) if cpu_text and cpu_text.strip().isdigit() else None
+
+
 def read_cgroup(runtime_id: str, unified: bool | None = None) -> tuple[int, int, int] | None:
     """(CPU time in ns, memory in bytes, of which page cache) of a box's cgroup; None when it has
     none (it ended, or the host gave it none)."""
     unified = cgroup_v2() if unified is None else unified
     rel = Path("hutch") / runtime_id
+    cpu_ns = read_cpu_ns(runtime_id, unified)
     if unified:
         base = CGROUP_ROOT / rel
-        usec = _stat_field(_read(base / "cpu.stat"), "usage_usec")
         memory = _read(base / "memory.current")
         cache = _stat_field(_read(base / "memory.stat"), "file")
-        cpu_ns = usec * 1000 if usec is not None else None
     else:
-        cpu_text = _read(CGROUP_ROOT / "cpuacct" / rel / "cpuacct.usage")
-        cpu_ns = int(cpu_text) if cpu_text and cpu_text.strip().isdigit() else None
         memory = _read(CGROUP_ROOT / "memory" / rel / "memory.usage_in_bytes")
         stat = _read(CGROUP_ROOT / "memory" / rel / "memory.stat")
         cache = _stat_field(stat, "total_cache")

@@ -45,10 +45,12 @@ def test_cgroup_v1_and_v2_read_alike(v1: Path) -> None:
     assert metrics.read_cgroup(BOX) == (10**9, 100 << 20, 80 << 20)
     assert metrics.cpu_limit(BOX) == 2.0
     assert metrics.read_cgroup("h" + "f" * 24) is None  # no cgroup: no sample
+    assert metrics.read_cpu_ns(BOX) == 10**9 and metrics.read_cpu_ns("h" + "f" * 24) is None
 
 
 def test_cgroup_v2(v2: Path) -> None:
     assert metrics.read_cgroup(BOX) == (10**9, 100 << 20, 80 << 20)
+    assert metrics.read_cpu_ns(BOX) == 10**9
     assert metrics.cpu_limit(BOX) == float(os.cpu_count() or 1)  # "max": the host's CPUs
     (v2 / "hutch" / BOX / "cpu.max").write_text("50000 100000\n")
     assert metrics.cpu_limit(BOX) == 0.5
