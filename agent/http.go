@@ -125,6 +125,17 @@ func (ex *Exchange) flush() {
 	}
 }
 
+// refuseBare answers a request the loop cannot read or route with an empty body, then closes:
+// a peer that already went away is no error of the agent's.
+func (ex *Exchange) refuseBare(status int) {
+	ex.closeConn = true
+	defer func() { recover() }()
+	ex.sendResponse(status)
+	ex.sendHeader("Content-Length", "0")
+	ex.endHeaders()
+	ex.flush()
+}
+
 func (ex *Exchange) sendResponse(status int) {
 	reason, ok := reasons[status]
 	if !ok {
@@ -481,25 +492,11 @@ func serveConn(c *Channel, conn net.Conn) {
 			return
 		}
 		if err != nil {
-			ex.closeConn = true
-			func() {
-				defer func() { recover() }()
-				ex.sendResponse(400)
-				ex.sendHeader("Content-Length", "0")
-				ex.endHeaders()
-				ex.flush()
-			}()
+			ex.refuseBare(400)
 			return
 		}
 		if ex.method != "GET" && ex.method != "PUT" && ex.method != "POST" {
-			ex.closeConn = true
-			func() {
-				defer func() { recover() }()
-				ex.sendResponse(405)
-				ex.sendHeader("Content-Length", "0")
-				ex.endHeaders()
-				ex.flush()
-			}()
+			ex.refuseBare(405)
 			return
 		}
 		cl, hasCL := ex.headers["content-length"]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from hutch.node import base_image, idle
+from hutch.node import base_image, idle, metrics
 from hutch.node.runsc import RunscConfig, find_runsc
 from hutch.node.spec import AgentRuntime, Limits, box_spec
 from hutch.services.config import DEFAULT_CACHE_DIR, ServerConfig
@@ -95,6 +95,14 @@ def process_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def box_seconds(runtime_id: str) -> Callable[[], float]:
+    """A reader of the CPU seconds a box's cgroup used so far (its sentry, stubs and gofer); 0 once gone."""
+    def read() -> float:
+        got = metrics.read_cpu_ns(runtime_id)
+        return got / 1e9 if got is not None else 0.0
+    return read
 
 
 def server_pid(data_dir: Path) -> int:

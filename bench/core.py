@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.common import bench_env, main_for, process_seconds, server_pid, stats, timed, wait_for_pool
+from bench.common import bench_env, box_seconds, main_for, process_seconds, server_pid, stats, timed, wait_for_pool
 from hutch import Process, Sandbox
-from hutch.node import base_image, metrics
+from hutch.node import base_image
 from hutch.services.config import DEFAULT_CACHE_DIR, ServerConfig
 from hutch.store import Store
 
@@ -150,13 +150,9 @@ def cpu_per_command(sb: Sandbox, data_dir: Path, n: int) -> dict[str, float]:
     (its sentry, stubs and gofer), and this process (the SDK), over `n` calls in a row."""
     server = server_pid(data_dir)
     rec = Store(ServerConfig(data_dir=data_dir).db_url).get_sandbox(sb.id)
-    runtime_id = rec.runtime_id if rec else None
-
-    def box() -> float:
-        got = metrics.read_cgroup(runtime_id) if runtime_id else None
-        return got[0] / 1e9 if got else 0.0
-
-    readers: dict[str, Callable[[], float]] = {"server": lambda: process_seconds(server), "box": box,
+    assert rec is not None and rec.runtime_id, "the box runs"
+    readers: dict[str, Callable[[], float]] = {"server": lambda: process_seconds(server),
+                                               "box": box_seconds(rec.runtime_id),
                                                "sdk": lambda: process_seconds(os.getpid())}
     before = {k: r() for k, r in readers.items()}
     for _ in range(n):

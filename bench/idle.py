@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.common import RawRunsc, bench_env, process_seconds, report, server_pid, stats, timed
+from bench.common import RawRunsc, bench_env, box_seconds, process_seconds, report, server_pid, stats, timed
 from hutch import Sandbox
-from hutch.node import base_image, idle, metrics
+from hutch.node import base_image, idle
 from hutch.services.config import DEFAULT_CACHE_DIR, ServerConfig
 from hutch.store import Store
 
@@ -77,13 +77,6 @@ def cpu_percent(readers: list[Callable[[], float]], seconds: float) -> list[floa
 def processes_seconds(pids: set[int]) -> Callable[[], float]:
     """A reader of the CPU seconds a set of processes used so far (as cpu_percent takes them)."""
     return lambda: sum(process_seconds(x) for x in pids)
-
-
-def box_seconds(runtime_id: str) -> Callable[[], float]:
-    def read() -> float:
-        got = metrics.read_cgroup(runtime_id)
-        return got[0] / 1e9 if got else 0.0
-    return read
 
 
 def measure(boxes: int = 10, seconds: float = 30.0,

@@ -98,7 +98,7 @@ class WarmPool:
                  most: int | None = None) -> None:
         """`size` None: sized ahead of demand by memory (`most` boxes, the first URGENT refilled at once)."""
         self.ahead = size is None
-        self.size = min(URGENT, most if most is not None else URGENT) if size is None else size
+        self.size = size if size is not None else URGENT if most is None else min(URGENT, most)
         self.node, self.rootfs, self.limits = node, rootfs, limits
         self.most = default_most(self.size) if most is None else max(self.size, most)
         self.demand = Demand()
