@@ -26,7 +26,6 @@ log = logging.getLogger("hutch.server")
 LIFETIME_STEPS = 64  # boxes paused or deleted by their deadlines at once, each on its own (a task waiting on it)
 STEPS_STOP_SECONDS = 30.0  # a stopping server waits this long at most for its cancelled steps to end
 LIFETIME_STEPS_PER_TEAM = 4  # of them, one team's: its boxes that stall their pauses hold back no other team's
-RETENTION_EVERY = 60  # lifetime ticks between two passes of the logs' retention
 
 
 class Step(Protocol):
@@ -55,9 +54,10 @@ def next_steps(due: list[tuple[str, str, bool]], running: dict[str, tuple[str, A
 
 class Lifetimes:
     def __init__(self, store: Store, pause: Step, kill: Step, settle_stuck: Callable[[], Awaitable[None]],
-                 prune_logs: Callable[[], int]) -> None:
+                 prune_logs: Callable[[], int], prune_every: int) -> None:
+        """`prune_every`: ticks between two passes of the logs' retention (`prune_logs`)."""
         self.store, self.pause, self.kill = store, pause, kill
-        self.settle_stuck, self.prune_logs = settle_stuck, prune_logs
+        self.settle_stuck, self.prune_logs, self.prune_every = settle_stuck, prune_logs, prune_every
         self._steps: dict[str, tuple[str, asyncio.Task[None]]] = {}  # one per box: its team's, its task
 
     async def run(self, every: float = 1.0) -> None:
@@ -81,7 +81,8 @@ class Lifetimes:
                     await self.settle_stuck()
                 except Exception:
                     log.exception("settling stuck pauses and resumes failed")
-            if ticks % RETENTION_EVERY == 1:  # at the first tick too: a server that restarts often still prunes
+            # at the first tick too: a server that restarts often still prunes
+            if ticks % self.prune_every == 1 % self.prune_every:
                 try:
                     await asyncio.to_thread(self.prune_logs)
                 except Exception:

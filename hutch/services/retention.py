@@ -11,11 +11,20 @@ from hutch.store import Store
 
 log = logging.getLogger("hutch.server")
 
+EVERY_SECONDS = 60  # between two passes, unless the audit's retention is short
+
 
 class LogRetention:
     def __init__(self, config: ServerConfig, store: Store) -> None:
         self.config, self.store = config, store
         self._logged_up_to = 0  # the network log's newest id at the last pass
+
+    @property
+    def every_seconds(self) -> int:
+        """Between two passes: a minute, or a tenth of an audit retention shorter than ten minutes
+        (a row past its time is then gone within a tenth of that time more)."""
+        days = self.config.audit_retention_days
+        return EVERY_SECONDS if days <= 0 else max(1, min(EVERY_SECONDS, int(days * 86400 / 10)))
 
     def prune(self, now: float | None = None) -> int:
         """On a worker thread (it deletes in batches). Returns how many rows went. Each API server

@@ -77,8 +77,9 @@ class Sandboxes:
                              self.metrics)
         self.resumes = Resumes(store, node, self.locks, self.setup, self.checkpoints, self.metrics)
         self.recovery = Recovery(config, store, node, self.locks, self.checkpoints, self.failures)
+        retention = LogRetention(config, store)
         self.lifetimes = Lifetimes(store, self.pauses.pause, self.kills.kill, self.recovery.settle_stuck,
-                                   LogRetention(config, store).prune)
+                                   retention.prune, retention.every_seconds)
 
     # --- views ----------------------------------------------------------------------------------
 

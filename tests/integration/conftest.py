@@ -155,28 +155,55 @@ def internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Internet]:
 
 # --- parallel workers (scripts/test runs this half under pytest-xdist) ------------------------------
 
+def _names_internet(node: ast.AST) -> bool:
+    """Whether `node` names the stand-in internet by string (`usefixtures("internet")`,
+    `getfixturevalue("internet")`)."""
+    return any(isinstance(n, ast.Constant) and n.value == "internet" for n in ast.walk(node))
+
+
 @functools.cache
-def uses_internet(path: Path) -> bool:
-    """Whether a test file asks for the stand-in internet: as a test's or a fixture's argument, or
-    by name (`usefixtures("internet")`, `getfixturevalue("internet")`)."""
+def _internet_tests(path: Path) -> frozenset[str] | None:
+    """The names of a file's test functions that use the stand-in internet: as an argument, by
+    name, or through a fixture of the file that does. None when the file as a whole does (a
+    module-wide mark, a use outside any function) or cannot be read this way: then every test
+    of it counts."""
     if not path.is_file():
-        return False
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.arg) and node.arg == "internet":
-            return True
-        if isinstance(node, ast.Constant) and node.value == "internet":
-            return True
-    return False
+        return frozenset()
+    tree = ast.parse(path.read_text())
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    inside = {id(n) for f in functions for n in ast.walk(f)}
+    if any(_names_internet(n) for n in ast.iter_child_nodes(tree) if id(n) not in inside):
+        return None  # pytestmark = usefixtures("internet"), say
+
+    def direct(f: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+        return any(a.arg == "internet" for a in f.args.args + f.args.kwonlyargs) or _names_internet(f)
+
+    args = {f.name: {a.arg for a in f.args.args + f.args.kwonlyargs} for f in functions}
+    needs = {f.name for f in functions if direct(f)}
+    while grown := {name for name, used in args.items() if name not in needs and used & needs}:
+        needs |= grown  # a fixture of the file that takes one that needs it
+    return frozenset(name for name in needs if name.startswith("test"))
+
+
+def uses_internet(path: Path, test: str | None = None) -> bool:
+    """Whether a test (a file's, by function name; or any of the file's, if None) uses the
+    stand-in internet."""
+    tests = _internet_tests(path)
+    if tests is None:
+        return True
+    return bool(tests) if test is None else test in tests
 
 
 class ByFile(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
-    """A file's tests stay together on one worker (its module fixtures, its order), and every file
+    """A file's tests stay together on one worker (its module fixtures, its order), and every test
     that uses the stand-in internet goes to one worker: its namespace owns fixed addresses
-    (198.51.100.0/24), which two workers' namespaces could not both hold."""
+    (198.51.100.0/24), which two workers' namespaces could not both hold. Only those tests: the
+    rest of their files go on their own, or that one worker has most of the suite's work."""
 
     def _split_scope(self, nodeid: str) -> str:
-        path = nodeid.split("::", 1)[0]
-        return "internet" if uses_internet(self.config.rootpath / path) else path
+        path, _, rest = nodeid.partition("::")
+        test = rest.rpartition("::")[2].partition("[")[0]
+        return "internet" if uses_internet(self.config.rootpath / path, test) else path
 
 
 @pytest.hookimpl(optionalhook=True)

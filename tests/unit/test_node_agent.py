@@ -362,6 +362,46 @@ def test_an_exec_stream_yields_checked_events_and_stops_at_a_malformed_one() -> 
         run(events(client(bad)))
 
 
+class Told(httpx.AsyncByteStream):
+    """A command's events, then (unless `hang`) the answer's end; says whether it was read to
+    that end and whether it was closed."""
+
+    def __init__(self, body: bytes, hang: bool = False) -> None:
+        self.body, self.hang = body, hang
+        self.ended = self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.body
+        if self.hang:
+            await asyncio.sleep(3600)
+        self.ended = True
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("hang", [False, True])
+def test_at_an_exit_the_answers_end_is_read_so_its_connection_is_kept(monkeypatch: pytest.MonkeyPatch,
+                                                                      hang: bool) -> None:
+    """A caller stops reading at the exit (it has its result): the answer's end is read first, so
+    the channel's connection goes back to the pool; an agent that withholds the end costs the call
+    END_DEADLINE, and the connection."""
+    monkeypatch.setattr(agent, "END_DEADLINE", 0.05)
+    body = Told(ndjson({"t": "start", "pid": 3}, {"t": "exit", "code": 0, "timed_out": False}), hang=hang)
+
+    async def until_exit() -> list[Event]:
+        stream = await client(lambda request: httpx.Response(200, stream=body)).exec(Command("true", None, {}, None), 5.0)
+        seen: list[Event] = []
+        async for ev in stream:
+            seen.append(ev)
+            if isinstance(ev, Exited):
+                return seen  # as DataPlane.run_to_end does: the stream is not read on, nor closed
+        return seen
+
+    assert run(until_exit()) == [Started(3), Exited(0, False)]
+    assert body.ended is not hang and body.closed
+
+
 class Endless(httpx.AsyncByteStream):
     """A process' events that never end; closed when the client lets them go."""
 

@@ -22,6 +22,8 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
+from hutch.services.config import ServerConfig
+from hutch.services.retention import LogRetention
 from hutch.store import (
     API_KEY_PREFIX,
     E2B_KEY_PREFIX,
@@ -952,3 +954,10 @@ def test_an_event_is_kept_only_with_its_change_and_only_for_its_team(store: Stor
     assert store.events(team, types=["sandbox.killed"]) == [got[1]]
     assert store.events(store.create_team("team-b")) == []
     assert store.last_event_id() == got[1].id
+
+
+@pytest.mark.parametrize(("days", "seconds"), [(0, 60), (30, 60), (0.0002, 1), (0.001, 8), (1 / 1440 * 5, 30)])
+def test_retention_passes_come_a_minute_apart_or_within_a_tenth_of_a_short_retention(
+        store: Store, tmp_path: Path, days: float, seconds: int) -> None:
+    retention = LogRetention(ServerConfig(data_dir=tmp_path, audit_retention_days=days), store)
+    assert retention.every_seconds == seconds

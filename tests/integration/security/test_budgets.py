@@ -90,7 +90,7 @@ def test_a_box_refused_its_timeouts_pause_runs_on_then_is_stopped_saying_why(ser
     assert "refused" in failure and "team_max_paused=0" in failure and "without a checkpoint" in failure, failure
 
 
-@pytest.mark.parametrize("server", [("--audit-retention-days", "0.0002")], indirect=True)  # 17 s
+@pytest.mark.parametrize("server", [("--audit-retention-days", "0.0002")], indirect=True)  # 17 s: a pass every 1.7 s
 def test_the_servers_lifetimes_task_prunes_audit_rows_past_their_retention(server: Server) -> None:
     kw = server.client_args()
     sb = Sandbox.create(name="audited", **kw)
