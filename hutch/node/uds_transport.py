@@ -169,12 +169,14 @@ class UnixTransport(httpx.AsyncBaseTransport):
             head = conn.h11.send(h11.Request(method=request.method, target=request.url.raw_path,
                                              headers=request.headers.raw))
             assert head is not None
-            conn.writer.write(head)  # drained with the body's first piece
+            # The head goes out with the body's first piece: each write wakes the box's sentry.
+            pending = head
             assert isinstance(request.stream, httpx.AsyncByteStream)
             async for chunk in request.stream:
                 if chunk:
-                    await conn.write(conn.h11.send(h11.Data(data=chunk)) or b"", timeout, request)
-            await conn.write(conn.h11.send(h11.EndOfMessage()) or b"", timeout, request)
+                    await conn.write(pending + (conn.h11.send(h11.Data(data=chunk)) or b""), timeout, request)
+                    pending = b""
+            await conn.write(pending + (conn.h11.send(h11.EndOfMessage()) or b""), timeout, request)
         except h11.LocalProtocolError as e:  # a body longer or shorter than its content-length, a bad header
             raise httpx.LocalProtocolError(str(e), request=request) from None
 
