@@ -15,7 +15,7 @@ from pathlib import Path
 from hutch.guest import protocol
 from hutch.node import disks, metrics, mounts
 from hutch.node.api import BoxStartError, VolumeMount
-from hutch.node.nodebox import ROOT_OVERLAY, Box
+from hutch.node.nodebox import ROOT_OVERLAY, Box, write_agent_sum
 from hutch.node.spec import AgentRuntime, Limits, box_spec
 from hutch.node.volumes import VolumeDisks
 
@@ -62,17 +62,20 @@ class Bundles:
             raise BoxStartError(f"a volume could not be mounted: {e}") from e
 
     def prepare(self, box: Box, rootfs: Path, limits: Limits, wake: bool = False,
-                volumes: list[Bound] | None = None) -> None:
-        """The box's host directory: its channel tmpfs and its OCI spec."""
+                volumes: list[Bound] | None = None, agent_sum: str | None = None) -> None:
+        """The box's host directory: its channel tmpfs and its OCI spec. `agent_sum`: the compiled
+        agent a checkpoint being restored ran (its memory maps that file), if this host keeps it."""
         box.dir.mkdir(mode=0o700, exist_ok=True)
         if not mounts.is_mount(box.channel_dir):
             mounts.mount_channel_tmpfs(box.channel_dir)
         if wake:  # a restored agent sees it at once and listens again: no signal to race with
             (box.channel_dir / protocol.WAKE_FILE).touch()
+        bin_sum, bin_dir = self.runtime.pinned(agent_sum)
         spec = box_spec(rootfs=self._root(box, rootfs, volumes), template_root=rootfs, channel_dir=box.channel_dir,
                         agent_dir=AGENT_DIR,
                         runtime=self.runtime, hostname="sandbox", limits=limits, trust_dir=self.trust_dir,
-                        cgroup=box.runtime_id, volumes=volumes or ())
+                        cgroup=box.runtime_id, volumes=volumes or (), bin_dir=bin_dir)
+        write_agent_sum(box.dir, bin_sum)  # a checkpoint of this run says so
         (box.dir / "config.json").write_text(json.dumps(spec))
 
     @staticmethod

@@ -24,7 +24,7 @@ from hutch.node.driver import Driver, DriverError, state_or_none
 from hutch.node.held import HeldBoxes
 from hutch.node.hostlimits import HostLimits
 from hutch.node.launch import Launcher
-from hutch.node.nodebox import Box, write_medium
+from hutch.node.nodebox import Box, saved_agent_sum, write_agent_sum, write_medium
 from hutch.node.teardown import Teardown
 
 log = logging.getLogger("hutch.node")
@@ -42,6 +42,7 @@ def _fresh_image_dir(image_dir: Path, box: Box) -> None:
     shutil.rmtree(image_dir, ignore_errors=True)
     image_dir.mkdir(parents=True, mode=0o700)
     write_medium(image_dir, box.on_disk)  # what a restore must use
+    write_agent_sum(image_dir, saved_agent_sum(box.dir))  # and the agent it must mount
 
 
 class Checkpoints:

@@ -17,7 +17,7 @@ from hutch.node.bundle import Bundles
 from hutch.node.driver import Driver, DriverError
 from hutch.node.held import HeldBoxes
 from hutch.node.hostlimits import HostLimits
-from hutch.node.nodebox import Box, new_runtime_id, saved_on_disk
+from hutch.node.nodebox import Box, new_runtime_id, saved_agent_sum, saved_on_disk
 from hutch.node.runsc import tail_of
 from hutch.node.spec import Limits
 from hutch.node.teardown import Teardown
@@ -66,10 +66,11 @@ class Launcher:
         or its memory (so was every box paused before boxes had disks). `volumes`: the ones it
         had mounted (runsc restores a box only with the mounts it was saved with)."""
         on_disk = saved_on_disk(image_dir)
+        agent_sum = saved_agent_sum(image_dir)
         mounted = await self.bundles.volume_dirs(volumes)
 
         async def start(box: Box, limits: Limits, cgroups: bool) -> None:
-            self.bundles.prepare(box, rootfs, limits, wake=True, volumes=mounted)
+            self.bundles.prepare(box, rootfs, limits, wake=True, volumes=mounted, agent_sum=agent_sum)
             await self.egress.open(box)
             if on_disk:
                 size = max(limits.disk_mib, 1024)

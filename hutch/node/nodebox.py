@@ -19,6 +19,7 @@ from hutch.node.api import BoxRef, ChannelError
 RUNTIME_ID_PATTERN = r"h[0-9a-f]{24}"  # what new_runtime_id makes (the fleet checks ids it is sent against it)
 ROOT_OVERLAY = "root"  # in a box's directory: the overlay its root is, when it mounts volumes (hutch.node.bundle)
 MEDIUM_FILE = "hutch-medium"  # in a checkpoint's directory: "disk" or "memory", what it was made with
+AGENT_FILE = "hutch-agent-sum"  # in a box's and a checkpoint's directory: the compiled agent it runs (spec.pin_agent)
 
 
 def new_runtime_id() -> str:
@@ -35,6 +36,22 @@ def saved_on_disk(image_dir: Path) -> bool:
     """Whether a checkpoint was made of a box on its own disk (one made before boxes had disks says
     nothing: memory)."""
     return (image_dir / MEDIUM_FILE).exists() and (image_dir / MEDIUM_FILE).read_text() == "disk"
+
+
+def write_agent_sum(directory: Path, bin_sum: str | None) -> None:
+    """Say in a box's directory, or its checkpoint's, which compiled agent it runs (a restore mounts
+    that one)."""
+    if bin_sum:
+        (directory / AGENT_FILE).write_text(bin_sum)
+
+
+def saved_agent_sum(directory: Path) -> str | None:
+    """The compiled agent a box or checkpoint says it runs, None if it says nothing (one made
+    before agents were pinned) or nothing sensible (spec.AgentRuntime.pinned checks it)."""
+    try:
+        return (directory / AGENT_FILE).read_text()[:64]
+    except OSError:
+        return None
 
 
 @dataclass

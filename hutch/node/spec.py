@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import re
+import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +64,32 @@ def agent_kind() -> str:
     return kind
 
 
+# A compiled agent is mounted from a directory named by its binary's content (`pin_agent`), and a
+# checkpoint names it (hutch.node.nodebox): runsc restores a process only from the very file its
+# memory maps, so a box paused before an upgrade of the agent resumes with the binary it ran.
+AGENT_SUM = re.compile(r"[0-9a-f]{16}")
+
+
+def pin_agent(binary: Path, pins_dir: Path) -> tuple[str, Path]:
+    """The content sum of the compiled agent at `binary`, and `pins_dir/<sum>`: a directory holding
+    a copy of it alone, made if new (never changed after: a later build gets a directory of its own)."""
+    digest = hashlib.sha256(binary.read_bytes()).hexdigest()[:16]
+    pinned = pins_dir / digest
+    if not (pinned / protocol.AGENT_BINARY).is_file():
+        pins_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+        work = Path(tempfile.mkdtemp(dir=pins_dir, prefix=".new-"))
+        try:
+            shutil.copyfile(binary, work / protocol.AGENT_BINARY)
+            os.chmod(work / protocol.AGENT_BINARY, 0o755)
+            os.chmod(work, 0o755)
+            os.rename(work, pinned)
+        except OSError:
+            shutil.rmtree(work, ignore_errors=True)
+            if not (pinned / protocol.AGENT_BINARY).is_file():  # not another process' pin of the same binary
+                raise
+    return digest, pinned
+
+
 @dataclass(frozen=True)
 class AgentRuntime:
     """How to start the agent: its Python from the read-only runtime root, whatever the template,
@@ -75,10 +105,13 @@ class AgentRuntime:
     python: str
     bin_dir: Path | None = None  # host directory of the compiled agent, mounted if set
     compiled: bool = False  # run the compiled agent rather than the Python one
+    bin_sum: str | None = None  # the content sum `bin_dir` is pinned under (`pin_agent`), if it is
+    pins_dir: Path | None = None  # where the binaries boxes ran are pinned
 
     @classmethod
-    def find(cls, root: Path, compiled_dir: Path) -> AgentRuntime:
-        """The runtime in `root`, and the compiled agent in `compiled_dir` (base_image.agent_dir)."""
+    def find(cls, root: Path, compiled_dir: Path, pins_dir: Path | None = None) -> AgentRuntime:
+        """The runtime in `root`, and the compiled agent in `compiled_dir` (base_image.agent_dir),
+        pinned under `pins_dir` if given."""
         libdirs = sorted(root.glob("usr/lib/*-linux-gnu"))
         loaders = sorted(p for d in libdirs for p in d.glob("ld-linux*.so.*") if not p.is_symlink())
         pythons = sorted(p for p in (root / "usr/bin").glob("python3.[0-9]*") if p.name.count(".") == 1)
@@ -97,8 +130,20 @@ class AgentRuntime:
             log.warning("%s is not built (scripts/install builds it): boxes run the Python agent",
                         compiled_dir / protocol.AGENT_BINARY)
             compiled = False
+        bin_dir, bin_sum = (compiled_dir if compiled_dir.is_dir() else None), None
+        if bin_dir is not None and pins_dir is not None and (bin_dir / protocol.AGENT_BINARY).is_file():
+            bin_sum, bin_dir = pin_agent(bin_dir / protocol.AGENT_BINARY, pins_dir)
         return cls(root, protocol.RUNTIME_DIR + rel(loaders[0]), lib, protocol.RUNTIME_DIR + rel(pythons[-1]),
-                   compiled_dir if compiled_dir.is_dir() else None, compiled)
+                   bin_dir, compiled, bin_sum, pins_dir)
+
+    def pinned(self, bin_sum: str | None) -> tuple[str | None, Path | None]:
+        """The compiled agent a box is started with, as (sum, directory): the one pinned as
+        `bin_sum` (what a checkpoint ran) if this host keeps it, else this runtime's."""
+        if bin_sum and self.pins_dir is not None and AGENT_SUM.fullmatch(bin_sum):
+            pinned = self.pins_dir / bin_sum
+            if (pinned / protocol.AGENT_BINARY).is_file():
+                return bin_sum, pinned
+        return self.bin_sum, self.bin_dir
 
     def argv(self) -> list[str]:
         if self.compiled:  # static: needs nothing of the runtime root or the template
@@ -111,10 +156,13 @@ class AgentRuntime:
 
 def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: AgentRuntime,
              hostname: str, limits: Limits, trust_dir: Path | None = None, cgroup: str = "box",
-             volumes: Sequence[tuple[Path, str, bool]] = (), template_root: Path | None = None) -> dict[str, Any]:
+             volumes: Sequence[tuple[Path, str, bool]] = (), template_root: Path | None = None,
+             bin_dir: Path | None = None) -> dict[str, Any]:
     """`volumes`: (host directory, path in the box, read-only) of each volume it mounts, mounted
     last, so nothing of the box's own is ever mounted inside one. `template_root`: the template's
-    own root when `rootfs` is an overlay of it (what is looked at on the host)."""
+    own root when `rootfs` is an overlay of it (what is looked at on the host). `bin_dir`: the
+    compiled agent's directory, if not the runtime's (`AgentRuntime.pinned`)."""
+    bin_dir = bin_dir or runtime.bin_dir
     def bind(src: Path, dst: str, mode: str) -> dict[str, Any]:
         return {"destination": dst, "type": "bind", "source": str(src), "options": ["rbind", mode]}
 
@@ -159,7 +207,7 @@ def box_spec(*, rootfs: Path, channel_dir: Path, agent_dir: Path, runtime: Agent
             bind(agent_dir, protocol.AGENT_DIR, "ro"),
             bind(runtime.root, protocol.RUNTIME_DIR, "ro"),
             # the compiled agent's directory (it holds the binary alone), whichever agent runs
-            *([] if runtime.bin_dir is None else [bind(runtime.bin_dir, protocol.AGENT_BIN_DIR, "ro")]),
+            *([] if bin_dir is None else [bind(bin_dir, protocol.AGENT_BIN_DIR, "ro")]),
             *trust,
             *(bind(src, dst, "ro" if ro else "rw") for src, dst, ro in volumes),
         ],

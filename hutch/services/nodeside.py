@@ -58,7 +58,8 @@ class NodeSide:
         # one host's: an ext4 filesystem each; a fleet's: directories every node binds (SharedVolumes)
         self.volume_disks = (SharedVolumes(config.fleet.shared_dir / "volumes") if config.fleet is not None
                              else VolumeDisks(config.data_dir / "volumes"))
-        runtime = AgentRuntime.find(self.base_root, base_image.agent_dir(config.cache_dir))
+        # the agent binaries boxes ran, kept beside their checkpoints (spec.pin_agent)
+        runtime = AgentRuntime.find(self.base_root, base_image.agent_dir(config.cache_dir), config.data_dir / "agents")
         self.node = Node(config.run_dir, driver, runtime, trust_dir=box_trust,
                          disks_dir=config.data_dir / "disks", egress=self.egress,
                          allow_unlimited=config.allow_unlimited_boxes, volumes=self.volume_disks)

@@ -152,6 +152,7 @@ class Server:
     args: tuple[str, ...] = ()  # more `hutch serve` options
     proc: subprocess.Popen[bytes] | None = None
     preexec: Callable[[], None] | None = None  # run in the server's process before it starts (e.g. limits)
+    env: dict[str, str] = field(default_factory=dict)  # set in the server's environment
     log: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -182,7 +183,7 @@ class Server:
             self.proc = subprocess.Popen([*HUTCH, "--data-dir", str(self.data_dir), "serve", "--port", str(self.port),
                                           *self.args],
                                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         preexec_fn=self.preexec)
+                                         preexec_fn=self.preexec, env={**os.environ, **self.env})
         deadline = time.monotonic() + 300  # the first start may build the base template
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"the server exited:\n{self.log.read_text()[-3000:]}"

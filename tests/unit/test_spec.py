@@ -3,6 +3,7 @@ the host to decide its mounts, and no privilege gained by exec."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +140,34 @@ def test_without_a_setting_boxes_run_the_compiled_agent_where_it_is_built_else_t
     monkeypatch.setenv(spec_module.AGENT_ENV, "go")
     with pytest.raises(FileNotFoundError):  # asked for by name: a missing build is an error, not a fallback
         AgentRuntime.find(root, missing)
+
+
+def test_the_compiled_agent_is_pinned_by_its_content_and_a_checkpoints_own_is_mounted_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A box mounts a copy of the binary named by its content; an upgrade (a new binary in the
+    install's place) pins another beside it, and a restore of a checkpoint taken before mounts the
+    one it ran. A sum this host does not keep, or that is not a sum, gets the runtime's own."""
+    root = tmp_path / "runtime"
+    (root / "usr/lib/x86_64-linux-gnu").mkdir(parents=True)
+    (root / "usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2").write_bytes(b"")
+    (root / "usr/bin").mkdir()
+    (root / "usr/bin/python3.11").write_bytes(b"")
+    install, pins = tmp_path / "agent", tmp_path / "data/agents"
+    install.mkdir()
+    (install / protocol.AGENT_BINARY).write_bytes(b"first build")
+    monkeypatch.delenv(spec_module.AGENT_ENV, raising=False)
+    old = AgentRuntime.find(root, install, pins)
+    assert old.bin_sum is not None and old.bin_dir == pins / old.bin_sum
+    assert os.listdir(old.bin_dir) == [protocol.AGENT_BINARY]  # it alone, as boxes mount it
+    assert (old.bin_dir / protocol.AGENT_BINARY).read_bytes() == b"first build"
+    assert AgentRuntime.find(root, install, pins).bin_dir == old.bin_dir, "the same binary: the same pin"
+    (install / protocol.AGENT_BINARY).write_bytes(b"second build")
+    new = AgentRuntime.find(root, install, pins)
+    assert new.bin_sum not in (None, old.bin_sum)
+    assert new.pinned(old.bin_sum) == (old.bin_sum, old.bin_dir)
+    for unknown in (None, "0" * 16, "../agent", old.bin_sum + "/.."):
+        assert new.pinned(unknown) == (new.bin_sum, new.bin_dir)
+    spec = box_spec(rootfs=tmp_path / "root", channel_dir=tmp_path / "chan", agent_dir=tmp_path / "guest",
+                    runtime=new, hostname="sandbox", limits=Limits(), bin_dir=old.bin_dir)
+    (mount,) = [m for m in spec["mounts"] if m["destination"] == protocol.AGENT_BIN_DIR]
+    assert mount["source"] == str(old.bin_dir)
