@@ -12,11 +12,13 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 import sqlalchemy.exc
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Mount
 
 from hutch import console, e2b, tracing
 from hutch.e2b.hosts import HostListener
@@ -68,6 +70,18 @@ def _fleet_nodes(config: ServerConfig) -> Callable[[Store], RemoteNodes] | None:
     return lambda store: FleetNodes(fleet, store, config.data_dir)
 
 
+async def warm_routes(app: FastAPI) -> None:
+    """FastAPI builds a router's routes (each one's dependencies, read from its signature) when the
+    first request reaches them: ~0.5-1 s of CPU here, which the first call after a start waited
+    for, and every call queued behind it (a burst's creates). Paid at the start instead: a request
+    to a path nothing serves goes past every route, at the root and under each mounted app."""
+    prefixes = ["", *(route.path for route in app.routes if isinstance(route, Mount))]
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://hutch.internal") as client:
+        for prefix in prefixes:
+            await client.get(f"{prefix}/.hutch-warm-up")
+
+
 def create_app(config: ServerConfig) -> FastAPI:
     envd = e2b.EnvdServices()  # E2B's envd: processes' timers and tags, file watchers
 
@@ -93,6 +107,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         # the process at once, and the pool's boxes with no one to stop them but the guard)
         loop.add_signal_handler(signal.SIGHUP, os.kill, os.getpid(), signal.SIGTERM)
         try:
+            await warm_routes(app)
             if st.pool is not None:
                 st.pool.start()
             await st.previews.proxy.start(config.host, config.preview_port)
