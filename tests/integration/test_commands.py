@@ -142,6 +142,7 @@ def test_the_box_user_killing_everything_it_owns_does_not_break_commands(box: An
         assert box.commands.run("echo alive").stdout == "alive\n"
 
 
+@pytest.mark.slow  # a 190 s wait: `scripts/test --full` runs it
 def test_a_command_may_run_longer_than_three_minutes(env: Env) -> None:
     """No hidden cap between client and box: the SDK's stream (keep-alives every 10 s) and a plain
     JSON request both wait as long as the command runs."""
