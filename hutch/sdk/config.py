@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import ssl
+import threading
 from dataclasses import dataclass
 
 import certifi
@@ -44,7 +44,15 @@ class ConnectionConfig:
         return {"X-Hutch-Actor": self.actor} if self.actor else {}
 
 
-@functools.cache
+_tls: list[ssl.SSLContext] = []
+_tls_lock = threading.Lock()
+
+
 def tls_context() -> ssl.SSLContext:
-    """One TLS context for every client: loading the CA bundle costs ~20 ms each time."""
-    return ssl.create_default_context(cafile=os.environ.get("SSL_CERT_FILE") or certifi.where())
+    """One TLS context for every client: loading the CA bundle costs ~20 ms each time. Made under a
+    lock: 50 threads each making their first sandbox at once made 50 (functools.cache does not
+    hold the others back), a second of CPU that the burst waited for."""
+    with _tls_lock:
+        if not _tls:
+            _tls.append(ssl.create_default_context(cafile=os.environ.get("SSL_CERT_FILE") or certifi.where()))
+        return _tls[0]

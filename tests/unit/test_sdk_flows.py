@@ -9,6 +9,8 @@ import dataclasses
 import inspect
 import itertools
 import json
+import ssl
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,7 +37,7 @@ from hutch import (
     Template,
     ValidationError,
 )
-from hutch.sdk import flow
+from hutch.sdk import config, flow
 from hutch.sdk.codes import SdkCode, ServerCode
 from hutch.sdk.config import ConnectionConfig
 from hutch.sdk.sandbox import AsyncCommands, AsyncFiles, AsyncWatchHandle
@@ -533,3 +535,30 @@ def test_an_event_stream_from_a_cursor_ignores_a_preamble_that_is_no_number_and_
     with pytest.raises(AuthenticationError):
         next(stream)
     assert [r.url.params.get("after") for r in server.sent("GET", url)] == ["2", "3"]
+
+
+def test_threads_making_their_first_clients_at_once_share_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading the CA bundle costs ~20 ms: fifty threads each making their first sandbox at once
+    (a burst from a fresh process) load it once, not fifty times."""
+    monkeypatch.setattr(config, "_tls", [])
+    made: list[ssl.SSLContext] = []
+    real = ssl.create_default_context
+
+    def counted(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(ssl, "create_default_context", counted)
+    start = threading.Barrier(20)
+    got: list[ssl.SSLContext] = []
+
+    def first_client() -> None:
+        start.wait()
+        got.append(config.tls_context())
+
+    threads = [threading.Thread(target=first_client) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 1 and all(c is made[0] for c in got) and len(got) == 20
