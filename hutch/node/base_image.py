@@ -216,6 +216,9 @@ DESKTOP_CUSTOMIZE = (
     f'echo {SHIM} > "$1/etc/ld.so.preload"',
     # e2b-desktop runs `cd /opt/noVNC/utils && ./novnc_proxy ... --web /opt/noVNC`: Debian's noVNC there
     'ln -s /usr/share/novnc "$1/opt/noVNC"',
+    # `localhost` by name (websockify's --vnc localhost:5900, as e2b-desktop starts it): a box has no
+    # DNS, and minbase writes no /etc/hosts
+    "printf '127.0.0.1\\tlocalhost\\n::1\\tlocalhost ip6-localhost ip6-loopback\\n' > \"$1/etc/hosts\"",
     # D-Bus (XFCE's session bus, dconf) wants a machine id; a box has no systemd to make one
     'chroot "$1" dbus-uuidgen --ensure=/etc/machine-id',
     f"printf '%s' {shlex.quote(DESKTOP_START_SCRIPT)} > \"$1/usr/local/bin/hutch-desktop\" && "
