@@ -69,6 +69,7 @@ class Code(StrEnum):
     BUILD_FINISHED = "build_finished", 409
     SECRET_EXISTS = "secret_exists", 409
     INTERPRETER_UNAVAILABLE = "interpreter_unavailable", 409  # no code interpreter answers in the box
+    DESKTOP_UNAVAILABLE = "desktop_unavailable", 409  # not a desktop box, or its desktop did not take the call
     SNAPSHOT_EXISTS = "snapshot_exists", 409  # a team's snapshot names are unique
     SNAPSHOT_IN_USE = "snapshot_in_use", 409  # boxes are booting from it: delete it once they run
     VOLUME_EXISTS = "volume_exists", 409  # a team's volume names are unique

@@ -144,6 +144,8 @@ def add_fleet_options(s: argparse.ArgumentParser, api: bool) -> None:
 def add_build_base(sub: Subparsers) -> None:
     s = sub.add_parser("build-base", help="build the system templates' roots (the base, the code interpreter) if not built")
     s.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
+    s.add_argument("--desktop", action="store_true",
+                   help="also the desktop's (template `desktop`: Xvfb, XFCE, Firefox, noVNC; ~2 GB, about 4 minutes)")
     s.set_defaults(fn=cmd_build_base)
 
 
@@ -172,8 +174,15 @@ def cmd_build_base(args: argparse.Namespace) -> int:
     except RuntimeError as e:
         print(f"warning: the code-interpreter template could not be built (run `hutch build-base` again): {e}",
               file=sys.stderr)
-        return 0
-    print(f"{base_image.CODE_INTERPRETER.name} template: {root}")
+    else:
+        print(f"{base_image.CODE_INTERPRETER.name} template: {root}")
+    if args.desktop:  # asked for: its failure is the command's
+        try:
+            root = base_image.build(args.cache_dir, progress=progress, recipe=base_image.DESKTOP)
+        except RuntimeError as e:
+            print(f"error: the desktop template could not be built: {e}", file=sys.stderr)
+            return 1
+        print(f"{base_image.DESKTOP.name} template: {root} (a running server registers it at its next start)")
     return 0
 
 

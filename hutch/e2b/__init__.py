@@ -9,6 +9,7 @@ services (Sandboxes, DataPlane, the audit log), so a box is one box to both APIs
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from hutch.e2b import files, filesystem, ports, process, rest
+from hutch.e2b import files, filesystem, ports, process, rest, wsports
 from hutch.e2b.common import StateGetter
 from hutch.e2b.connect import ConnectError
 from hutch.e2b.control import control_routes
@@ -177,7 +178,7 @@ def mount(app: FastAPI, get_state: StateGetter, services: EnvdServices) -> None:
     port of the box goes to that port (ports.py). envd's `/files` is at the root too, where the
     SDK's signed links land (signing.py)."""
     envd = envd_app(get_state, services)
-    app.mount(ENVD_PREFIX, ports.ByPort(envd, port_app(get_state)))
+    app.mount(ENVD_PREFIX, ports.ByPort(envd, port_app(get_state), functools.partial(wsports.forward, get_state)))
     app.router.routes.append(Route(SIGNED_FILES, envd, include_in_schema=False))  # any method: envd answers
     control = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     _rest_handlers(control, get_state)

@@ -17,7 +17,7 @@ import binascii
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 
 from hutch.e2b import rest
 from hutch.e2b.common import StateGetter
@@ -62,7 +62,7 @@ class Call:
         return parse_json(await request.body())
 
 
-def sandbox_of(get_state: StateGetter, request: Request, token: str | None = None) -> tuple[State, SandboxRecord]:
+def sandbox_of(get_state: StateGetter, request: HTTPConnection, token: str | None = None) -> tuple[State, SandboxRecord]:
     """The sandbox the request names, opened by its token (hutch's `authorize_box`; X-Access-Token
     unless `token` is given): a wrong or missing token is the same 401 whether or not the box
     exists; a killed box, to a caller whose token was good for it, is E2B's proxy answer."""

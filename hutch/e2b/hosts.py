@@ -4,7 +4,8 @@ code interpreter's, Python and JS): a TLS listener of its own where
 - `api.<domain>` is E2B's control plane (what /e2b serves);
 - `49983-<id>.<domain>` is that box's envd (what /e2b/envd serves, the box named by the host);
 - `<port>-<id>.<domain>` is the box's other port, as E2B's proxy answers it (ports.py): a box made
-  with `allowPublicTraffic` (E2B's default) answers anyone, any other only with its traffic token.
+  with `allowPublicTraffic` (E2B's default) answers anyone, any other only with its traffic token;
+  a WebSocket to it too (wsports.py: noVNC's, of e2b-desktop's stream), and to nothing else.
 
 Each request is rewritten onto the path form and handed to hutch's own app, so the two forms are one
 implementation: the same body guard, auth, audit and errors. The host names the box: an
@@ -68,10 +69,12 @@ class HostRouter:
         self.app, self.domain = app, domain.lower()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":  # the listener takes no WebSocket upgrade (ws="none")
+        if scope["type"] not in ("http", "websocket"):
             return
         host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
         target = target_of(host, self.domain)
+        if scope["type"] == "websocket" and (target is None or target.port is None):  # a box's other port's only
+            return await send({"type": "websocket.close", "code": 1008})
         if target is None:
             return await _not_here(send, self.domain)
         headers = [(k, v) for k, v in scope["headers"] if k not in _REPLACED]
@@ -102,7 +105,7 @@ class HostListener:
     def __init__(self, app: ASGIApp, domain: str, certfile: str, keyfile: str) -> None:
         self.config = uvicorn.Config(HostRouter(app, domain), lifespan="off", log_level="warning", access_log=False,
                                      loop="asyncio", ssl_certfile=certfile, ssl_keyfile=keyfile,
-                                     timeout_graceful_shutdown=5, ws="none")
+                                     timeout_graceful_shutdown=5, ws="websockets")
         self.server = uvicorn.Server(self.config)
         self._sockets: list[socket.socket] = []
         self._ticks: asyncio.Task[None] | None = None

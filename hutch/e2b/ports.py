@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -39,8 +39,11 @@ DROPPED = frozenset({b"host", b"connection", b"keep-alive", b"transfer-encoding"
                      b"x-api-key", b"cookie"})
 ANSWER_DROPPED = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"trailer",
                             b"upgrade", b"set-cookie", b"content-security-policy", b"x-content-type-options"})
-# The box's answer comes from hutch's API origin: a page in it never runs as that origin's
+# On envd's URL the box's answer comes from hutch's API origin: a page in it never runs as that
+# origin's. At its E2B host name (`<port>-<id>.<domain>`) the port is an origin of its own, as at
+# E2B: its pages run (noVNC's, say), with nothing of hutch's to reach.
 BOX_ANSWER = {"content-security-policy": "sandbox", "x-content-type-options": "nosniff"}
+HOST_FORM_ANSWER = {"x-content-type-options": "nosniff"}
 
 
 def port_of(scope: Scope) -> int | None:
@@ -57,20 +60,23 @@ def _port_number(value: bytes) -> int:
 
 
 class ByPort:
-    """envd's app, or the port forwarder for a request naming another port."""
+    """envd's app, or the port forwarder for a request naming another port (`sockets` for a
+    WebSocket: hutch.e2b.wsports)."""
 
-    def __init__(self, envd: ASGIApp, other: ASGIApp) -> None:
-        self.envd, self.other = envd, other
+    def __init__(self, envd: ASGIApp, other: ASGIApp, sockets: ASGIApp) -> None:
+        self.envd, self.other, self.sockets = envd, other, sockets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and port_of(scope) is not None:
             return await self.other(scope, receive, send)
+        if scope["type"] == "websocket" and port_of(scope) is not None:
+            return await self.sockets(scope, receive, send)
         await self.envd(scope, receive, send)
 
 
 async def forward(get_state: StateGetter, request: Request) -> Response:
     port = port_of(request.scope) or 0
-    st, rec, anyone = _opened(get_state, request, port)
+    st, rec, anyone = opened(get_state, request, port)
     if rec.status == SandboxStatus.FAILED:
         raise SandboxGone(rec.id)
     if not port:
@@ -81,19 +87,20 @@ async def forward(get_state: StateGetter, request: Request) -> Response:
     body = b"".join([chunk async for chunk in capped_body(request.stream(), MAX_JSON_BODY, length,
                                                           "requests to a sandbox's port")])
     try:
-        answer = await boxport.exchange(st, rec, port, request.method, _target(request.scope),
+        answer = await boxport.exchange(st, rec, port, request.method, target(request.scope),
                                         [(k, v) for k, v in request.headers.raw if k.lower() not in DROPPED], body,
                                         anyone=anyone)
     except boxport.PortUnavailable as e:
         raise SandboxGone(rec.id, str(e)) from None
     response = StreamingResponse(answer.body, status_code=answer.status)
     # raw: a header the box repeats (Vary, Link) keeps every value
+    ours = HOST_FORM_ANSWER if request.scope.get(HOST_FORM) else BOX_ANSWER
     response.raw_headers = [(k, v) for k, v in answer.headers if k not in ANSWER_DROPPED] + \
-        [(k.encode(), v.encode()) for k, v in BOX_ANSWER.items()]
+        [(k.encode(), v.encode()) for k, v in ours.items()]
     return response
 
 
-def _opened(get_state: StateGetter, request: Request, port: int) -> tuple[State, SandboxRecord, bool]:
+def opened(get_state: StateGetter, request: HTTPConnection, port: int) -> tuple[State, SandboxRecord, bool]:
     """The box the request may reach: at its E2B host name (hosts.py), a box made with
     allowPublicTraffic answers anyone on its ports, as E2B's does, but for its code interpreter's
     unless the box was made with `secure: false` (e2b 1.x's: its interpreter client sends no
@@ -115,7 +122,7 @@ def _opened(get_state: StateGetter, request: Request, port: int) -> tuple[State,
     return st, rec, False
 
 
-def _target(scope: Scope) -> bytes:
+def target(scope: Scope) -> bytes:
     """The path below envd's prefix as the client sent it (not decoded), with its query."""
     raw: bytes = scope.get("raw_path") or scope["path"].encode("latin-1")
     prefix = scope.get("root_path", "").encode("latin-1")

@@ -176,6 +176,62 @@ CODE_INTERPRETER = Recipe("code-interpreter", (*PACKAGES, "python3-ipykernel", "
                           excluded=("/usr/include/boost/*",), wheels=(BASH_KERNEL, DENO), tarballs=NODE_TARBALLS)
 
 
+# The desktop (system template `desktop`, E2B's name, and `hutch/desktop`): an X server on a virtual
+# screen, XFCE as E2B's desktop has it, what drives and shows it (xdotool, scrot, xrandr, xdpyinfo,
+# x11vnc, noVNC with websockify at /opt/noVNC, where e2b-desktop looks), an editor, terminals and
+# Firefox ESR. Nothing starts with the box: e2b-desktop starts Xvfb and XFCE itself at create, and
+# hutch's create asks the box's `hutch-desktop` to (DESKTOP_START). Built only when asked for
+# (`hutch build-base --desktop`): about 2 GB and several minutes.
+# gVisor (runsc 20240729) answers two calls otherwise than Linux, which XFCE and xfce4-terminal
+# need: the template's shim (gvisor_shim.c, compiled here, loaded by every program through
+# /etc/ld.so.preload) answers them as Linux does. See docs/architecture.md, "The desktop".
+DESKTOP_PACKAGES = (
+    "xvfb", "xauth", "x11-xserver-utils", "x11-utils", "xdotool", "scrot",
+    "xfce4", "xfce4-terminal", "xterm", "mousepad", "gedit", "dbus-x11", "xdg-utils", "libgtk-3-bin",
+    "fonts-dejavu-core", "firefox-esr", "x11vnc", "novnc", "websockify", "net-tools", "psmisc",
+)
+SHIM_SOURCE = (Path(__file__).with_name("gvisor_shim.c")).read_text()
+SHIM = "/usr/local/lib/hutch/gvisor_shim.so"
+# The desktop's starter, for hutch's own create (and anyone's): Xvfb on DISPLAY at WxHx24, then an
+# XFCE session, as e2b-desktop starts them; returns once xfdesktop draws (exit 0), or fails.
+DESKTOP_START_SCRIPT = """#!/bin/sh
+# hutch-desktop WIDTH HEIGHT [DPI]: Xvfb on $DISPLAY (default :0) and an XFCE session, as e2b-desktop starts them
+set -u
+export DISPLAY="${DISPLAY:-:0}"
+if ! xdpyinfo >/dev/null 2>&1; then
+  setsid Xvfb "$DISPLAY" -ac -screen 0 "${1:-1024}x${2:-768}x24" -retro -dpi "${3:-96}" -nolisten tcp -nolisten unix \
+    >/tmp/xvfb.log 2>&1 </dev/null &
+  i=0; until xdpyinfo >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 100 ] || { cat /tmp/xvfb.log >&2; exit 1; }; sleep 0.1; done
+fi
+pgrep -x xfce4-session >/dev/null || setsid startxfce4 >/tmp/xfce4.log 2>&1 </dev/null &
+i=0; until pgrep -x xfdesktop >/dev/null && pgrep -x xfwm4 >/dev/null; do
+  i=$((i+1)); [ $i -lt 600 ] || { echo "XFCE did not start:" >&2; tail -20 /tmp/xfce4.log >&2; exit 1; }; sleep 0.1
+done
+"""
+DESKTOP_CUSTOMIZE = (
+    # the shim, built here from its source (the root has gcc), and loaded by every dynamic program
+    'mkdir -p "$1/usr/local/lib/hutch"',
+    f"printf '%s' {shlex.quote(SHIM_SOURCE)} > \"$1/tmp/gvisor_shim.c\"",
+    f'chroot "$1" cc -O2 -Wall -shared -fPIC -o {SHIM} /tmp/gvisor_shim.c && rm "$1/tmp/gvisor_shim.c"',
+    f'echo {SHIM} > "$1/etc/ld.so.preload"',
+    # e2b-desktop runs `cd /opt/noVNC/utils && ./novnc_proxy ... --web /opt/noVNC`: Debian's noVNC there
+    'ln -s /usr/share/novnc "$1/opt/noVNC"',
+    # `localhost` by name (websockify's --vnc localhost:5900, as e2b-desktop starts it): a box has no
+    # DNS, and minbase writes no /etc/hosts
+    "printf '127.0.0.1\\tlocalhost\\n::1\\tlocalhost ip6-localhost ip6-loopback\\n' > \"$1/etc/hosts\"",
+    # D-Bus (XFCE's session bus, dconf) wants a machine id; a box has no systemd to make one
+    'chroot "$1" dbus-uuidgen --ensure=/etc/machine-id',
+    f"printf '%s' {shlex.quote(DESKTOP_START_SCRIPT)} > \"$1/usr/local/bin/hutch-desktop\" && "
+    'chmod 0755 "$1/usr/local/bin/hutch-desktop"',
+    # XFCE's panel as packaged, without its first-start question; Firefox and xfce4-terminal as the
+    # preferred browser and terminal (xdg-open, exo-open, `open` of e2b-desktop)
+    'mkdir -p "$1/etc/xdg/xfce4/xfconf/xfce-perchannel-xml" && '
+    'cp "$1/etc/xdg/xfce4/panel/default.xml" "$1/etc/xdg/xfce4/xfconf/xfce-perchannel-xml/xfce4-panel.xml"',
+    "printf 'WebBrowser=firefox\\nTerminalEmulator=xfce4-terminal\\nFileManager=thunar\\n' > \"$1/etc/xdg/xfce4/helpers.rc\"",
+)
+DESKTOP = Recipe("desktop", (*PACKAGES, *DESKTOP_PACKAGES), (*CUSTOMIZE, *DESKTOP_CUSTOMIZE, *PIP_FOR_THE_BOX_USER), "1")
+
+
 def debian_mirror() -> str | None:
     """HUTCH_DEBIAN_MIRROR, else the host's own Debian mirror from its apt sources, else None
     (mmdebstrap then picks its default)."""

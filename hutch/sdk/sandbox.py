@@ -13,10 +13,12 @@ from collections.abc import AsyncGenerator, Generator
 from typing import Any, Generic, TypeAlias, TypeVar
 
 from hutch.sdk.config import ConnectionConfig
+from hutch.sdk.desktop import AsyncDesktop, Desktop
 from hutch.sdk.flow import Flow, mapped
 from hutch.sdk.front import AsyncFront, Job, SyncFront, call, classcall, closing
 from hutch.sdk.ops import code as _code
 from hutch.sdk.ops import commands, files, previews, sandboxes
+from hutch.sdk.ops import desktop as _desktop
 from hutch.sdk.ops import snapshots as _snapshots
 from hutch.sdk.ops.code import OnError, OnOutput, OnResult
 from hutch.sdk.ops.commands import OutputCallback
@@ -100,7 +102,8 @@ class _SandboxBase(Generic[SandboxT]):
                metadata: dict[str, str] | None = None, env_vars: dict[str, str] | None = None,
                network: NetworkConfig | None = None, secrets: dict[str, str] | None = None,
                preview_access: str | None = None, from_snapshot: SnapshotRef | None = None,
-               volumes: VolumeMounts | None = None,
+               volumes: VolumeMounts | None = None, resolution: tuple[int, int] | None = None,
+               dpi: int | None = None,
                api_key: str | None = None, base_url: str | None = None) -> Job[SandboxT]:
         """Create a sandbox and return once it is ready for commands. `from_template`: a Template,
         or a template's name or id (default hutch/base); the box takes its shape, env, workdir and
@@ -115,13 +118,18 @@ class _SandboxBase(Generic[SandboxT]):
         unless given here, with new stand-ins.
         `volumes` mounts volumes: {"/mnt/data": vol, "/srv/cache": {"volume": "cache", "read_only":
         True}}, each a Volume or a volume's name or id. Many boxes may mount one volume at once; a
-        file one box has closed is whole for the next to open it."""
+        file one box has closed is whole for the next to open it.
+        From the `desktop` template (or with `resolution`), create returns once its desktop runs
+        (Xvfb and XFCE at `resolution`, default 1024x768, and `dpi`): see `sandbox.desktop`."""
         session = Session(ConnectionConfig.resolve(api_key, base_url), keep=True)
-        flow = sandboxes.create(session.cfg, name, from_template=template_name(from_template),
+        template = template_name(from_template)
+        flow = sandboxes.create(session.cfg, name, from_template=template,
                                 timeout_seconds=timeout_seconds, auto_delete_seconds=auto_delete_seconds,
                                 metadata=metadata, env_vars=env_vars, network=network, secrets=secrets,
                                 preview_access=preview_access, from_snapshot=snapshot_ref(from_snapshot),
                                 volumes=mounts_body(volumes))
+        if resolution is not None or template in _desktop.TEMPLATES:
+            flow = _desktop.with_desktop(flow, resolution, dpi)
         return cls._opening(session, flow)
 
     @classcall
@@ -466,6 +474,7 @@ class Sandbox(_SandboxBase["Sandbox"], SyncFront):
         super().__init__(info, data_plane, session)
         self.commands = Commands(self)
         self.files = Files(self)
+        self.desktop = Desktop(data_plane, session)
 
     def close(self) -> None:
         close_blocking(self._session)
@@ -520,6 +529,7 @@ class AsyncSandbox(_SandboxBase["AsyncSandbox"], AsyncFront):
         super().__init__(info, data_plane, session)
         self.commands = AsyncCommands(self)
         self.files = AsyncFiles(self)
+        self.desktop = AsyncDesktop(data_plane, session)
 
     async def close(self) -> None:
         await close_awaited(self._session)

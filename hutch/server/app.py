@@ -30,6 +30,7 @@ from hutch.server.middleware import MAX_JSON_BODY, BodyLimit
 from hutch.server.routes import (
     code,
     commands,
+    desktop,
     events,
     files,
     previews,
@@ -50,7 +51,7 @@ log = logging.getLogger("hutch.server")
 
 # In this order: FastAPI matches routes in the order they were added.
 ROUTERS = (sandboxes.router, secrets.router, previews.router, system.router, templates.router, commands.router,
-           files.router, code.router, snapshots.router, volumes.router, events.router, webhooks.router)
+           files.router, code.router, desktop.router, snapshots.router, volumes.router, events.router, webhooks.router)
 
 
 def _dump_tasks() -> None:

@@ -112,6 +112,25 @@ async def exchange(st: State, rec: SandboxRecord, port: int, method: str, target
     return Answer(answer.status_code, [(bytes(k), bytes(v)) for k, v in answer.headers], stream)
 
 
+@contextlib.asynccontextmanager
+async def tunnel(st: State, rec: SandboxRecord, port: int, *, anyone: bool = False) -> AsyncGenerator[Upstream, None]:
+    """A raw connection to `port` in the box (a WebSocket's, once upgraded), counted against the box
+    and its team as an exchange is while it is open. PortUnavailable if nothing listens there."""
+    hold = _Hold(rec, anyone)
+    try:
+        reader, writer = await _open(st, rec, port)
+    except BaseException:
+        hold.release()
+        raise
+    try:
+        yield reader, writer
+    finally:
+        hold.release()
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
 class _Hold:
     """An exchange counted against its box and its team (refused, 429, past either's cap) until
     released: once, by its body's end or, for a body never read, its collection. A public box's

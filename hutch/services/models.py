@@ -462,7 +462,7 @@ class AuditEntry(BaseModel):
     at: datetime
     actor: str  # the client's address, and its X-Hutch-Actor header (else its User-Agent)
     op: Literal["exec", "exit", "spawn", "signal", "file_write", "file_read", "dir_download", "file_remove",
-                "file_move", "dir_make", "run_code"]
+                "file_move", "dir_make", "run_code", "desktop"]
     detail: str  # the command, or the path
     exit_code: int | None  # a command's, once it ended
     outcome: str  # "ok", or the error code the call ended with

@@ -51,6 +51,7 @@ export const ServerCode = {
   BUILD_FINISHED: "build_finished",
   SECRET_EXISTS: "secret_exists",
   INTERPRETER_UNAVAILABLE: "interpreter_unavailable",
+  DESKTOP_UNAVAILABLE: "desktop_unavailable",
   SNAPSHOT_EXISTS: "snapshot_exists",
   SNAPSHOT_IN_USE: "snapshot_in_use",
   VOLUME_EXISTS: "volume_exists",

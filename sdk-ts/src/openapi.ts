@@ -1219,7 +1219,7 @@ export interface components {
              * Op
              * @enum {string}
              */
-            op: "exec" | "exit" | "spawn" | "signal" | "file_write" | "file_read" | "dir_download" | "file_remove" | "file_move" | "dir_make" | "run_code";
+            op: "exec" | "exit" | "spawn" | "signal" | "file_write" | "file_read" | "dir_download" | "file_remove" | "file_move" | "dir_make" | "run_code" | "desktop";
             /** Outcome */
             outcome: string;
         };

@@ -17,6 +17,7 @@ import pytest
 from xdist.scheduler import LoadScopeScheduling
 
 from hutch import AsyncSandbox, Sandbox
+from hutch.sdk.desktop import AsyncDesktop
 from hutch.sdk.process import AsyncProcess, AsyncProcessStdin
 from hutch.sdk.sandbox import AsyncCommands, AsyncFiles
 from tests.integration.internet import Internet, stand_in_internet
@@ -79,7 +80,7 @@ class _Loop:
 class Blocking:
     """Runs every call of an async SDK object to completion, so one test body serves both SDKs."""
 
-    WRAP = (AsyncSandbox, AsyncCommands, AsyncFiles, AsyncProcess, AsyncProcessStdin)
+    WRAP = (AsyncSandbox, AsyncCommands, AsyncFiles, AsyncDesktop, AsyncProcess, AsyncProcessStdin)
 
     def __init__(self, target: Any, loop: _Loop) -> None:
         self._target, self._loop = target, loop

@@ -71,7 +71,8 @@ EVERY_FLAG: dict[tuple[str, ...], tuple[list[str], dict[str, Any]]] = {
          "placement_wait": 5.0, "allow_unlimited_boxes": True,
          "webhook_allow": ["127.0.0.1,hooks.lan", "10.0.0.0/8"], "webhook_retry_for": 30.0, "team_max_webhooks": 3,
          "otlp_endpoint": "http://otel:4318"}),
-    ("build-base",): (["build-base", "--cache-dir", "/c"], {"fn": server.cmd_build_base, "cache_dir": Path("/c")}),
+    ("build-base",): (["build-base", "--cache-dir", "/c", "--desktop"], {"fn": server.cmd_build_base, "cache_dir": Path("/c"),
+                                                        "desktop": True}),
     ("team-create",): (["team-create", "acme", "--e2b", "--store", "postgresql://h/db"],
                        {"fn": server.cmd_team_create, "name": "acme", "e2b": True, "store": "postgresql://h/db"}),
     ("create",): (

@@ -1,0 +1,109 @@
+"""hutch's own desktop API (`sandbox.desktop`, sync and async) on a box of the `desktop` template:
+create at a resolution, screenshots, input, the pointer, and the live screen in a real browser
+through a private preview URL (noVNC over the preview proxy's WebSocket)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from hutch import ConflictError, Sandbox, ValidationError
+from tests.integration import pngs
+from tests.integration.support import Env, wait_for
+from tests.integration.test_console import _browser
+from tests.integration.test_desktop_e2b import needs_desktop
+
+
+def editor_window(box: Any) -> str:
+    found: list[str] = []
+
+    def shown() -> bool:
+        found[:] = box.commands.run("xdotool search --onlyvisible --class mousepad || true").stdout.split()
+        return bool(found)
+    wait_for(shown, 60, "the editor's window")
+    return found[0]
+
+
+def test_create_screenshot_and_input(sdk: Any) -> None:
+    needs_desktop()
+    started = time.monotonic()
+    box = sdk.create(name="desk", from_template="desktop", resolution=(1280, 720))
+    try:
+        first = box.desktop.screenshot()
+        print(f"create to first screenshot: {time.monotonic() - started:.1f} s")
+        assert first[:8] == pngs.MAGIC and pngs.decode(first)[:2] == (1280, 720)
+        assert box.desktop.screen_size() == (1280, 720)
+        box.commands.spawn("mousepad")
+        window = editor_window(box)
+        time.sleep(1)
+        empty = box.desktop.screenshot()
+        box.desktop.click(640, 360)
+        box.desktop.type("typed by hutch")
+        box.desktop.key("Return")
+        box.desktop.type("second line")
+        wait_for(lambda: box.commands.run(f"xdotool getwindowname {window}").stdout.startswith("*"), 20, "the edit")
+        typed = box.desktop.screenshot()
+        assert pngs.differing(empty, typed) > 200
+        box.desktop.key("ctrl+z")  # the editor's undo takes the last typing back: the keys reached it
+        wait_for(lambda: pngs.differing(typed, box.desktop.screenshot()) > 50, 20, "the undo")
+        box.desktop.move(100, 200)
+        assert box.desktop.cursor_position() == (100, 200)
+        box.desktop.drag((300, 300), (500, 400))
+        assert box.desktop.cursor_position() == (500, 400)
+        box.desktop.scroll("down", 3, x=640, y=360)
+        box.desktop.click(button="right")
+        box.desktop.key("Escape")
+        box.desktop.click(10, 10, count=2)
+        box.desktop.mouse_down()
+        box.desktop.mouse_up()
+        ops = [e.detail for e in box.get_audit_log().entries if e.op == "desktop"]
+        assert "xdotool key -- ctrl+z" in ops
+        with pytest.raises(ValidationError):
+            box.desktop.key("ctrl+s; rm -rf /")  # a key name is checked: nothing reaches a shell
+    finally:
+        box.kill()
+
+
+def test_a_box_without_a_desktop_says_so(box: Any) -> None:
+    with pytest.raises(ConflictError) as refused:
+        box.desktop.screenshot()
+    assert refused.value.code == "desktop_unavailable"
+
+
+def test_the_live_screen_in_a_browser(env: Env) -> None:
+    needs_desktop()
+    box = Sandbox.create(name="desk-stream", from_template="desktop")
+    driver = None
+    try:
+        url = box.desktop.stream_url()
+        assert "hutch_preview=" in url and "/vnc.html?" in url
+        assert [p.access for p in box.list_preview_ports()] == ["private"]
+        driver = _browser(env.server.data_dir)
+        driver.get(url)  # the signed link becomes the port's cookie; the page opens its WebSocket with it
+
+        def connected() -> bool:
+            assert driver is not None
+            size: list[int] | None = driver.execute_script(
+                "const c = document.querySelector('#noVNC_container canvas');"
+                "return c ? [c.width, c.height] : null;")
+            return size == [1024, 768]
+        try:
+            wait_for(connected, 60, "noVNC's canvas at the screen's size")
+        except AssertionError:
+            status = driver.execute_script("return document.getElementById('noVNC_status').textContent")
+            logs = box.commands.run("tail -5 /tmp/novnc.log /tmp/x11vnc.log; netstat -tln").stdout
+            raise AssertionError(f"noVNC did not connect: {status!r} at {driver.current_url}\n{logs}") from None
+        box.commands.spawn("mousepad")
+        editor_window(box)
+        # what the box draws reaches the browser: the canvas is no longer one colour
+        wait_for(lambda: driver.execute_script(
+            "const c = document.querySelector('#noVNC_container canvas');"
+            "const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+            "const s = new Set(); for (let i = 0; i < d.length; i += 4096) s.add(d[i] + ',' + d[i+1]); return s.size;")
+                 > 3, 30, "the screen drawn in the browser")
+    finally:
+        if driver is not None:
+            driver.quit()
+        box.kill()
