@@ -163,6 +163,121 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/data/v1/sandboxes/{sandbox_id}/desktop/actions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Act
+         * @description One input action: click, move, type, key, scroll, drag, mouse_down or mouse_up.
+         */
+        post: operations["act_data_v1_sandboxes__sandbox_id__desktop_actions_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/data/v1/sandboxes/{sandbox_id}/desktop/cursor": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Cursor */
+        get: operations["cursor_data_v1_sandboxes__sandbox_id__desktop_cursor_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/data/v1/sandboxes/{sandbox_id}/desktop/screen": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Screen */
+        get: operations["screen_data_v1_sandboxes__sandbox_id__desktop_screen_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/data/v1/sandboxes/{sandbox_id}/desktop/screenshot": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Screenshot
+         * @description The screen, as a PNG (the pointer drawn in).
+         */
+        get: operations["screenshot_data_v1_sandboxes__sandbox_id__desktop_screenshot_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/data/v1/sandboxes/{sandbox_id}/desktop/start": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start Desktop
+         * @description Xvfb at the size asked and an XFCE session, unless the desktop runs already (it keeps its size).
+         */
+        post: operations["start_desktop_data_v1_sandboxes__sandbox_id__desktop_start_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/data/v1/sandboxes/{sandbox_id}/desktop/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Stream
+         * @description x11vnc and noVNC running on the box's STREAM_PORT; the port and its page's path (publish the
+         *     port to reach it: the SDK's `stream_url` does, privately).
+         */
+        post: operations["stream_data_v1_sandboxes__sandbox_id__desktop_stream_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/data/v1/sandboxes/{sandbox_id}/files": {
         parameters: {
             query?: never;
@@ -1313,6 +1428,43 @@ export interface components {
          * @enum {string}
          */
         BuildStatus: "queued" | "running" | "ready" | "failed" | "cancelled";
+        /** ButtonPress */
+        ButtonPress: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            action: "mouse_down" | "mouse_up";
+            /**
+             * Button
+             * @default left
+             * @enum {string}
+             */
+            button?: "left" | "middle" | "right";
+        };
+        /** Click */
+        Click: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            action: "click";
+            /**
+             * Button
+             * @default left
+             * @enum {string}
+             */
+            button?: "left" | "middle" | "right";
+            /**
+             * Count
+             * @default 1
+             */
+            count?: number;
+            /** X */
+            x?: number | null;
+            /** Y */
+            y?: number | null;
+        };
         /**
          * CodeContext
          * @description A code-interpreter context: its own kernel, so its own variables.
@@ -1510,6 +1662,13 @@ export interface components {
              */
             url: string;
         };
+        /** Cursor */
+        Cursor: {
+            /** X */
+            x: number;
+            /** Y */
+            y: number;
+        };
         /**
          * DeliveryInfo
          * @description One attempt to deliver an event.
@@ -1545,6 +1704,28 @@ export interface components {
             /** Created */
             created: boolean;
             entry: components["schemas"]["FsEntry"];
+        };
+        /** Drag */
+        Drag: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            action: "drag";
+            /**
+             * Button
+             * @default left
+             * @enum {string}
+             */
+            button?: "left" | "middle" | "right";
+            /** To X */
+            to_x: number;
+            /** To Y */
+            to_y: number;
+            /** X */
+            x: number;
+            /** Y */
+            y: number;
         };
         /** EnvPair */
         EnvPair: {
@@ -1649,6 +1830,16 @@ export interface components {
              */
             type: "file" | "dir" | "symlink" | "other";
         };
+        /** Key */
+        Key: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            action: "key";
+            /** Combo */
+            combo: string;
+        };
         /**
          * LinkEnd
          * @description Where a link leads, every link on the way resolved, and what is there.
@@ -1684,6 +1875,18 @@ export interface components {
             read_only: boolean;
             /** Volume Id */
             volume_id: string;
+        };
+        /** Move */
+        Move: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            action: "move";
+            /** X */
+            x: number;
+            /** Y */
+            y: number;
         };
         /** MoveEntry */
         MoveEntry: {
@@ -2028,6 +2231,36 @@ export interface components {
          * @enum {string}
          */
         SandboxStatus: "active" | "pausing" | "paused" | "resuming" | "failed" | "deleted";
+        /** Screen */
+        Screen: {
+            /** Height */
+            height: number;
+            /** Width */
+            width: number;
+        };
+        /** Scroll */
+        Scroll: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            action: "scroll";
+            /**
+             * Amount
+             * @default 1
+             */
+            amount?: number;
+            /**
+             * Direction
+             * @default down
+             * @enum {string}
+             */
+            direction?: "up" | "down" | "left" | "right";
+            /** X */
+            x?: number | null;
+            /** Y */
+            y?: number | null;
+        };
         /** SecretAuditEntry */
         SecretAuditEntry: {
             /**
@@ -2186,6 +2419,24 @@ export interface components {
             /** User */
             user?: ("user" | "root") | null;
         };
+        /** StartDesktop */
+        StartDesktop: {
+            /**
+             * Dpi
+             * @default 96
+             */
+            dpi?: number;
+            /**
+             * Height
+             * @default 768
+             */
+            height?: number;
+            /**
+             * Width
+             * @default 1024
+             */
+            width?: number;
+        };
         /** StepUser */
         StepUser: {
             /**
@@ -2243,6 +2494,21 @@ export interface components {
             vcpu: number;
             /** Workdir */
             workdir: string | null;
+        };
+        /** TypeText */
+        TypeText: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            action: "type";
+            /**
+             * Delay Ms
+             * @default 12
+             */
+            delay_ms?: number;
+            /** Text */
+            text: string;
         };
         /**
          * UpdateSandbox
@@ -3247,6 +3513,642 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ProcessInfo"];
+                };
+            };
+            /** @description invalid input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no or a wrong API key or access token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no such thing (or not yours) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's state does not allow it */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a quota or a rate limit is reached */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's agent answered wrongly */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox or node cannot do it now */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the server's disk is full */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    act_data_v1_sandboxes__sandbox_id__desktop_actions_post: {
+        parameters: {
+            query?: never;
+            header?: {
+                "x-access-token"?: string | null;
+            };
+            path: {
+                sandbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Click"] | components["schemas"]["Move"] | components["schemas"]["TypeText"] | components["schemas"]["Key"] | components["schemas"]["Scroll"] | components["schemas"]["Drag"] | components["schemas"]["ButtonPress"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description invalid input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no or a wrong API key or access token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no such thing (or not yours) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's state does not allow it */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a quota or a rate limit is reached */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's agent answered wrongly */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox or node cannot do it now */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the server's disk is full */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    cursor_data_v1_sandboxes__sandbox_id__desktop_cursor_get: {
+        parameters: {
+            query?: never;
+            header?: {
+                "x-access-token"?: string | null;
+            };
+            path: {
+                sandbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Cursor"];
+                };
+            };
+            /** @description invalid input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no or a wrong API key or access token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no such thing (or not yours) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's state does not allow it */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a quota or a rate limit is reached */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's agent answered wrongly */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox or node cannot do it now */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the server's disk is full */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    screen_data_v1_sandboxes__sandbox_id__desktop_screen_get: {
+        parameters: {
+            query?: never;
+            header?: {
+                "x-access-token"?: string | null;
+            };
+            path: {
+                sandbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Screen"];
+                };
+            };
+            /** @description invalid input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no or a wrong API key or access token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no such thing (or not yours) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's state does not allow it */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a quota or a rate limit is reached */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's agent answered wrongly */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox or node cannot do it now */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the server's disk is full */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    screenshot_data_v1_sandboxes__sandbox_id__desktop_screenshot_get: {
+        parameters: {
+            query?: never;
+            header?: {
+                "x-access-token"?: string | null;
+            };
+            path: {
+                sandbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "image/png": unknown;
+                };
+            };
+            /** @description invalid input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no or a wrong API key or access token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no such thing (or not yours) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's state does not allow it */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a quota or a rate limit is reached */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's agent answered wrongly */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox or node cannot do it now */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the server's disk is full */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    start_desktop_data_v1_sandboxes__sandbox_id__desktop_start_post: {
+        parameters: {
+            query?: never;
+            header?: {
+                "x-access-token"?: string | null;
+            };
+            path: {
+                sandbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StartDesktop"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description invalid input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no or a wrong API key or access token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no such thing (or not yours) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's state does not allow it */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a quota or a rate limit is reached */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox's agent answered wrongly */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the sandbox or node cannot do it now */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the server's disk is full */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    stream_data_v1_sandboxes__sandbox_id__desktop_stream_post: {
+        parameters: {
+            query?: never;
+            header?: {
+                "x-access-token"?: string | null;
+            };
+            path: {
+                sandbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
                 };
             };
             /** @description invalid input */
