@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hutch.guest import protocol
-from hutch.node import roots
+from hutch.node import mounts, roots
 
 SUITE = "bookworm"
 PACKAGES = [
@@ -272,13 +272,13 @@ def build(cache_dir: Path, progress: Callable[[str], None] = print, recipe: Reci
     if shutil.which("mmdebstrap") is None:
         raise RuntimeError("mmdebstrap is not installed (apt-get install mmdebstrap)")
     work = root.parent.with_name(root.parent.name + ".partial")
-    shutil.rmtree(work, ignore_errors=True)
+    discard_partial(work)
     work.mkdir(parents=True)
     try:
         wheels = _fetch_wheels(recipe, work / "wheels")
         tarballs = _fetch_tarballs(recipe.tarballs, work / "npm", progress)
     except RuntimeError:
-        shutil.rmtree(work, ignore_errors=True)
+        discard_partial(work)
         raise
     argv = [
         "mmdebstrap", "--variant=minbase", f"--include={','.join(recipe.packages)}",
@@ -300,7 +300,7 @@ def build(cache_dir: Path, progress: Callable[[str], None] = print, recipe: Reci
         if line.startswith("I: "):
             progress("  " + line[3:])
     if proc.wait() != 0:
-        shutil.rmtree(work, ignore_errors=True)
+        discard_partial(work)
         raise RuntimeError("mmdebstrap failed:\n" + "\n".join(tail))
     roots.scrub(work / "rootfs")  # mmdebstrap's /dev nodes: a box's /dev is its own tmpfs
     shutil.rmtree(work / "wheels", ignore_errors=True)
@@ -309,6 +309,14 @@ def build(cache_dir: Path, progress: Callable[[str], None] = print, recipe: Reci
     work.rename(root.parent)
     progress(f"{recipe.name} template ready: {root}")
     return root
+
+
+def discard_partial(work: Path) -> None:
+    """A build's partial directory, gone. An mmdebstrap stopped midway leaves the host's /proc,
+    /sys, /dev/pts and /dev/shm mounted in its root: they are detached first, or the removal
+    would delete through them."""
+    mounts.unmount_under(work)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def _fetch_wheels(recipe: Recipe, into: Path) -> list[Path]:
