@@ -13,6 +13,7 @@ from pathlib import Path
 from hutch.errors import ApiError, Code
 from hutch.node import boxcmd
 from hutch.node.spec import Limits
+from hutch.services import system_templates
 from hutch.services.config import ServerConfig
 from hutch.services.secrets import Secrets
 from hutch.services.system_templates import BASE_TEMPLATE_ID
@@ -28,8 +29,11 @@ class BoxSetup:
     def template(self, team_id: str, ref: str | None) -> TemplateRecord:
         """The template a create boots from (the base unless it names one), with a finished build."""
         template = self.store.get_template(ref or BASE_TEMPLATE_ID, team_id)
+        if template is None:  # a system template built since the start is registered now
+            missing = system_templates.register_late(self.config, self.store, ref) if ref else None
+            template = self.store.get_template(ref, team_id) if ref and not missing else None
         if template is None:
-            raise ApiError(Code.TEMPLATE_NOT_FOUND, f"template {ref!r} does not exist")
+            raise ApiError(Code.TEMPLATE_NOT_FOUND, missing or f"template {ref!r} does not exist")
         if template.rootfs is None:
             raise ApiError(Code.TEMPLATE_NOT_READY, f"template {template.name!r} has no finished build yet "
                                                       "(wait for its build, or see why it failed)")

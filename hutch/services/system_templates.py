@@ -5,6 +5,8 @@ desktop once `hutch build-base --desktop` has built its."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,21 +35,53 @@ DESKTOP_DISPLAY = ":0"
 DESKTOP_MEMORY_MIB = 2048
 
 
+@dataclass(frozen=True)
+class BuiltOnDemand:
+    """System templates whose root `hutch build-base` builds (the option that asks for it): each
+    registered once its root is built."""
+
+    names: tuple[str, ...]
+    recipe: base_image.Recipe
+    option: str
+    spec: Callable[[ServerConfig], dict[str, Any]]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+ON_DEMAND = (
+    BuiltOnDemand(CODE_INTERPRETER_TEMPLATES, base_image.CODE_INTERPRETER, "",
+                  lambda config: {"start_cmd": CODE_INTERPRETER_START, "ready_cmd": CODE_INTERPRETER_READY,
+                                  "ready_timeout_seconds": 120}),
+    BuiltOnDemand(DESKTOP_TEMPLATES, base_image.DESKTOP, " --desktop",
+                  lambda config: {"memory_mib": max(config.memory_mib, DESKTOP_MEMORY_MIB)}, {"DISPLAY": DESKTOP_DISPLAY}),
+)
+
+
 def register_system_templates(config: ServerConfig, store: Store, rootfs: Path) -> None:
-    """The base, and the code interpreter once `hutch build-base` has built its root on this host
-    (in a fleet, every node's cache has the same paths)."""
+    """The base, and the others whose roots `hutch build-base` has built on this host (in a fleet,
+    every node's cache has the same paths)."""
     _register(config, store, BASE_TEMPLATE, rootfs, {})
-    if base_image.is_built(config.cache_dir, base_image.CODE_INTERPRETER):
-        interpreter = base_image.base_root_path(config.cache_dir, base_image.CODE_INTERPRETER)
-        for name in CODE_INTERPRETER_TEMPLATES:
-            _register(config, store, name, interpreter, {"start_cmd": CODE_INTERPRETER_START,
-                                                         "ready_cmd": CODE_INTERPRETER_READY,
-                                                         "ready_timeout_seconds": 120})
-    if base_image.is_built(config.cache_dir, base_image.DESKTOP):
-        desktop = base_image.base_root_path(config.cache_dir, base_image.DESKTOP)
-        for name in DESKTOP_TEMPLATES:
-            _register(config, store, name, desktop, {"memory_mib": max(config.memory_mib, DESKTOP_MEMORY_MIB)},
-                      env={"DISPLAY": DESKTOP_DISPLAY})
+    for group in ON_DEMAND:
+        if base_image.is_built(config.cache_dir, group.recipe):
+            _register_group(config, store, group)
+
+
+def register_late(config: ServerConfig, store: Store, name: str) -> str | None:
+    """For a create naming a system template that is not registered: registered now if its root
+    was built since the server started (`hutch build-base --desktop` while it runs), and None;
+    else why it is missing, for the create's refusal (None for a name that is no system template's)."""
+    for group in ON_DEMAND:
+        if name in group.names:
+            if not base_image.is_built(config.cache_dir, group.recipe):
+                return (f"template {name!r} is a system template whose root is not built on this server: "
+                        f"run `hutch build-base{group.option}` on it")
+            _register_group(config, store, group)
+    return None
+
+
+def _register_group(config: ServerConfig, store: Store, group: BuiltOnDemand) -> None:
+    root = base_image.base_root_path(config.cache_dir, group.recipe)
+    for name in group.names:
+        _register(config, store, name, root, group.spec(config), env=group.env)
 
 
 def _register(config: ServerConfig, store: Store, name: str, rootfs: Path, extra: dict[str, Any],

@@ -22,8 +22,13 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
+from hutch.errors import ApiError, Code
+from hutch.node import base_image
+from hutch.secrets.vault import Vault
+from hutch.services.boxsetup import BoxSetup
 from hutch.services.config import ServerConfig
 from hutch.services.retention import LogRetention
+from hutch.services.secrets import Secrets
 from hutch.store import (
     API_KEY_PREFIX,
     E2B_KEY_PREFIX,
@@ -961,3 +966,22 @@ def test_retention_passes_come_a_minute_apart_or_within_a_tenth_of_a_short_reten
         store: Store, tmp_path: Path, days: float, seconds: int) -> None:
     retention = LogRetention(ServerConfig(data_dir=tmp_path, audit_retention_days=days), store)
     assert retention.every_seconds == seconds
+
+
+def test_a_system_template_built_while_the_server_runs_is_registered_at_its_first_create(
+        store: Store, tmp_path: Path) -> None:
+    """`hutch build-base --desktop` on a running server: the next create naming `desktop` finds it;
+    before the build, the refusal says how to build it."""
+    config = ServerConfig(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache")
+    setup = BoxSetup(config, store, Secrets(store, Vault(tmp_path / "vault.key")))
+    with pytest.raises(ApiError) as refused:
+        setup.template("team", "desktop")
+    assert refused.value.code == Code.TEMPLATE_NOT_FOUND and "hutch build-base --desktop" in refused.value.message
+    with pytest.raises(ApiError) as unknown:
+        setup.template("team", "no-such")
+    assert unknown.value.message == "template 'no-such' does not exist"
+    root = base_image.base_root_path(config.cache_dir, base_image.DESKTOP)
+    (root / "usr/bin").mkdir(parents=True)
+    (root / "usr/bin/python3").write_text("")  # what is_built looks for: the root is built
+    template = setup.template("team", "desktop")
+    assert template.name == "desktop" and template.rootfs == str(root) and template.env == {"DISPLAY": ":0"}
