@@ -182,7 +182,7 @@ def cmd_build_base(args: argparse.Namespace) -> int:
         except RuntimeError as e:
             print(f"error: the desktop template could not be built: {e}", file=sys.stderr)
             return 1
-        print(f"{base_image.DESKTOP.name} template: {root} (a running server registers it at its next start)")
+        print(f"{base_image.DESKTOP.name} template: {root} (a running server registers it at the first create naming it)")
     return 0
 
 
