@@ -25,7 +25,7 @@ import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hutch import e2b
-from hutch.e2b import rest
+from hutch.e2b import rest, wsports
 from hutch.e2b.envd import ENVD_PORT, HOST_FORM
 from hutch.errors import Code
 
@@ -105,7 +105,9 @@ class HostListener:
     def __init__(self, app: ASGIApp, domain: str, certfile: str, keyfile: str) -> None:
         self.config = uvicorn.Config(HostRouter(app, domain), lifespan="off", log_level="warning", access_log=False,
                                      loop="asyncio", ssl_certfile=certfile, ssl_keyfile=keyfile,
-                                     timeout_graceful_shutdown=5, ws="websockets")
+                                     timeout_graceful_shutdown=5, ws="websockets",
+                                     # a message is held whole before the app sees it (wsports): small queues
+                                     ws_max_size=wsports.MAX_MESSAGE + 4096, ws_max_queue=2)
         self.server = uvicorn.Server(self.config)
         self._sockets: list[socket.socket] = []
         self._ticks: asyncio.Task[None] | None = None

@@ -5,8 +5,9 @@ The token is envd's own check (`sandbox_of`), taken from `X-Access-Token` or, as
 interpreter's client sends it on its context calls, `E2B-Traffic-Access-Token` (hutch's traffic
 token is the box's access token). A wrong one is envd's 401. The request goes through
 hutch.services.boxport (the agent's tunnel, h11 framing, a bounded head, the answer streamed);
-hop-by-hop headers and cookies stay behind, and the answer is sandboxed (CSP), since it is served
-from hutch's own origin. An answer the box cuts short ends the client's response unfinished, so
+hop-by-hop headers and cookies stay behind, and on envd's URL the answer is sandboxed (CSP), since
+it is served from hutch's own origin; at the port's own E2B host name (`<port>-<id>.<domain>`) it is
+an origin of its own, and its pages run (noVNC's). An answer the box cuts short ends the client's response unfinished, so
 the client sees a broken stream, not a short one, and only once the store says whether the box is
 going (a kill): E2B's SDK then asks.
 """

@@ -19,6 +19,7 @@ import logging
 from starlette.requests import HTTPConnection
 from starlette.types import Receive, Scope, Send
 from websockets.client import ClientProtocol
+from websockets.exceptions import WebSocketException
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
 from websockets.uri import parse_uri
@@ -27,11 +28,13 @@ from hutch.e2b import ports
 from hutch.e2b.common import StateGetter
 from hutch.errors import ApiError
 from hutch.services import boxport
+from hutch.store import SandboxStatus
 
 log = logging.getLogger("hutch.e2b")
 
 MAX_MESSAGE = 16 * 1024 * 1024  # a VNC frame update of a large screen, with room
 HANDSHAKE_SECONDS = 30.0
+DRAIN_SECONDS = 30.0  # a side that reads nothing of what is sent to it this long is closed
 READ = 64 * 1024
 CLOSE_ERROR = 1011  # the box's server could not be reached or refused the upgrade
 
@@ -42,7 +45,7 @@ async def forward(get_state: StateGetter, scope: Scope, receive: Receive, send: 
     port = ports.port_of(scope) or 0
     try:
         st, rec, anyone = ports.opened(get_state, conn, port)
-        if not port:
+        if not port or rec.status == SandboxStatus.FAILED:
             raise boxport.PortUnavailable(boxport.NOT_OPEN)
         async with boxport.tunnel(st, rec, port, anyone=anyone) as (reader, writer):
             box = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}{_target(scope)}"),
@@ -56,7 +59,7 @@ async def forward(get_state: StateGetter, scope: Scope, receive: Receive, send: 
                 return
             await send({"type": "websocket.accept", "subprotocol": answer.headers.get("Sec-WebSocket-Protocol")})
             await _pump(box, reader, writer, receive, send)
-    except (ApiError, boxport.PortUnavailable, OSError, TimeoutError) as e:
+    except (ApiError, boxport.PortUnavailable, OSError, TimeoutError, WebSocketException) as e:
         log.info("a WebSocket to a box's port was refused: %s", e)
         with contextlib.suppress(Exception):
             await send({"type": "websocket.close", "code": CLOSE_ERROR})
@@ -97,7 +100,7 @@ async def _pump(box: ClientProtocol, reader: asyncio.StreamReader, writer: async
             elif message.get("text") is not None:
                 box.send_text(message["text"].encode())
             writer.write(b"".join(box.data_to_send()))
-            await writer.drain()
+            await asyncio.wait_for(writer.drain(), DRAIN_SECONDS)
 
     async def to_client() -> None:
         parts: list[bytes] = []
@@ -125,8 +128,9 @@ async def _pump(box: ClientProtocol, reader: asyncio.StreamReader, writer: async
                     await send({"type": "websocket.send", **({"text": whole.decode("utf-8", "replace")}
                                                              if kind == Opcode.TEXT else {"bytes": whole})})
             pending = box.data_to_send()
-            if pending:
+            if pending:  # pongs, a close: a box that pings and never reads must not grow the host's buffer
                 writer.write(b"".join(pending))
+                await asyncio.wait_for(writer.drain(), DRAIN_SECONDS)
             if not data:
                 await send({"type": "websocket.close", "code": 1000})
                 return

@@ -316,6 +316,8 @@ def discard_partial(work: Path) -> None:
     /sys, /dev/pts and /dev/shm mounted in its root: they are detached first, or the removal
     would delete through them."""
     mounts.unmount_under(work)
+    if left := mounts.mounts_under(work):  # never delete through one
+        raise RuntimeError(f"{work} still has mounts that could not be detached: {', '.join(left)}")
     shutil.rmtree(work, ignore_errors=True)
 
 

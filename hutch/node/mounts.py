@@ -48,15 +48,20 @@ def unmount(path: Path) -> None:
     libc.umount2(str(path).encode(), MNT_DETACH)
 
 
-def unmount_under(root: Path) -> None:
-    """Detach every mount at or below `root`, deepest first (what a crashed process left)."""
+def mounts_under(root: Path) -> list[str]:
+    """The mount points at or below `root`."""
     prefix = str(root).rstrip("/") + "/"
     points = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         point = line.split()[4].encode().decode("unicode_escape")  # spaces and the like are \ooo-escaped
         if point == str(root) or point.startswith(prefix):
             points.append(point)
-    for point in sorted(points, key=len, reverse=True):
+    return points
+
+
+def unmount_under(root: Path) -> None:
+    """Detach every mount at or below `root`, deepest first (what a crashed process left)."""
+    for point in sorted(mounts_under(root), key=len, reverse=True):
         unmount(Path(point))
 
 

@@ -77,6 +77,8 @@ def pin_agent(binary: Path, pins_dir: Path) -> tuple[str, Path]:
     pinned = pins_dir / digest
     if not (pinned / protocol.AGENT_BINARY).is_file():
         pins_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+        for stale in pins_dir.glob(".new-*"):  # a copy a crash cut short (one server runs on a data dir)
+            shutil.rmtree(stale, ignore_errors=True)
         work = Path(tempfile.mkdtemp(dir=pins_dir, prefix=".new-"))
         try:
             shutil.copyfile(binary, work / protocol.AGENT_BINARY)
@@ -143,6 +145,9 @@ class AgentRuntime:
             pinned = self.pins_dir / bin_sum
             if (pinned / protocol.AGENT_BINARY).is_file():
                 return bin_sum, pinned
+        if bin_sum and bin_sum != self.bin_sum:  # another node's, or removed: the restore may not take
+            log.warning("the agent a checkpoint ran (%r) is not kept here: restoring with this one (%s)",
+                        bin_sum[:64], self.bin_sum)
         return self.bin_sum, self.bin_dir
 
     def argv(self) -> list[str]:

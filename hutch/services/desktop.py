@@ -14,11 +14,14 @@ from __future__ import annotations
 import re
 import secrets
 import shlex
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from hutch.errors import ApiError, Code
+from hutch.node.agent import read_capped
+from hutch.node.api import AgentProtocolError
 from hutch.services.models import RunCommand, Strict
 from hutch.store import SandboxRecord
 
@@ -28,7 +31,8 @@ if TYPE_CHECKING:
 STREAM_PORT = 6080  # noVNC's page and its WebSocket (websockify), as e2b-desktop has them
 VNC_PORT = 5900
 MAX_SCREENSHOT = 64 * 2**20
-ACTION_SECONDS = 60.0  # one action (a long text typed at xdotool's pace included)
+ACTION_SECONDS = 60.0  # one action, past the time its text takes to type
+TYPE_SECONDS = 600  # the most one text may take to type at its delay (refused past it)
 START_SECONDS = 120.0
 BUTTONS = {"left": 1, "middle": 2, "right": 3}
 # xdotool's key names, joined by "+": letters, digits, keysyms (Return, ctrl, F5, KP_Enter, ...)
@@ -43,10 +47,21 @@ class StartDesktop(Strict):
     dpi: Annotated[int, Field(ge=50, le=600)] = 96
 
 
-class Click(Strict):
-    action: Literal["click"]
-    x: Coordinate | None = None  # both or neither: at the pointer where it is
+class _At(Strict):
+    """An action at x, y, or at the pointer where it is: both or neither."""
+
+    x: Coordinate | None = None
     y: Coordinate | None = None
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> _At:
+        if (self.x is None) != (self.y is None):
+            raise ValueError("give both x and y, or neither (the pointer stays where it is)")
+        return self
+
+
+class Click(_At):
+    action: Literal["click"]
     button: Button = "left"
     count: Annotated[int, Field(ge=1, le=3)] = 1
 
@@ -59,8 +74,19 @@ class Move(Strict):
 
 class TypeText(Strict):
     action: Literal["type"]
-    text: Annotated[str, Field(max_length=10_000)]
+    text: Annotated[str, Field(max_length=10_000, pattern=r"^[^\x00]*$")]  # no NUL: no command carries one
     delay_ms: Annotated[int, Field(ge=0, le=1000)] = 12
+
+    @model_validator(mode="after")
+    def _typed_in_time(self) -> TypeText:
+        if len(self.text) * self.delay_ms > TYPE_SECONDS * 1000:
+            raise ValueError(f"the text would take over {TYPE_SECONDS} s to type at {self.delay_ms} ms a character")
+        return self
+
+    @property
+    def seconds(self) -> float:
+        """About how long typing it takes: its delays and xdotool's own pace (~5 ms a character)."""
+        return len(self.text) * (self.delay_ms + 5) / 1000
 
 
 class Key(Strict):
@@ -68,12 +94,10 @@ class Key(Strict):
     combo: Annotated[str, Field(max_length=200, pattern=KEY_COMBO.pattern)]  # "ctrl+s", "Return"
 
 
-class Scroll(Strict):
+class Scroll(_At):
     action: Literal["scroll"]
     direction: Literal["up", "down", "left", "right"] = "down"
     amount: Annotated[int, Field(ge=1, le=100)] = 1
-    x: Coordinate | None = None
-    y: Coordinate | None = None
 
 
 class Drag(Strict):
@@ -109,8 +133,6 @@ def command_of(action: Click | Move | TypeText | Key | Scroll | Drag | ButtonPre
     a second move to the same point took 15.6 s); one connection's requests are taken in order."""
     match action:
         case Click(x=x, y=y, button=button, count=count):
-            if (x is None) != (y is None):
-                raise ApiError(Code.INVALID_REQUEST, "give both x and y, or neither (the pointer stays where it is)")
             at = f"mousemove {x} {y} " if x is not None else ""
             return f"xdotool {at}click --repeat {count} {BUTTONS[button]}"
         case Move(x=x, y=y):
@@ -130,6 +152,14 @@ def command_of(action: Click | Move | TypeText | Key | Scroll | Drag | ButtonPre
         case ButtonPress(action=kind, button=button):
             return f"xdotool {'mousedown' if kind == 'mouse_down' else 'mouseup'} {BUTTONS[button]}"
     raise AssertionError(action)
+
+
+def audited(action: Click | Move | TypeText | Key | Scroll | Drag | ButtonPress) -> str:
+    """What the audit log keeps of an action: its command, but for a text only its length (a
+    password typed into a page must not be kept for the log's retention)."""
+    if isinstance(action, TypeText):
+        return f"xdotool type ({len(action.text)} characters)"
+    return command_of(action)
 
 
 def start_command(start: StartDesktop) -> str:
@@ -172,16 +202,17 @@ class Desktops:
         await self._run(rec, start_command(start), START_SECONDS)
 
     async def act(self, rec: SandboxRecord, action: Click | Move | TypeText | Key | Scroll | Drag | ButtonPress) -> None:
-        await self._run(rec, command_of(action))
+        extra = action.seconds if isinstance(action, TypeText) else 0.0
+        await self._run(rec, command_of(action), ACTION_SECONDS + extra)
 
     async def cursor(self, rec: SandboxRecord) -> Cursor:
         out = await self._run(rec, "xdotool getmouselocation --shell")
-        values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-        return Cursor(x=int(values.get("X", 0)), y=int(values.get("Y", 0)))
+        x, y = _numbers(rec, re.search(r"^X=(\d{1,5})\nY=(\d{1,5})$", out, re.MULTILINE), "pointer")
+        return Cursor(x=x, y=y)
 
     async def screen(self, rec: SandboxRecord) -> Screen:
         out = await self._run(rec, "xdpyinfo | sed -n 's/^ *dimensions: *\\([0-9]*\\)x\\([0-9]*\\) .*/\\1 \\2/p'")
-        width, height = (int(v) for v in out.split()[:2])
+        width, height = _numbers(rec, re.fullmatch(r"(\d{1,5}) (\d{1,5})\n?", out), "screen size")
         return Screen(width=width, height=height)
 
     async def screenshot(self, rec: SandboxRecord) -> bytes:
@@ -192,10 +223,23 @@ class Desktops:
             head, body = await self.data.read_file(rec, path)
             if head.size is not None and head.size > MAX_SCREENSHOT:
                 raise ApiError(Code.DESKTOP_UNAVAILABLE, "the screenshot is larger than hutch takes")
-            return b"".join([chunk async for chunk in body])
+            try:  # its size is the box's word, and a chunked answer says none: counted as it comes
+                return await read_capped(body, MAX_SCREENSHOT)
+            except AgentProtocolError:
+                raise ApiError(Code.DESKTOP_UNAVAILABLE, "the screenshot is larger than hutch takes") from None
+            finally:
+                if isinstance(body, AsyncGenerator):
+                    await body.aclose()
         finally:
             await self.data.remove(rec, path)
 
     async def stream(self, rec: SandboxRecord) -> None:
         """x11vnc and noVNC running, on STREAM_PORT of the box."""
         await self._run(rec, STREAM_COMMAND)
+
+
+def _numbers(rec: SandboxRecord, found: re.Match[str] | None, what: str) -> tuple[int, int]:
+    """Two numbers the box printed (its xdotool's or xdpyinfo's): anything else is its failure."""
+    if found is None:
+        raise ApiError(Code.DESKTOP_UNAVAILABLE, f"the desktop of sandbox {rec.id} did not say its {what}")
+    return int(found.group(1)), int(found.group(2))

@@ -55,7 +55,7 @@ def next_steps(due: list[tuple[str, str, bool]], running: dict[str, tuple[str, A
 class Lifetimes:
     def __init__(self, store: Store, pause: Step, kill: Step, settle_stuck: Callable[[], Awaitable[None]],
                  prune_logs: Callable[[], int], prune_every: int) -> None:
-        """`prune_every`: ticks between two passes of the logs' retention (`prune_logs`)."""
+        """`prune_every`: seconds between two passes of the logs' retention (`prune_logs`)."""
         self.store, self.pause, self.kill = store, pause, kill
         self.settle_stuck, self.prune_logs, self.prune_every = settle_stuck, prune_logs, prune_every
         self._steps: dict[str, tuple[str, asyncio.Task[None]]] = {}  # one per box: its team's, its task
@@ -73,6 +73,7 @@ class Lifetimes:
 
     async def _run(self, every: float) -> None:
         ticks = 0
+        prune_ticks = max(1, round(self.prune_every / every))
         while True:
             await asyncio.sleep(every)
             ticks += 1
@@ -82,7 +83,7 @@ class Lifetimes:
                 except Exception:
                     log.exception("settling stuck pauses and resumes failed")
             # at the first tick too: a server that restarts often still prunes
-            if ticks % self.prune_every == 1 % self.prune_every:
+            if ticks % prune_ticks == 1 % prune_ticks:
                 try:
                     await asyncio.to_thread(self.prune_logs)
                 except Exception:

@@ -1,16 +1,14 @@
 """The data plane's desktop (/data/v1/sandboxes/{id}/desktop): a desktop box's screen and input
 (hutch.services.desktop). The box's token opens them; each is one command in the box, audited as
-`desktop` with the command it ran."""
+`desktop` with the command it ran (a typed text by its length only)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from hutch.errors import ApiError
 from hutch.server.auth import ActorDep, BoxDep
 from hutch.server.state import StateDep
-from hutch.services import audit
-from hutch.services.desktop import STREAM_PAGE, STREAM_PORT, Action, Cursor, Desktops, Screen, StartDesktop, command_of
+from hutch.services.desktop import STREAM_PAGE, STREAM_PORT, Action, Cursor, Desktops, Screen, StartDesktop, audited
 from hutch.services.desktop import start_command as desktop_start_command
 
 router = APIRouter(prefix="/data/v1/sandboxes/{sandbox_id}/desktop")
@@ -34,12 +32,7 @@ async def screenshot(rec: BoxDep, st: StateDep) -> Response:
 @router.post("/actions", status_code=204)
 async def act(body: Action, rec: BoxDep, st: StateDep, who: ActorDep) -> Response:
     """One input action: click, move, type, key, scroll, drag, mouse_down or mouse_up."""
-    try:
-        command = command_of(body)
-    except ApiError as e:
-        st.audit.add(rec, who, "desktop", body.action, audit.Outcome(outcome=e.code))
-        raise
-    async with st.audit.record(rec, who, "desktop", command):
+    async with st.audit.record(rec, who, "desktop", audited(body)):
         await Desktops(st.data).act(rec, body)
     return Response(status_code=204)
 
