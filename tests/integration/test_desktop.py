@@ -4,6 +4,7 @@ through a private preview URL (noVNC over the preview proxy's WebSocket)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -107,3 +108,62 @@ def test_the_live_screen_in_a_browser(env: Env) -> None:
         if driver is not None:
             driver.quit()
         box.kill()
+
+
+def test_the_mcp_servers_desktop_tools(monkeypatch: pytest.MonkeyPatch) -> None:
+    """desktop_screenshot (an image result), desktop_click, desktop_type, desktop_key, as an agent's MCP
+    client calls them, on a box sandbox_create made from the desktop template."""
+    needs_desktop()
+    import base64
+    import json
+
+    from mcp import Client
+
+    from hutch.integrations.mcp_server import build
+
+    monkeypatch.setenv("HUTCH_ACTOR", "hutch-mcp")  # build() sets it when unset: kept to this test
+
+    async def go() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with Client(build()) as client:
+            async def tool(tool_name: str, **args: Any) -> Any:
+                """The tool's first content block, as it went over the wire."""
+                return (await client.call_tool(tool_name, args)).content[0].model_dump(by_alias=True, mode="json")
+
+            made = await tool("sandbox_create", name="mcp-desk", template="desktop", resolution=[800, 600])
+            sid = out["id"] = json.loads(made["text"])["id"]
+            try:
+                shot = await tool("desktop_screenshot", sandbox_id=sid)
+                out["shot"] = (shot["type"], shot["mimeType"], base64.b64decode(shot["data"]))
+                await tool("sandbox_exec", sandbox_id=sid, command="mousepad >/dev/null 2>&1 &")
+                box = Sandbox.connect(sid)
+                window = editor_window(box)
+                time.sleep(1)
+                empty = box.desktop.screenshot()
+                out["click"] = (await tool("desktop_click", sandbox_id=sid, x=400, y=300))["text"]
+                out["type"] = (await tool("desktop_type", sandbox_id=sid, text="from mcp"))["text"]
+                out["key"] = (await tool("desktop_key", sandbox_id=sid, combo="Return"))["text"]
+                wait_for(lambda: box.commands.run(f"xdotool getwindowname {window}").stdout.startswith("*"), 20,
+                         "the edit")
+                typed = await tool("desktop_screenshot", sandbox_id=sid)
+                out["changed"] = pngs.differing(empty, base64.b64decode(typed["data"]))
+                out["bad_key"] = (await tool("desktop_key", sandbox_id=sid, combo="ctrl+s; reboot"))["text"]
+                out["actors"] = {e.actor.split(" ")[-1] for e in box.get_audit_log().entries if e.op == "desktop"}
+                box.close()
+            finally:
+                await tool("sandbox_kill", sandbox_id=sid)
+            plain = json.loads((await tool("sandbox_create", name="mcp-plain"))["text"])["id"]
+            try:
+                out["no_desktop"] = (await tool("desktop_screenshot", sandbox_id=plain))["text"]
+            finally:
+                await tool("sandbox_kill", sandbox_id=plain)
+        return out
+
+    out = asyncio.run(go())
+    kind, mime, png = out["shot"]
+    assert (kind, mime) == ("image", "image/png") and pngs.decode(png)[:2] == (800, 600)
+    assert out["click"] == "clicked left at (400, 300)" and out["type"] == "typed 8 characters"
+    assert out["key"] == "pressed Return" and out["changed"] > 200
+    assert out["bad_key"].startswith("error: invalid_request: key.combo"), out["bad_key"]
+    assert out["actors"] == {"hutch-mcp"}
+    assert out["no_desktop"].startswith("error: desktop_unavailable"), out["no_desktop"]
