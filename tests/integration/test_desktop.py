@@ -167,3 +167,55 @@ def test_the_mcp_servers_desktop_tools(monkeypatch: pytest.MonkeyPatch) -> None:
     assert out["bad_key"].startswith("error: invalid_request: key.combo"), out["bad_key"]
     assert out["actors"] == {"hutch-mcp"}
     assert out["no_desktop"].startswith("error: desktop_unavailable"), out["no_desktop"]
+
+
+def test_an_agent_on_the_scripted_model_drives_the_desktop_through_mcp(env: Env) -> None:
+    """The OpenAI Agents SDK's loop, the scripted model in place of an LLM, the MCP server's desktop tools:
+    the screenshot reaches the agent's loop as an image (a PNG data URL), each action as its text. (Its
+    Chat Completions model leaves images out of tool messages, as OpenAI's API takes none there: the
+    scripted model, which speaks that API, reads "[tool output omitted]" for the screenshot.)"""
+    needs_desktop()
+    import base64
+    import json
+    import sys
+
+    from agents import Runner
+    from agents.mcp import MCPServerStdio
+
+    from hutch.integrations.scripted_model import Script, ScriptedModel, answer, call, text_of
+    from tests.integration.test_integrations import _agent, _client_env
+
+    made: dict[str, str] = {}
+
+    def on_made_box(tool: str, **args: Any) -> Any:
+        def step(messages: list[dict[str, Any]]) -> Any:
+            if not made:
+                made["id"] = json.loads(next(text_of(m) for m in messages if m.get("role") == "tool"))["id"]
+            return call(tool, sandbox_id=made["id"], **args)
+        return step
+
+    async def go() -> tuple[str, list[Any], list[str]]:
+        script: Script = [call("sandbox_create", name="agent-desk", template="desktop", resolution=[800, 600]),
+                          on_made_box("desktop_screenshot"), on_made_box("desktop_click", x=400, y=300),
+                          on_made_box("desktop_type", text="hello"), on_made_box("desktop_key", combo="ctrl+a"),
+                          on_made_box("sandbox_kill"), answer("done")]
+        with ScriptedModel(script) as model:
+            async with MCPServerStdio(params={"command": sys.executable, "args": ["-m", "hutch.cli", "mcp", "serve"],
+                                              "env": _client_env(env)}, client_session_timeout_seconds=180) as mcp:
+                result = await Runner.run(_agent(model, [], mcp_servers=[mcp]), "use the desktop")
+            raw: list[Any] = [item.raw_item for item in result.new_items if item.type == "tool_call_output_item"]
+            outputs = [r["output"] for r in raw]
+            return str(result.final_output), outputs, model.tool_results()
+
+    try:
+        final, outputs, read = asyncio.run(go())
+    finally:
+        if made:
+            Sandbox.kill_by_id(made["id"])
+    assert final == "done"
+    image = outputs[1][0]
+    assert image["type"] == "input_image" and image["image_url"].startswith("data:image/png;base64,")
+    assert pngs.decode(base64.b64decode(image["image_url"].split(",", 1)[1]))[:2] == (800, 600)
+    assert [o[0]["text"] for o in outputs[2:]] == ["clicked left at (400, 300)", "typed 5 characters",
+                                                   "pressed ctrl+a", f"killed {made['id']}"]
+    assert read[1] == "[tool output omitted]"
