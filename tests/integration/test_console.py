@@ -276,6 +276,13 @@ def test_a_desktop_boxs_live_screen(browser: WebDriver, env: Env, sandbox: Sandb
         signed_out = httpx.get(f"{env.url}/console/boxes/{desk.id}/screen.png")
         assert signed_out.status_code == 303 and signed_out.headers["location"] == "/console/sign-in"
         assert not [e for e in desk.get_audit_log().entries if e.op == "desktop" and "scrot" in e.detail]
+        desk.pause()  # the page says there is no screen now, and its reloads never resume the box
+        wait_until(lambda: browser.find_element(By.ID, "screen-status").is_displayed(), "no screen, said")
+        paused = httpx.get(f"{env.url}/console/boxes/{desk.id}/screen.png",
+                           cookies={"hutch_console": console_cookie(browser)["value"]})
+        assert paused.status_code == 409 and "paused" in paused.text
+        time.sleep(4)
+        assert desk.get_info().status == "paused"
     finally:
         desk.kill()
 
