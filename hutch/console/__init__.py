@@ -1,6 +1,7 @@
 """The web console at /console: server-rendered pages (Jinja) with htmx for the live parts and
-xterm.js for the terminal, both vendored in static/; a team signs in with its API key, and every
-action goes through the services and the audit the API's routes use."""
+xterm.js for the terminal, both vendored in static/, and a refreshing screenshot for a desktop box's
+screen; a team signs in with its API key, and every action goes through the services and the audit
+the API's routes use."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
-from hutch.console import boxes, events, session, team, terminal, volumes
+from hutch.console import boxes, events, screen, session, team, terminal, volumes
 from hutch.console.pages import page, see_other
 from hutch.errors import ApiError
 from hutch.server.state import State
@@ -39,7 +40,7 @@ def app(get_state: Callable[[], State]) -> FastAPI:
     console.add_exception_handler(session.SignedOut, _signed_out)
     console.add_exception_handler(ApiError, _refused)
     # in this order: boxes' /{action} is a catch-all
-    for router in (team.router, terminal.router, volumes.router, events.router, boxes.router):
+    for router in (team.router, terminal.router, screen.router, volumes.router, events.router, boxes.router):
         console.include_router(router)
     console.mount("/static", StaticFiles(directory=STATIC), name="static")
     return console

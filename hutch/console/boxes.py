@@ -14,6 +14,7 @@ from starlette.responses import Response, StreamingResponse
 from hutch.console import session
 from hutch.console.pages import StateDep, page, see_other
 from hutch.console.plots import plots
+from hutch.console.screen import is_desktop
 from hutch.errors import ApiError, Code
 from hutch.services import boxops
 from hutch.services.dataplane import check_path
@@ -82,7 +83,7 @@ async def act(request: Request, st: StateDep, sandbox_id: str, action: str) -> R
 @router.get("/boxes/{sandbox_id}")
 async def box_page(request: Request, st: StateDep, s: SessionDep, sandbox_id: str) -> Response:
     rec = _box(st, s, sandbox_id)
-    return page(request, "box.html", s, box=st.sandboxes.info(rec), home=HOME)
+    return page(request, "box.html", s, box=st.sandboxes.info(rec), home=HOME, desktop=is_desktop(st, rec))
 
 
 @router.get("/boxes/{sandbox_id}/part/info")

@@ -39,7 +39,7 @@ from hutch.sdk.config import ConnectionConfig
 from hutch.sdk.volumes import VolumeMounts
 
 try:
-    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver import Image, MCPServer
 except ImportError as e:  # pragma: no cover - depends on the extra
     raise missing("mcp", e) from e
 
@@ -81,6 +81,15 @@ def mounts(volumes: dict[str, str] | None) -> VolumeMounts | None:
     return result
 
 
+def screen_size(resolution: list[int] | None) -> tuple[int, int] | None:
+    """sandbox_create's `resolution` ([1280, 720]) as the SDK takes it."""
+    if resolution is None:
+        return None
+    if len(resolution) != 2:
+        raise ValidationError(f"resolution is [width, height], not {resolution!r}", code=SdkCode.INVALID_ARGUMENT)
+    return resolution[0], resolution[1]
+
+
 def _volume(info: VolumeInfo) -> dict[str, Any]:
     return {"id": info.id, "name": info.name, "size_mib": info.size_mib, "used_bytes": info.used_bytes,
             "metadata": info.metadata, "mounted_by": info.mounted_by}
@@ -106,7 +115,8 @@ def build(cfg: ConnectionConfig | None = None, ephemeral: bool = False) -> MCPSe
         "and pass it to the other tools; pause it when you are done for now. For run_code (Python in a kernel that "
         "keeps its state), create the sandbox from the template hutch/code-interpreter. Volumes are storage that "
         "outlives sandboxes: mount one with sandbox_create's volumes, or read and write its files with the volume_ "
-        "tools, with no sandbox."))
+        "tools, with no sandbox. For a screen (computer use), create the sandbox from the template desktop and use the "
+        "desktop_ tools: a screenshot, then clicks, typing and keys at its pixel coordinates."))
 
     if ephemeral:
         check_isolation(cfg)
@@ -154,16 +164,18 @@ def build(cfg: ConnectionConfig | None = None, ephemeral: bool = False) -> MCPSe
     async def sandbox_create(name: str = "agent", template: str | None = None, metadata: dict[str, str] | None = None,
                              timeout_seconds: int | None = None, auto_delete_seconds: int | None = None,
                              allow_out: list[str] | None = None, deny_out: list[str] | None = None,
-                             volumes: dict[str, str] | None = None) -> str:
+                             volumes: dict[str, str] | None = None, resolution: list[int] | None = None) -> str:
         """Create a sandbox (a Debian box under gVisor). Returns its id, to pass to the other tools. allow_out /
         deny_out restrict its network egress (domains or CIDRs; deny_out ["0.0.0.0/0"] with an allow list).
         volumes mounts volumes in it: a path in the box to a volume's name or id, with ":ro" to mount it
-        read-only, e.g. {"/mnt/data": "repo", "/srv/docs": "docs:ro"}."""
+        read-only, e.g. {"/mnt/data": "repo", "/srv/docs": "docs:ro"}. template "desktop" gives it a screen
+        (the desktop_ tools) of resolution [width, height] (default [1024, 768])."""
         network = NetworkConfig(allow_out or [], deny_out or []) if allow_out or deny_out else None
         try:
             sb = await AsyncSandbox.create(name, from_template=template, metadata=metadata,
                                            timeout_seconds=timeout_seconds, auto_delete_seconds=auto_delete_seconds,
-                                           network=network, volumes=mounts(volumes), **conn)
+                                           network=network, volumes=mounts(volumes),
+                                           resolution=screen_size(resolution), **conn)
         except SandboxError as e:
             return _error(e)
         made: dict[str, Any] = {"id": sb.id, "name": sb.name, "status": sb.status}
@@ -255,6 +267,48 @@ def build(cfg: ConnectionConfig | None = None, ephemeral: bool = False) -> MCPSe
             return sb.get_preview_url(port)
 
         return await on_box(sandbox_id, publish)
+
+    @server.tool()
+    async def desktop_screenshot(sandbox_id: str) -> Image | str:
+        """The screen of a sandbox made from the desktop template, as a PNG image (the pointer drawn in).
+        Coordinates for the other desktop_ tools are this image's pixels, (0, 0) its top left."""
+        try:
+            sb = await AsyncSandbox.connect(sandbox_id, **conn)
+            try:
+                return Image(data=await sb.desktop.screenshot(), format="png")
+            finally:
+                await sb.close()
+        except SandboxError as e:
+            return _error(e)
+
+    @server.tool()
+    async def desktop_click(sandbox_id: str, x: int, y: int, button: str = "left", count: int = 1) -> str:
+        """Click on a desktop sandbox's screen at pixel (x, y): button "left", "middle" or "right"; count 2 is a
+        double click."""
+        async def click(sb: AsyncSandbox) -> str:
+            await sb.desktop.click(x, y, button=button, count=count)
+            return f"clicked {button} at ({x}, {y})" + (f" {count} times" if count > 1 else "")
+
+        return await on_box(sandbox_id, click)
+
+    @server.tool()
+    async def desktop_type(sandbox_id: str, text: str) -> str:
+        """Type text into the focused window of a desktop sandbox, as keystrokes (click a field first)."""
+        async def type_text(sb: AsyncSandbox) -> str:
+            await sb.desktop.type(text)
+            return f"typed {len(text)} characters"
+
+        return await on_box(sandbox_id, type_text)
+
+    @server.tool()
+    async def desktop_key(sandbox_id: str, combo: str) -> str:
+        """Press a key or a combination on a desktop sandbox, in xdotool's names joined by "+": "Return",
+        "Escape", "Tab", "ctrl+s", "ctrl+shift+t", "alt+F4", "BackSpace", "Page_Down"."""
+        async def press(sb: AsyncSandbox) -> str:
+            await sb.desktop.key(combo)
+            return f"pressed {combo}"
+
+        return await on_box(sandbox_id, press)
 
     @server.tool()
     async def volume_create(name: str, size_mib: int | None = None, metadata: dict[str, str] | None = None) -> str:

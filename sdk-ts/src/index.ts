@@ -1,6 +1,6 @@
 /**
- * hutch's TypeScript SDK: sandboxes, their commands, files and code interpreter, snapshots, volumes,
- * secrets and templates.
+ * hutch's TypeScript SDK: sandboxes, their commands, files, code interpreter and desktop, snapshots,
+ * volumes, secrets and templates.
  *
  *     import { Sandbox } from "@hutch/sdk"          // reads HUTCH_API_KEY and HUTCH_BASE_URL
  *     const sandbox = await Sandbox.create({ name: "demo" })
@@ -15,6 +15,8 @@ export { Commands } from "./commands.js";
 export type { ConnectOptions, RunOptions, SpawnOptions } from "./commands.js";
 export { Process, ProcessStdin } from "./process.js";
 export type { OutputCallback, PtySize, WaitOptions } from "./process.js";
+export { Desktop } from "./desktop.js";
+export type { ClickOptions, MouseButton, ScrollDirection, ScrollOptions, StartOptions, StreamUrlOptions } from "./desktop.js";
 export { Files, WatchHandle } from "./files.js";
 export type { FileContent, FileOptions, ListOptions as FileListOptions, UserOptions, WatchOptions } from "./files.js";
 export { BASE_TEMPLATE, Template } from "./templates.js";

@@ -9,6 +9,7 @@ import {
   listCodeContexts, removeCodeContext, restartCodeContext, runCode,
 } from "./code.js";
 import { Commands } from "./commands.js";
+import { DESKTOP_TEMPLATES, Desktop, startDesktop } from "./desktop.js";
 import { type CallOptions, type ConnectionConfig, type ConnectionOptions, resolveConfig } from "./config.js";
 import { NotFoundError, ValidationError } from "./errors.js";
 import { Files } from "./files.js";
@@ -53,6 +54,11 @@ export interface SandboxCreateOptions extends ConnectionOptions, CallOptions {
    * readOnly }` (`{ "/mnt/data": vol, "/srv/cache": { volume: "cache", readOnly: true } }`). Many
    * boxes may mount one volume at once; a file one box has closed is whole for the next to open it. */
   volumes?: VolumeMounts;
+  /** The screen's [width, height] (default [1024, 768]): from the `desktop` template (or with a
+   * resolution), create resolves once the desktop runs (Xvfb and XFCE); see `sandbox.desktop`. */
+  resolution?: readonly [number, number];
+  /** The desktop's dots per inch (default 96). */
+  dpi?: number;
 }
 
 export interface ListOptions extends ConnectionOptions, CallOptions {
@@ -97,6 +103,8 @@ function checkPort(port: number): number {
 export class Sandbox {
   readonly commands: Commands;
   readonly files: Files;
+  /** The screen and input of a box of the `desktop` template. */
+  readonly desktop: Desktop;
   private info: SandboxInfo;
 
   /** @internal */
@@ -105,6 +113,7 @@ export class Sandbox {
     this.info = sandboxInfo(access);
     this.commands = new Commands(() => this.dp);
     this.files = new Files(() => this.dp);
+    this.desktop = new Desktop(() => this.dp, this);
   }
 
   get id(): string {
@@ -151,7 +160,17 @@ export class Sandbox {
         volumes: mountsBody(options.volumes),
       },
     });
-    return new Sandbox(access, cfg);
+    const sandbox = new Sandbox(access, cfg);
+    const name = typeof template === "object" ? template.name : template;
+    if (options.resolution !== undefined || (name !== undefined && DESKTOP_TEMPLATES.includes(name))) {
+      try {
+        await startDesktop(sandbox.dp, { resolution: options.resolution, dpi: options.dpi, signal: options.signal });
+      } catch (error) {
+        await sandbox.kill().catch(() => undefined); // a desktop box whose desktop cannot start is no use
+        throw error;
+      }
+    }
+    return sandbox;
   }
 
   /** `count` sandboxes (at most 20) booted at once from one snapshot, as `create({ fromSnapshot })`

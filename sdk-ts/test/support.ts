@@ -119,12 +119,22 @@ export function needsInstalled(what: string, present: boolean): string | false {
   return message;
 }
 
-/** Whether the server's host has built the code interpreter's root (`hutch build-base`), which
- * boxes of hutch/code-interpreter boot from. */
-export async function codeInterpreterBuilt(): Promise<boolean> {
+/** Whether the server's host has built the system template root `root` (a name in hutch.node.base_image). */
+async function rootBuilt(root: string): Promise<boolean> {
   const ran = await run(PYTHON, ["-c", "from hutch.node import base_image\n"
     + "from hutch.services.config import DEFAULT_CACHE_DIR\n"
-    + "print(base_image.is_built(DEFAULT_CACHE_DIR, base_image.CODE_INTERPRETER))"], { cwd: REPO });
-  if (ran.code !== 0) throw new Error(`could not ask whether the code interpreter is built: ${ran.stderr}`);
+    + `print(base_image.is_built(DEFAULT_CACHE_DIR, base_image.${root}))`], { cwd: REPO });
+  if (ran.code !== 0) throw new Error(`could not ask whether ${root} is built: ${ran.stderr}`);
   return ran.stdout.trim() === "True";
+}
+
+/** Whether the server's host has built the code interpreter's root (`hutch build-base`), which
+ * boxes of hutch/code-interpreter boot from. */
+export function codeInterpreterBuilt(): Promise<boolean> {
+  return rootBuilt("CODE_INTERPRETER");
+}
+
+/** Whether the server's host has built the desktop's root (`hutch build-base --desktop`). */
+export function desktopBuilt(): Promise<boolean> {
+  return rootBuilt("DESKTOP");
 }

@@ -1,7 +1,7 @@
 """The web console in a real browser: Debian's Chromium, headless, driven by Selenium through
 Debian's chromium-driver, against a real server with real boxes on loopback. What a person checks:
-signing in, the list following the SDK, pausing from the page, a shell in the terminal, a file
-downloaded, a denied connection in the network log, a volume made, mounted, refused deletion while
+signing in, the list following the SDK, pausing from the page, a shell in the terminal, a desktop
+box's live screen, a file downloaded, a denied connection in the network log, a volume made, mounted, refused deletion while
 mounted and deleted; and what must not happen: another team's box seen, a change made from another
 origin or without the session's token, what a team wrote shown as markup.
 
@@ -24,6 +24,7 @@ import pytest
 
 from hutch import NotFoundError, RunStep, Sandbox, Secret, Template, Volume, Webhooks
 from tests.integration.support import Env, free_port, needs_installed, wait_for
+from tests.integration.test_desktop_e2b import needs_desktop
 
 try:
     from selenium import webdriver
@@ -232,6 +233,60 @@ def test_a_command_typed_in_the_terminal(browser: WebDriver, env: Env, sandbox: 
         browser.set_window_size(1360, 1000)
 
 
+# The screen as the page shows it: its size, how many screenshots came, and every 16th pixel's grey
+SHOWN_SCREEN = """
+const img = document.getElementById("screen");
+if (!img || !img.complete || !img.naturalWidth) return null;
+const c = document.createElement("canvas");
+c.width = img.naturalWidth; c.height = img.naturalHeight;
+const g = c.getContext("2d"); g.drawImage(img, 0, 0);
+const d = g.getImageData(0, 0, c.width, c.height).data;
+const grey = []; for (let i = 0; i < d.length; i += 64) grey.push(d[i] + d[i + 1] + d[i + 2]);
+return [c.width, c.height, Number(img.dataset.loaded || 0), grey];
+"""
+
+
+def _changed(a: list[int], b: list[int]) -> int:
+    return sum(x != y for x, y in zip(a, b, strict=True))
+
+
+def test_a_desktop_boxs_live_screen(browser: WebDriver, env: Env, sandbox: Sandbox) -> None:
+    """The box's page shows its screen, a screenshot reloaded every second: what the box draws comes."""
+    needs_desktop()
+    browser.get(f"{env.url}/console/boxes/{sandbox.id}")  # a box that is no desktop: no screen on its page
+    wait_until(lambda: status_on_page(browser) == "active", "the plain box's page")
+    assert not browser.find_elements(By.ID, "screen")
+    desk = Sandbox.create(name="console-desk", from_template="desktop", resolution=(800, 600), api_key=env.key_a,
+                          base_url=env.url)
+    try:
+        browser.get(f"{env.url}/console/boxes/{desk.id}")
+        wait_until(lambda: (browser.execute_script(SHOWN_SCREEN) or [0, 0, 0])[2] >= 2, "two screenshots shown")
+        width, height, _, before = browser.execute_script(SHOWN_SCREEN)
+        assert (width, height) == (800, 600)
+        desk.commands.spawn("mousepad")
+        wait_until(lambda: desk.commands.run("xdotool search --onlyvisible --class mousepad || true").stdout.strip(),
+                   "the editor's window", timeout=60)
+        desk.desktop.type("seen in the console")
+        # the editor's window is thousands of the samples; the panel's clock, a minute on, under a hundred
+        wait_until(lambda: _changed(before, browser.execute_script(SHOWN_SCREEN)[3]) > 1000,
+                   "the editor on the page's screen")
+        browser.execute_script("document.getElementById('screen').closest('section').scrollIntoView()")
+        time.sleep(2)  # a screenshot or two more: the typed text in the picture
+        shot(browser, "desktop")
+        signed_out = httpx.get(f"{env.url}/console/boxes/{desk.id}/screen.png")
+        assert signed_out.status_code == 303 and signed_out.headers["location"] == "/console/sign-in"
+        assert not [e for e in desk.get_audit_log().entries if e.op == "desktop" and "scrot" in e.detail]
+        desk.pause()  # the page says there is no screen now, and its reloads never resume the box
+        wait_until(lambda: browser.find_element(By.ID, "screen-status").is_displayed(), "no screen, said")
+        paused = httpx.get(f"{env.url}/console/boxes/{desk.id}/screen.png",
+                           cookies={"hutch_console": console_cookie(browser)["value"]})
+        assert paused.status_code == 409 and "paused" in paused.text
+        time.sleep(4)
+        assert desk.get_info().status == "paused"
+    finally:
+        desk.kill()
+
+
 def text_of(driver: WebDriver, element_id: str) -> str:
     try:
         return driver.find_element(By.ID, element_id).text
@@ -275,7 +330,8 @@ def test_another_teams_box_is_not_there(browser: WebDriver, env: Env, sandbox: S
         browser.get(f"{env.url}/console/boxes")
         wait_until(lambda: sandbox.id in rows(browser), "the list loaded")
         assert theirs.id not in rows(browser) and "not-yours" not in browser.page_source
-        for path in ("", "/part/info", "/part/files", "/part/network", "/part/audit", "/download?path=/etc/hostname"):
+        for path in ("", "/part/info", "/part/files", "/part/network", "/part/audit", "/download?path=/etc/hostname",
+                     "/screen.png"):
             browser.get(f"{env.url}/console/boxes/{theirs.id}{path}")
             assert "404" in browser.title or "404" in browser.page_source[:2000], path
         assert theirs.get_info().status == "active"

@@ -4,6 +4,7 @@ through a private preview URL (noVNC over the preview proxy's WebSocket)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -107,3 +108,114 @@ def test_the_live_screen_in_a_browser(env: Env) -> None:
         if driver is not None:
             driver.quit()
         box.kill()
+
+
+def test_the_mcp_servers_desktop_tools(monkeypatch: pytest.MonkeyPatch) -> None:
+    """desktop_screenshot (an image result), desktop_click, desktop_type, desktop_key, as an agent's MCP
+    client calls them, on a box sandbox_create made from the desktop template."""
+    needs_desktop()
+    import base64
+    import json
+
+    from mcp import Client
+
+    from hutch.integrations.mcp_server import build
+
+    monkeypatch.setenv("HUTCH_ACTOR", "hutch-mcp")  # build() sets it when unset: kept to this test
+
+    async def go() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with Client(build()) as client:
+            async def tool(tool_name: str, **args: Any) -> Any:
+                """The tool's first content block, as it went over the wire."""
+                return (await client.call_tool(tool_name, args)).content[0].model_dump(by_alias=True, mode="json")
+
+            made = await tool("sandbox_create", name="mcp-desk", template="desktop", resolution=[800, 600])
+            sid = out["id"] = json.loads(made["text"])["id"]
+            try:
+                shot = await tool("desktop_screenshot", sandbox_id=sid)
+                out["shot"] = (shot["type"], shot["mimeType"], base64.b64decode(shot["data"]))
+                await tool("sandbox_exec", sandbox_id=sid, command="mousepad >/dev/null 2>&1 &")
+                box = Sandbox.connect(sid)
+                window = editor_window(box)
+                time.sleep(1)
+                empty = box.desktop.screenshot()
+                out["click"] = (await tool("desktop_click", sandbox_id=sid, x=400, y=300))["text"]
+                out["type"] = (await tool("desktop_type", sandbox_id=sid, text="from mcp"))["text"]
+                out["key"] = (await tool("desktop_key", sandbox_id=sid, combo="Return"))["text"]
+                wait_for(lambda: box.commands.run(f"xdotool getwindowname {window}").stdout.startswith("*"), 20,
+                         "the edit")
+                typed = await tool("desktop_screenshot", sandbox_id=sid)
+                out["changed"] = pngs.differing(empty, base64.b64decode(typed["data"]))
+                out["bad_key"] = (await tool("desktop_key", sandbox_id=sid, combo="ctrl+s; reboot"))["text"]
+                out["actors"] = {e.actor.split(" ")[-1] for e in box.get_audit_log().entries if e.op == "desktop"}
+                box.close()
+            finally:
+                await tool("sandbox_kill", sandbox_id=sid)
+            plain = json.loads((await tool("sandbox_create", name="mcp-plain"))["text"])["id"]
+            try:
+                out["no_desktop"] = (await tool("desktop_screenshot", sandbox_id=plain))["text"]
+            finally:
+                await tool("sandbox_kill", sandbox_id=plain)
+        return out
+
+    out = asyncio.run(go())
+    kind, mime, png = out["shot"]
+    assert (kind, mime) == ("image", "image/png") and pngs.decode(png)[:2] == (800, 600)
+    assert out["click"] == "clicked left at (400, 300)" and out["type"] == "typed 8 characters"
+    assert out["key"] == "pressed Return" and out["changed"] > 200
+    assert out["bad_key"].startswith("error: invalid_request: key.combo"), out["bad_key"]
+    assert out["actors"] == {"hutch-mcp"}
+    assert out["no_desktop"].startswith("error: desktop_unavailable"), out["no_desktop"]
+
+
+def test_an_agent_on_the_scripted_model_drives_the_desktop_through_mcp(env: Env) -> None:
+    """The OpenAI Agents SDK's loop, the scripted model in place of an LLM, the MCP server's desktop tools:
+    the screenshot reaches the agent's loop as an image (a PNG data URL), each action as its text. (Its
+    Chat Completions model leaves images out of tool messages, as OpenAI's API takes none there: the
+    scripted model, which speaks that API, reads "[tool output omitted]" for the screenshot.)"""
+    needs_desktop()
+    import base64
+    import json
+    import sys
+
+    from agents import Runner
+    from agents.mcp import MCPServerStdio
+
+    from hutch.integrations.scripted_model import Script, ScriptedModel, answer, call, text_of
+    from tests.integration.test_integrations import _agent, _client_env
+
+    made: dict[str, str] = {}
+
+    def on_made_box(tool: str, **args: Any) -> Any:
+        def step(messages: list[dict[str, Any]]) -> Any:
+            if not made:
+                made["id"] = json.loads(next(text_of(m) for m in messages if m.get("role") == "tool"))["id"]
+            return call(tool, sandbox_id=made["id"], **args)
+        return step
+
+    async def go() -> tuple[str, list[Any], list[str]]:
+        script: Script = [call("sandbox_create", name="agent-desk", template="desktop", resolution=[800, 600]),
+                          on_made_box("desktop_screenshot"), on_made_box("desktop_click", x=400, y=300),
+                          on_made_box("desktop_type", text="hello"), on_made_box("desktop_key", combo="ctrl+a"),
+                          on_made_box("sandbox_kill"), answer("done")]
+        with ScriptedModel(script) as model:
+            async with MCPServerStdio(params={"command": sys.executable, "args": ["-m", "hutch.cli", "mcp", "serve"],
+                                              "env": _client_env(env)}, client_session_timeout_seconds=180) as mcp:
+                result = await Runner.run(_agent(model, [], mcp_servers=[mcp]), "use the desktop")
+            raw: list[Any] = [item.raw_item for item in result.new_items if item.type == "tool_call_output_item"]
+            outputs = [r["output"] for r in raw]
+            return str(result.final_output), outputs, model.tool_results()
+
+    try:
+        final, outputs, read = asyncio.run(go())
+    finally:
+        if made:
+            Sandbox.kill_by_id(made["id"])
+    assert final == "done"
+    image = outputs[1][0]
+    assert image["type"] == "input_image" and image["image_url"].startswith("data:image/png;base64,")
+    assert pngs.decode(base64.b64decode(image["image_url"].split(",", 1)[1]))[:2] == (800, 600)
+    assert [o[0]["text"] for o in outputs[2:]] == ["clicked left at (400, 300)", "typed 5 characters",
+                                                   "pressed ctrl+a", f"killed {made['id']}"]
+    assert read[1] == "[tool output omitted]"

@@ -219,7 +219,8 @@ async def _drive(client: Any) -> dict[str, str]:
     names = sorted(t.name for t in (await client.list_tools()).tools)
     assert names == sorted(["sandbox_create", "sandbox_exec", "sandbox_list", "sandbox_kill", "sandbox_pause",
                             "sandbox_resume", "files_read", "files_write", "preview_url", "run_code", "volume_create",
-                            "volume_list", "volume_files_list", "volume_files_read", "volume_files_write"])
+                            "volume_list", "volume_files_list", "volume_files_read", "volume_files_write",
+                            "desktop_screenshot", "desktop_click", "desktop_type", "desktop_key"])
     made = json.loads(_text(await client.call_tool("sandbox_create", {"name": "mcp", "metadata": {"via": "mcp"}})))
     sid = made["id"]
     out = {"id": sid}

@@ -1,4 +1,5 @@
-// hutch console: the few scripted parts (the terminal, a build's live log, errors of htmx requests).
+// hutch console: the few scripted parts (the terminal, a build's live log, a desktop box's screen,
+// errors of htmx requests).
 "use strict";
 
 // An htmx request that failed (a CSRF refusal, a box that went, a volume still mounted): say so
@@ -82,12 +83,44 @@ async function hutchBuildLog(pre) {
   pre.dataset.ended = "yes";  // the stream ends with the build
 }
 
+// A desktop box's screen: a screenshot, reloaded SCREEN_EVERY_MS after the last one came (never two
+// at once), while the page is shown. The next one loads off-screen and replaces the shown one whole.
+const SCREEN_EVERY_MS = 1000;
+function hutchScreen(img) {
+  const status = document.getElementById("screen-status");
+  let shown = img;
+  const next = () => {
+    if (document.hidden) { document.addEventListener("visibilitychange", next, { once: true }); return; }
+    const fresh = new Image();
+    fresh.id = shown.id;
+    fresh.className = shown.className;
+    fresh.alt = shown.alt;
+    fresh.dataset.src = shown.dataset.src;
+    fresh.onload = () => {
+      fresh.dataset.loaded = String(Number(shown.dataset.loaded || 0) + 1);  // how many came (the tests read it)
+      shown.replaceWith(fresh);
+      shown = fresh;
+      status.hidden = true;
+      setTimeout(next, SCREEN_EVERY_MS);
+    };
+    fresh.onerror = () => {
+      status.textContent = "No screen now: the box is not running, or its desktop is not (yet) up.";
+      status.hidden = false;
+      setTimeout(next, SCREEN_EVERY_MS * 3);
+    };
+    fresh.src = `${shown.dataset.src}?t=${Date.now()}`;
+  };
+  next();
+}
+
 // No inline script anywhere (the pages' Content-Security-Policy forbids it): the parts are wired here.
 document.addEventListener("DOMContentLoaded", () => {
   const open = document.getElementById("open-terminal");
   if (open) open.addEventListener("click", () => hutchTerminal(open));
   const log = document.getElementById("build-log");
   if (log) hutchBuildLog(log);
+  const screen = document.getElementById("screen");
+  if (screen) hutchScreen(screen);
   const filters = document.getElementById("filters");
   if (filters) filters.addEventListener("submit", (ev) => ev.preventDefault());  // htmx filters as one types
 });
