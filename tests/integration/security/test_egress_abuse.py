@@ -309,5 +309,7 @@ def test_metadata_names_and_ipv4_carrying_literals_are_refused_by_rule(make_box:
             assert r.stdout.startswith("HTTP/1.1 403") and "X-Hutch-Egress: always_denied:" in r.stdout, (url, r.stdout)
         else:
             assert "403" in r.stdout + r.stderr, (url, r.stdout, r.stderr)
+        # the log's row is written once the refusal is sent: wait for it, not on it being there
+        wait_for(lambda: bool(box.get_network_log(limit=1).entries), what="the refusal's row in the network log")
         entry = box.get_network_log(limit=1).entries[0]
         assert (entry.verdict, entry.rule.split(":")[0], entry.bytes_out) == ("denied", "always_denied", 0), (url, entry)
