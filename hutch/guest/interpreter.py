@@ -192,7 +192,14 @@ class Context:
 
     def alive(self) -> bool:
         with KERNELS:
-            return self.km is not None and bool(self.km.is_alive())
+            if self.km is None:
+                return False
+            if self.km.is_alive():
+                return True
+            # Popen.poll takes an ECHILD from waitpid for a death (CPython then says it exited 0):
+            # seen just after a box was restored from its checkpoint, the kernel running on. A
+            # kernel whose process is there and no zombie is alive.
+            return _running(getattr(self.km.provisioner, "pid", None))
 
     def interrupt(self) -> None:
         with KERNELS, contextlib.suppress(Exception):
@@ -312,6 +319,18 @@ class Context:
 
 
 KERNELS = threading.Lock()
+
+
+def _running(pid: object) -> bool:
+    """Whether a process of ours runs (exists, and is no zombie)."""
+    if type(pid) is not int or pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def env_refusal(language: str, env: dict[str, str]) -> str | None:
