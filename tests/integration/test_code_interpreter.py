@@ -188,7 +188,7 @@ def test_kernels_and_contexts_survive_pause_and_resume(env: Env) -> None:
     out = run_client(env, "pause")
     assert out["state"] == "paused"
     assert out["kept"]["text"] == "across the pause"
-    assert out["ctx_kept"]["text"] == "7", out["ctx_kept"]  # (came back ContextRestarting: interpreter.py's alive() before it looked at the process)
+    assert out["ctx_kept"]["text"] == "7", out["ctx_kept"]  # (was ContextRestarting: see Context.alive)
 
 
 def test_a_box_killed_mid_cell_is_e2bs_killed_error(env: Env) -> None:
