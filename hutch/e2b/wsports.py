@@ -52,7 +52,7 @@ async def forward(get_state: StateGetter, scope: Scope, receive: Receive, send: 
                                  subprotocols=list(scope.get("subprotocols") or []) or None,
                                  max_size=MAX_MESSAGE)
             box.send_request(box.connect())
-            writer.write(b"".join(box.data_to_send()))
+            await _flush(box, writer)
             answer = await asyncio.wait_for(_handshake(box, reader), HANDSHAKE_SECONDS)
             if answer is None:
                 await send({"type": "websocket.close", "code": CLOSE_ERROR})
@@ -69,14 +69,29 @@ def _target(scope: Scope) -> str:
     return ports.target(scope).decode("latin-1")
 
 
+async def _receive(box: ClientProtocol, reader: asyncio.StreamReader) -> bool:
+    """What the box sent next, fed to its protocol; False once it closed its side."""
+    data = await reader.read(READ)
+    if data:
+        box.receive_data(data)
+    else:
+        box.receive_eof()
+    return bool(data)
+
+
+async def _flush(box: ClientProtocol, writer: asyncio.StreamWriter) -> None:
+    """What the protocol has for the box, sent: within DRAIN_SECONDS (a box that reads nothing,
+    pinging, must not grow the host's buffer)."""
+    pending = box.data_to_send()
+    if pending:
+        writer.write(b"".join(pending))
+        await asyncio.wait_for(writer.drain(), DRAIN_SECONDS)
+
+
 async def _handshake(box: ClientProtocol, reader: asyncio.StreamReader) -> Response | None:
     """The box's answer to the upgrade, or None if it refused it or closed."""
     while True:
-        data = await reader.read(READ)
-        if data:
-            box.receive_data(data)
-        else:
-            box.receive_eof()
+        data = await _receive(box, reader)
         for event in box.events_received():
             if isinstance(event, Response):
                 return event if box.handshake_exc is None else None
@@ -93,24 +108,19 @@ async def _pump(box: ClientProtocol, reader: asyncio.StreamReader, writer: async
             message = await receive()
             if message["type"] == "websocket.disconnect":
                 box.send_close()
-                writer.write(b"".join(box.data_to_send()))
+                await _flush(box, writer)
                 return
             if message.get("bytes") is not None:
                 box.send_binary(message["bytes"])
             elif message.get("text") is not None:
                 box.send_text(message["text"].encode())
-            writer.write(b"".join(box.data_to_send()))
-            await asyncio.wait_for(writer.drain(), DRAIN_SECONDS)
+            await _flush(box, writer)
 
     async def to_client() -> None:
         parts: list[bytes] = []
         kind = Opcode.BINARY
         while True:
-            data = await reader.read(READ)
-            if data:
-                box.receive_data(data)
-            else:
-                box.receive_eof()
+            data = await _receive(box, reader)
             for event in box.events_received():
                 if not isinstance(event, Frame):
                     continue
@@ -127,10 +137,7 @@ async def _pump(box: ClientProtocol, reader: asyncio.StreamReader, writer: async
                     whole = b"".join(parts)
                     await send({"type": "websocket.send", **({"text": whole.decode("utf-8", "replace")}
                                                              if kind == Opcode.TEXT else {"bytes": whole})})
-            pending = box.data_to_send()
-            if pending:  # pongs, a close: a box that pings and never reads must not grow the host's buffer
-                writer.write(b"".join(pending))
-                await asyncio.wait_for(writer.drain(), DRAIN_SECONDS)
+            await _flush(box, writer)  # pongs, a close
             if not data:
                 await send({"type": "websocket.close", "code": 1000})
                 return

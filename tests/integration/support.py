@@ -3,6 +3,7 @@ state, calls run in the background, and the one way to skip a test whose depende
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -127,6 +128,18 @@ def needs_installed(what: str, present: bool) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
+
+
+def client_result(python: Path, client: Path, args: list[str], variables: dict[str, str],
+                  timeout: float = 300) -> dict[str, Any]:
+    """Run a peer's SDK client script (`client`, in its own venv's `python`, with only `variables`
+    in its environment) and return the last JSON object it printed; its failure fails the test."""
+    done = subprocess.run([str(python), str(client), *args], env=variables, capture_output=True, text=True,
+                          timeout=timeout)
+    lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
+    assert done.returncode == 0 and lines, f"{args[0]} failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
 
 
 def ok_or_failed(box: Sandbox, timeout_seconds: float) -> str:

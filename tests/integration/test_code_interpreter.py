@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from hutch import NotFoundError, RunStep, Sandbox, Template
 from hutch.node import base_image
 from hutch.services.config import DEFAULT_CACHE_DIR
 from hutch.services.system_templates import CODE_INTERPRETER_READY, CODE_INTERPRETER_START
-from tests.integration.support import Env, needs_installed, wait_for
+from tests.integration.support import Env, client_result, needs_installed, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = Path(__file__).resolve().parent / "e2b_clients" / "code_interpreter.py"
@@ -34,12 +33,7 @@ def run_client(env: Env, scenario: str, arg: str = "") -> dict[str, Any]:
                     base_image.is_built(DEFAULT_CACHE_DIR, base_image.CODE_INTERPRETER))
     variables = {"PATH": "/usr/local/bin:/usr/bin:/bin", "E2B_API_KEY": env.server.e2b_key(),
                  "E2B_API_URL": f"{env.url}/e2b", "E2B_SANDBOX_URL": f"{env.url}/e2b/envd"}
-    done = subprocess.run([str(python), str(CLIENT), scenario, arg], env=variables, capture_output=True, text=True,
-                          timeout=300)
-    lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
-    assert done.returncode == 0 and lines, f"{scenario} failed:\n{done.stdout}\n{done.stderr[-4000:]}"
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+    return client_result(python, CLIENT, [scenario, arg], variables)
 
 
 def test_a_matplotlib_figure_is_also_e2bs_chart_of_its_data(env: Env) -> None:

@@ -10,20 +10,20 @@ is built by `hutch build-base --desktop` (scripts/test runs it).
 from __future__ import annotations
 
 import base64
-import json
 import ssl
-import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
+from websockets.sync.client import connect
+from websockets.typing import Subprotocol
 
 from hutch import Sandbox
 from hutch.node import base_image
 from hutch.services.config import DEFAULT_CACHE_DIR
 from tests.integration import pngs
-from tests.integration.support import Env, needs_installed
+from tests.integration.support import Env, client_result, needs_installed
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = Path(__file__).resolve().parent / "e2b_clients" / "desktop.py"
@@ -41,12 +41,7 @@ def run_client(env: Env, scenario: str, arg: str = "") -> dict[str, Any]:
     needs_desktop()
     variables = {"PATH": "/usr/local/bin:/usr/bin:/bin", "E2B_API_KEY": env.server.e2b_key(),
                  "E2B_API_URL": f"{env.url}/e2b", "E2B_SANDBOX_URL": f"{env.url}/e2b/envd"}
-    done = subprocess.run([str(python), str(CLIENT), scenario, arg], env=variables, capture_output=True, text=True,
-                          timeout=600)
-    lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
-    assert done.returncode == 0 and lines, f"{scenario} failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+    return client_result(python, CLIENT, [scenario, arg], variables, timeout=600)
 
 
 def kill(out: dict[str, Any]) -> None:
@@ -80,6 +75,12 @@ def test_every_call_of_the_sdk_and_its_stream(env: Env) -> None:
         page = httpx.get(out["auth_url"], verify=ca, timeout=30)
         assert page.status_code == 200 and "noVNC" in page.text
         assert "content-security-policy" not in page.headers  # its own origin: its scripts run
+        # and the WebSocket the page opens back to the box (websockify), which relays the VNC
+        # server's greeting: through the host form's listener, the agent's tunnel and wsports.py
+        ws_url = urlsplit(out["auth_url"])._replace(scheme="wss", path="/websockify", query="").geturl()
+        with connect(ws_url, ssl=ca, subprotocols=[Subprotocol("binary")], open_timeout=30) as ws:
+            greeting = ws.recv(timeout=30)
+            assert isinstance(greeting, bytes) and greeting.startswith(b"RFB 003."), greeting
     finally:
         kill(out)
 

@@ -10,9 +10,7 @@ which pins e2b-code-interpreter < 2. Then what a hostile client tries at those n
 
 from __future__ import annotations
 
-import json
 import ssl
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ import pytest
 from hutch import Sandbox
 from hutch.node import base_image
 from hutch.services.config import DEFAULT_CACHE_DIR
-from tests.integration.support import Env, needs_installed, wait_for
+from tests.integration.support import Env, client_result, needs_installed, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = Path(__file__).resolve().parent / "e2b_clients" / "domain.py"
@@ -37,12 +35,7 @@ def run_client(env: Env, venv: str, scenario: str) -> dict[str, Any]:
     variables = {"PATH": "/usr/local/bin:/usr/bin:/bin", "E2B_API_KEY": env.server.e2b_key(),
                  "E2B_DOMAIN": env.server.client_env("E2B_DOMAIN"),
                  "SSL_CERT_FILE": env.server.client_env("SSL_CERT_FILE")}
-    done = subprocess.run([str(python), str(CLIENT), scenario], env=variables, capture_output=True, text=True,
-                          timeout=300)
-    lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
-    assert done.returncode == 0 and lines, f"{scenario} failed:\n{done.stdout}\n{done.stderr[-4000:]}"
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+    return client_result(python, CLIENT, [scenario], variables)
 
 
 def tls(env: Env) -> ssl.SSLContext:

@@ -124,13 +124,19 @@ def test_the_agent_setting_is_go_or_python(monkeypatch: pytest.MonkeyPatch) -> N
     assert spec_module.agent_kind() == spec_module.DEFAULT_AGENT
 
 
-def test_without_a_setting_boxes_run_the_compiled_agent_where_it_is_built_else_the_python_one(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def runtime_root(tmp_path: Path) -> Path:
+    """What AgentRuntime.find looks for in a Debian root: a dynamic loader and a python3.x."""
     root = tmp_path / "runtime"
     (root / "usr/lib/x86_64-linux-gnu").mkdir(parents=True)
     (root / "usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2").write_bytes(b"")
     (root / "usr/bin").mkdir()
     (root / "usr/bin/python3.11").write_bytes(b"")
+    return root
+
+
+def test_without_a_setting_boxes_run_the_compiled_agent_where_it_is_built_else_the_python_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = runtime_root(tmp_path)
     built, missing = tmp_path / "built", tmp_path / "missing"
     built.mkdir()
     (built / protocol.AGENT_BINARY).write_bytes(b"")
@@ -147,11 +153,7 @@ def test_the_compiled_agent_is_pinned_by_its_content_and_a_checkpoints_own_is_mo
     """A box mounts a copy of the binary named by its content; an upgrade (a new binary in the
     install's place) pins another beside it, and a restore of a checkpoint taken before mounts the
     one it ran. A sum this host does not keep, or that is not a sum, gets the runtime's own."""
-    root = tmp_path / "runtime"
-    (root / "usr/lib/x86_64-linux-gnu").mkdir(parents=True)
-    (root / "usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2").write_bytes(b"")
-    (root / "usr/bin").mkdir()
-    (root / "usr/bin/python3.11").write_bytes(b"")
+    root = runtime_root(tmp_path)
     install, pins = tmp_path / "agent", tmp_path / "data/agents"
     install.mkdir()
     (install / protocol.AGENT_BINARY).write_bytes(b"first build")
